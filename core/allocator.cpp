@@ -1,0 +1,89 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace dt {
+
+namespace {
+
+constexpr std::string_view kTagNames[kNumMemTags] = {"parameters",    "gradients",     "optimizer_state",
+                                                     "activations",   "communication", "workspace"};
+
+struct Accounting {
+  std::mutex mutex;
+  MemoryStats stats;
+
+  void add(size_t bytes, MemTag tag) {
+    std::lock_guard lock(mutex);
+    const int t = static_cast<int>(tag);
+    stats.current_bytes[t] += bytes;
+    stats.total_current_bytes += bytes;
+    stats.peak_bytes[t] = std::max(stats.peak_bytes[t], stats.current_bytes[t]);
+    stats.total_peak_bytes = std::max(stats.total_peak_bytes, stats.total_current_bytes);
+  }
+  void remove(size_t bytes, MemTag tag) {
+    std::lock_guard lock(mutex);
+    const int t = static_cast<int>(tag);
+    DT_CHECK(stats.current_bytes[t] >= bytes, "freeing ", bytes, " bytes of ", kTagNames[t], " but only ",
+             stats.current_bytes[t], " are allocated");
+    stats.current_bytes[t] -= bytes;
+    stats.total_current_bytes -= bytes;
+  }
+};
+
+Accounting& accounting(Device device) {
+  static Accounting cpu, cuda;
+  return device == Device::cpu ? cpu : cuda;
+}
+
+}  // namespace
+
+std::string_view mem_tag_name(MemTag tag) { return kTagNames[static_cast<int>(tag)]; }
+
+void* allocate(size_t bytes, MemTag tag, Device device) {
+  if (bytes == 0) return nullptr;
+  if (device != Device::cpu)
+    throw Error(str("cannot allocate ", bytes, " bytes of ", mem_tag_name(tag), " on ", device_name(device),
+                    ": this build of dtrain has no ", device_name(device), " backend; use device = \"cpu\""));
+  const size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+  void* ptr = std::aligned_alloc(kCpuAlignment, rounded);
+  if (ptr == nullptr)
+    throw Error(str("out of host memory allocating ", bytes, " bytes of ", mem_tag_name(tag),
+                    "; already held: ", format_memory_stats(memory_stats(device)),
+                    ". Reduce the micro-batch size or sequence length, or enable recomputation"));
+  accounting(device).add(bytes, tag);
+  return ptr;
+}
+
+void deallocate(void* ptr, size_t bytes, MemTag tag, Device device) {
+  if (ptr == nullptr) return;
+  accounting(device).remove(bytes, tag);
+  std::free(ptr);
+}
+
+MemoryStats memory_stats(Device device) {
+  Accounting& a = accounting(device);
+  std::lock_guard lock(a.mutex);
+  return a.stats;
+}
+
+void reset_peak_memory(Device device) {
+  Accounting& a = accounting(device);
+  std::lock_guard lock(a.mutex);
+  a.stats.peak_bytes = a.stats.current_bytes;
+  a.stats.total_peak_bytes = a.stats.total_current_bytes;
+}
+
+std::string format_memory_stats(const MemoryStats& stats) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::string out;
+  for (int t = 0; t < kNumMemTags; ++t)
+    out += str(kTagNames[t], " ", stats.current_bytes[t] / kMiB, "/", stats.peak_bytes[t] / kMiB, " MiB, ");
+  return out + str("total ", stats.total_current_bytes / kMiB, "/", stats.total_peak_bytes / kMiB,
+                   " MiB (current/peak)");
+}
+
+}  // namespace dt
