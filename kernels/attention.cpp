@@ -1,0 +1,60 @@
+#include "kernels/attention.h"
+
+#include <string_view>
+
+#include "kernels/dispatch.h"
+
+namespace dt::kernels {
+namespace {
+
+// Checks the head counts against qkv and returns HS.
+int64_t head_size(std::string_view op, const Tensor& qkv, int n_head, int n_kv_head) {
+  DT_CHECK(qkv.ndim() == 3, op, ": qkv is ", qkv.describe(), ", expected (B, T, (NH + 2*NKV) * HS)");
+  DT_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0, op, ": n_head = ", n_head,
+           ", n_kv_head = ", n_kv_head, "; n_head must be a positive multiple of n_kv_head");
+  const int64_t heads = n_head + 2 * int64_t{n_kv_head};
+  DT_CHECK(qkv.dim(2) > 0 && qkv.dim(2) % heads == 0, op, ": qkv is ", qkv.describe(), ", its last dim must be (NH + 2*NKV) * HS = ",
+           heads, " * HS for NH = ", n_head, ", NKV = ", n_kv_head);
+  return qkv.dim(2) / heads;
+}
+
+// Throws unless a and b occupy disjoint memory: the kernels read one while writing the other.
+void expect_disjoint(std::string_view op, std::string_view a_name, const Tensor& a, std::string_view b_name,
+                     const Tensor& b) {
+  const auto* a0 = static_cast<const char*>(a.data);
+  const auto* b0 = static_cast<const char*>(b.data);
+  DT_CHECK(a0 + a.bytes() <= b0 || b0 + b.bytes() <= a0, op, ": ", a_name, " ", a.describe(), " overlaps ", b_name,
+           " ", b.describe(), "; pass separate buffers");
+}
+
+}  // namespace
+
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) {
+  constexpr std::string_view op = "attention_forward";
+  expect_float_dtype(op, qkv);
+  const int64_t HS = head_size(op, qkv, n_head, n_kv_head), B = qkv.dim(0), T = qkv.dim(1);
+  expect_same_device_and_dtype(op, {qkv, out, lse}, qkv.dtype);
+  expect_shape(op, "out", out, {B, T, n_head * HS});
+  expect_shape(op, "lse", lse, {B, n_head, T});
+  expect_disjoint(op, "out", out, "qkv", qkv);
+  expect_disjoint(op, "lse", lse, "qkv", qkv);
+  DT_DISPATCH_DEVICE(attention_forward, qkv.device, out, lse, qkv, n_head, n_kv_head);
+}
+
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head) {
+  constexpr std::string_view op = "attention_backward";
+  expect_float_dtype(op, qkv);
+  const int64_t HS = head_size(op, qkv, n_head, n_kv_head), B = qkv.dim(0), T = qkv.dim(1);
+  expect_same_device_and_dtype(op, {qkv, dqkv, dout, out, lse}, qkv.dtype);
+  expect_shape(op, "dqkv", dqkv, qkv.shape);
+  expect_shape(op, "dout", dout, {B, T, n_head * HS});
+  expect_shape(op, "out", out, {B, T, n_head * HS});
+  expect_shape(op, "lse", lse, {B, n_head, T});
+  expect_disjoint(op, "dqkv", dqkv, "qkv", qkv);
+  expect_disjoint(op, "dqkv", dqkv, "dout", dout);
+  expect_disjoint(op, "dqkv", dqkv, "out", out);
+  expect_disjoint(op, "dqkv", dqkv, "lse", lse);
+  DT_DISPATCH_DEVICE(attention_backward, qkv.device, dqkv, dout, qkv, out, lse, n_head, n_kv_head);
+}
+
+}  // namespace dt::kernels

@@ -1,0 +1,32 @@
+// Causal multi-head attention with grouped-query heads, computed flash-attention style.
+//
+// qkv (B, T, (NH + 2*NKV) * HS): at each position, NH query heads, then NKV key heads, then NKV
+// value heads, each HS wide (GPT-2's c_attn output is this with NKV = NH). Query head h reads
+// key/value head h / (NH / NKV); NH must be a multiple of NKV.
+//
+//   S[b, h, i, j] = q[b, i, h] . k[b, j, kv(h)] / sqrt(HS)      for j <= i (causal)
+//   P = softmax_j(S)
+//   out[b, i, h*HS:(h+1)*HS] = sum_j P[b, h, i, j] v[b, j, kv(h)]           (sets out (B, T, NH*HS))
+//   lse[b, h, i] = log sum_j exp(S[b, h, i, j])                             (sets lse (B, NH, T))
+//
+// Backward sets dqkv (same shape as qkv; every element written, including the K and V parts)
+// from dout, recomputing S and P tile by tile from qkv and the saved lse:
+//   dP = dout . v,  D[i] = sum_d dout[i, d] * out[i, d],  dS = P * (dP - D) / sqrt(HS)
+//   dq = dS @ k,  dk = dS^T @ q,  dv = P^T @ dout
+// Neither pass ever holds more than one tile of the T x T scores per thread; nothing of size
+// T x T is saved between forward and backward. Deterministic (no floating-point atomics).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace dt::kernels {
+
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head);
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head);
+
+namespace cpu {
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head);
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head);
+}  // namespace cpu
+
+}  // namespace dt::kernels

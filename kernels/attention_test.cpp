@@ -1,0 +1,223 @@
+#include "kernels/attention.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/rng.h"
+#include "tests/testing.h"
+
+namespace dt::kernels {
+namespace {
+
+struct Case {
+  const char* name;
+  int B, T, NH, NKV, HS;
+  double input_std = 1;  // std of q, k, v; larger makes the softmax peakier
+  int qkv_width() const { return (NH + 2 * NKV) * HS; }
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name << " B=" << c.B << " T=" << c.T << " NH=" << c.NH << " NKV=" << c.NKV << " HS=" << c.HS;
+}
+
+// Storage for the op's arguments: the tests own plain vectors and pass views of them.
+template <typename T>
+Tensor view(std::vector<T>& v, Shape shape) {
+  return Tensor{.data = v.data(), .dtype = dtype_of<T>(), .shape = shape};
+}
+
+template <typename T>
+std::vector<T> random_vector(int64_t count, double std, std::string_view stream) {
+  const ElementRng rng(11, stream);
+  std::vector<T> v(count);
+  for (int64_t i = 0; i < count; ++i) v[i] = static_cast<T>(std * rng.normal(i));
+  return v;
+}
+
+template <typename To, typename From>
+std::vector<To> convert(const std::vector<From>& v) {
+  return std::vector<To>(v.begin(), v.end());
+}
+
+// The whole computation, T x T scores materialized per head, in double. Its softmax backward
+// is the textbook dS = P * (dP - sum_j P dP), not the kernel's dout . out shortcut.
+struct Naive {
+  std::vector<double> out, lse, dqkv;
+};
+
+Naive naive_attention(const Case& c, const std::vector<double>& qkv, const std::vector<double>& dout) {
+  const int R = c.qkv_width(), C = c.NH * c.HS, T = c.T;
+  const double scale = 1 / std::sqrt(double(c.HS));
+  Naive r{std::vector<double>(size_t(c.B) * T * C), std::vector<double>(size_t(c.B) * c.NH * T),
+          std::vector<double>(qkv.size())};
+  std::vector<double> P(size_t(T) * T), dS(size_t(T) * T);
+  for (int b = 0; b < c.B; ++b) {
+    for (int h = 0; h < c.NH; ++h) {
+      const int g = h / (c.NH / c.NKV);
+      auto q = [&](int i) { return &qkv[(size_t(b) * T + i) * R + h * c.HS]; };
+      auto k = [&](int j) { return &qkv[(size_t(b) * T + j) * R + (c.NH + g) * c.HS]; };
+      auto v = [&](int j) { return &qkv[(size_t(b) * T + j) * R + (c.NH + c.NKV + g) * c.HS]; };
+      auto dq = [&](int i) { return &r.dqkv[(size_t(b) * T + i) * R + h * c.HS]; };
+      auto dk = [&](int j) { return &r.dqkv[(size_t(b) * T + j) * R + (c.NH + g) * c.HS]; };
+      auto dv = [&](int j) { return &r.dqkv[(size_t(b) * T + j) * R + (c.NH + c.NKV + g) * c.HS]; };
+      auto o = [&](int i) { return &r.out[(size_t(b) * T + i) * C + h * c.HS]; };
+      auto dO = [&](int i) { return &dout[(size_t(b) * T + i) * C + h * c.HS]; };
+      for (int i = 0; i < T; ++i) {
+        double max = -INFINITY, sum = 0;
+        for (int j = 0; j <= i; ++j) {
+          double s = 0;
+          for (int d = 0; d < c.HS; ++d) s += q(i)[d] * k(j)[d];
+          P[i * T + j] = s * scale;
+          max = std::max(max, s * scale);
+        }
+        for (int j = 0; j <= i; ++j) sum += std::exp(P[i * T + j] - max);
+        r.lse[(size_t(b) * c.NH + h) * T + i] = max + std::log(sum);
+        for (int j = 0; j <= i; ++j) {
+          P[i * T + j] = std::exp(P[i * T + j] - max) / sum;
+          for (int d = 0; d < c.HS; ++d) o(i)[d] += P[i * T + j] * v(j)[d];
+        }
+        double p_dp = 0;
+        for (int j = 0; j <= i; ++j) {
+          double dp = 0;
+          for (int d = 0; d < c.HS; ++d) dp += dO(i)[d] * v(j)[d];
+          dS[i * T + j] = dp;
+          p_dp += P[i * T + j] * dp;
+        }
+        for (int j = 0; j <= i; ++j) {
+          const double ds = P[i * T + j] * (dS[i * T + j] - p_dp) * scale;
+          for (int d = 0; d < c.HS; ++d) {
+            dq(i)[d] += ds * k(j)[d];
+            dk(j)[d] += ds * q(i)[d];
+            dv(j)[d] += P[i * T + j] * dO(i)[d];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// One call of forward and backward through the public op, on vectors of T.
+template <typename T>
+struct OpResult {
+  std::vector<T> out, lse, dqkv;
+};
+
+template <typename T>
+OpResult<T> run_op(const Case& c, std::vector<T> qkv, std::vector<T> dout) {
+  const int B = c.B, S = c.T, C = c.NH * c.HS;
+  // NaN everywhere first: the op must set every element it owns.
+  OpResult<T> r{std::vector<T>(size_t(B) * S * C, NAN), std::vector<T>(size_t(B) * c.NH * S, NAN),
+           std::vector<T>(qkv.size(), NAN)};
+  attention_forward(view(r.out, {B, S, C}), view(r.lse, {B, c.NH, S}), view(qkv, {B, S, c.qkv_width()}), c.NH, c.NKV);
+  attention_backward(view(r.dqkv, {B, S, c.qkv_width()}), view(dout, {B, S, C}), view(qkv, {B, S, c.qkv_width()}),
+                     view(r.out, {B, S, C}), view(r.lse, {B, c.NH, S}), c.NH, c.NKV);
+  return r;
+}
+
+double error_vs(const std::vector<float>& actual, const std::vector<double>& expected) {
+  std::vector<float> reference = convert<float>(expected), copy = actual;
+  return testing::normalized_max_error(view(copy, {int64_t(copy.size())}),
+                                       view(reference, {int64_t(reference.size())}));
+}
+
+class AttentionVsNaive : public ::testing::TestWithParam<Case> {};
+
+// f32 against the f64 reference. Errors are normalized by the reference's largest magnitude.
+// out and lse: each is a softmax-weighted sum of at most T terms whose f32 rounding (~6e-8 per
+// operation, exp within 2 ulp) mostly cancels; measured <= 1e-6 over these cases, bound 1e-5.
+// dqkv: dS = P * (dP - D) subtracts two nearly equal numbers for peaked rows, and dq, dk sum
+// up to T such terms; measured <= 3e-6 over these cases, bound 3e-5. A wrong mask, scale or
+// head mapping gives errors of order 1.
+TEST_P(AttentionVsNaive, ForwardBackwardMatchF64Reference) {
+  const Case c = GetParam();
+  const auto qkv = random_vector<double>(int64_t(c.B) * c.T * c.qkv_width(), c.input_std, "qkv");
+  const auto dout = random_vector<double>(int64_t(c.B) * c.T * c.NH * c.HS, 1.0, "dout");
+  const Naive expected = naive_attention(c, qkv, dout);
+  const OpResult<float> actual = run_op<float>(c, convert<float>(qkv), convert<float>(dout));
+  EXPECT_LT(error_vs(actual.out, expected.out), 1e-5);
+  EXPECT_LT(error_vs(actual.lse, expected.lse), 1e-5);
+  EXPECT_LT(error_vs(actual.dqkv, expected.dqkv), 3e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Attention, AttentionVsNaive,
+    ::testing::Values(Case{"mha", 2, 37, 4, 4, 16}, Case{"gqa_odd_head", 2, 70, 6, 2, 13},
+                      Case{"mqa_three_tiles", 1, 150, 4, 1, 64}, Case{"one_position", 3, 1, 2, 1, 8},
+                      Case{"head_size_one", 1, 65, 2, 2, 1}, Case{"exact_tiles", 2, 128, 2, 1, 20},
+                      Case{"gpt2_head", 1, 256, 2, 2, 64},
+                      // Scores of std ~9: the running max moves between key tiles.
+                      Case{"peaked", 2, 140, 3, 1, 32, 3.0}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Gradients against central finite differences of L = sum(w * out), all in f64 through the
+// same op, for every element of qkv (q, k and v parts). With step 1e-6 the truncation error is
+// ~1e-12 * |L'''| and the rounding error ~1e-16 * |L| / 1e-6 = 1e-10 here; measured
+// normalized error <= 1e-9, bound 1e-7.
+TEST(AttentionGradient, MatchesFiniteDifferences) {
+  for (const Case& c : {Case{"gqa", 2, 5, 4, 2, 3}, Case{"mqa", 1, 7, 3, 1, 4}, Case{"mha", 1, 4, 2, 2, 5, 2.0}}) {
+    SCOPED_TRACE(c.name);
+    const int C = c.NH * c.HS;
+    std::vector<double> qkv = random_vector<double>(int64_t(c.B) * c.T * c.qkv_width(), c.input_std, "fd.qkv");
+    const auto w = random_vector<double>(int64_t(c.B) * c.T * C, 1.0, "fd.w");
+    auto loss = [&] {
+      std::vector<double> out(w.size()), lse(size_t(c.B) * c.NH * c.T);
+      attention_forward(view(out, {c.B, c.T, C}), view(lse, {c.B, c.NH, c.T}), view(qkv, {c.B, c.T, c.qkv_width()}),
+                        c.NH, c.NKV);
+      double sum = 0;
+      for (size_t i = 0; i < out.size(); ++i) sum += w[i] * out[i];
+      return sum;
+    };
+    const std::vector<double> dqkv = run_op<double>(c, qkv, w).dqkv;
+    constexpr double kStep = 1e-6;
+    double max_diff = 0, scale = 0;
+    for (size_t i = 0; i < qkv.size(); ++i) {
+      const double saved = qkv[i];
+      qkv[i] = saved + kStep;
+      const double up = loss();
+      qkv[i] = saved - kStep;
+      const double down = loss();
+      qkv[i] = saved;
+      max_diff = std::max(max_diff, std::fabs((up - down) / (2 * kStep) - dqkv[i]));
+      scale = std::max(scale, std::fabs(dqkv[i]));
+    }
+    EXPECT_LT(max_diff / scale, 1e-7);
+  }
+}
+
+// Bitwise equal across runs and across thread counts: no atomics, and each gradient is summed
+// in an order that does not depend on which thread computes it.
+TEST(AttentionDeterminism, SameBitsAcrossRunsAndThreadCounts) {
+  const Case c{"gqa", 2, 150, 6, 2, 32};
+  const auto qkv = random_vector<float>(int64_t(c.B) * c.T * c.qkv_width(), 1.0, "det.qkv");
+  const auto dout = random_vector<float>(int64_t(c.B) * c.T * c.NH * c.HS, 1.0, "det.dout");
+  const int threads = omp_get_max_threads();
+  const OpResult<float> first = run_op<float>(c, qkv, dout), second = run_op<float>(c, qkv, dout);
+  omp_set_num_threads(threads == 1 ? 2 : 1);
+  const OpResult<float> other_threads = run_op<float>(c, qkv, dout);
+  omp_set_num_threads(threads);
+  for (const OpResult<float>* r : {&second, &other_threads}) {
+    EXPECT_EQ(0, std::memcmp(first.out.data(), r->out.data(), first.out.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(first.lse.data(), r->lse.data(), first.lse.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(first.dqkv.data(), r->dqkv.data(), first.dqkv.size() * sizeof(float)));
+  }
+}
+
+TEST(AttentionArguments, RejectBadHeadsAndShapes) {
+  std::vector<float> qkv(2 * 3 * 24), out(2 * 3 * 12), lse(2 * 4 * 3);
+  // NH = 4, NKV = 2, HS = 3 is valid; the rest are not.
+  EXPECT_NO_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), 4, 2));
+  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), 4, 3), Error);
+  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), 5, 1), Error);
+  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 3, 4}), view(qkv, {2, 3, 24}), 4, 2), Error);
+  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {6, 24}), 4, 2), Error);
+  EXPECT_THROW(attention_forward(view(qkv, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), 4, 2), Error);
+}
+
+}  // namespace
+}  // namespace dt::kernels

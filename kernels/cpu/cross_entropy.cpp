@@ -1,0 +1,70 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/float_type.h"
+#include "kernels/cpu/vec_exp.h"
+#include "kernels/cross_entropy.h"
+
+namespace dt::kernels::cpu {
+
+namespace {
+
+// One row: returns its loss; when `grad` is set, overwrites the row with the gradient of
+// scale * loss (padding columns [V, Vp) zeroed).
+template <typename T>
+T row_loss(T* x, int64_t V, int64_t Vp, int32_t target, int32_t ignore_index, const T* grad_scale) {
+  if (target == ignore_index) {
+    if (grad_scale) std::fill_n(x, Vp, T{0});
+    return T{0};
+  }
+  T max = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : max)
+  for (int64_t v = 0; v < V; ++v) max = std::max(max, x[v]);
+  const T target_logit = x[target];
+  T sum = 0;
+  if (grad_scale) {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < V; ++v) {
+      x[v] = vec_exp(x[v] - max);
+      sum += x[v];
+    }
+    const T factor = *grad_scale / sum;
+#pragma omp simd
+    for (int64_t v = 0; v < V; ++v) x[v] *= factor;
+    x[target] -= *grad_scale;
+    std::fill(x + V, x + Vp, T{0});
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < V; ++v) sum += vec_exp(x[v] - max);
+  }
+  return std::log(sum) + max - target_logit;
+}
+
+template <typename T>
+void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int64_t V, int32_t ignore_index,
+                   const float* loss_scale) {
+  const int64_t N = logits.dim(0), Vp = logits.dim(1);
+  T* x = logits.ptr<T>();
+  T* loss = losses.ptr<T>();
+  const int32_t* t = targets.ptr<int32_t>();
+  const T scale = loss_scale ? static_cast<T>(*loss_scale) : T{0};
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) loss[n] = row_loss<T>(x + n * Vp, V, Vp, t[n], ignore_index, loss_scale ? &scale : nullptr);
+}
+
+}  // namespace
+
+void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t vocab_size, int32_t ignore_index) {
+  dispatch_float(logits.dtype,
+                 [&]<typename T>() { cross_entropy<T>(losses, logits, targets, vocab_size, ignore_index, nullptr); });
+}
+
+void cross_entropy_forward_backward(Tensor losses, Tensor logits, Tensor targets, int64_t vocab_size,
+                                    float loss_scale, int32_t ignore_index) {
+  dispatch_float(logits.dtype, [&]<typename T>() {
+    cross_entropy<T>(losses, logits, targets, vocab_size, ignore_index, &loss_scale);
+  });
+}
+
+}  // namespace dt::kernels::cpu

@@ -1,0 +1,93 @@
+#include "kernels/cross_entropy.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/gradcheck.h"
+#include "tests/testing.h"
+
+namespace dt::kernels {
+namespace {
+
+using testing::element;
+using testing::random_normal;
+using testing::zeros;
+
+constexpr int64_t N = 6, V = 37, Vp = 40;  // three padding columns
+
+// Targets with two ignored rows.
+testing::OwnedTensor targets() {
+  auto t = zeros(DType::i32, {N});
+  const int32_t values[N] = {3, kIgnoreIndex, 36, 0, kIgnoreIndex, 17};
+  std::copy_n(values, N, t.ptr<int32_t>());
+  return t;
+}
+
+// Padding columns hold garbage that must never be read.
+testing::OwnedTensor logits(DType dtype, uint64_t seed) {
+  auto x = random_normal(dtype, {N, Vp}, seed, 3.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = V; v < Vp; ++v) {
+      if (dtype == DType::f64) x.ptr<double>()[n * Vp + v] = 1e30;
+      else x.ptr<float>()[n * Vp + v] = 1e30f;
+    }
+  return x;
+}
+
+TEST(CrossEntropy, LossesMatchNaiveAndPaddingIsIgnored) {
+  auto t = targets();
+  auto x = logits(DType::f32, 1);
+  auto losses = zeros(DType::f32, {N});
+  cross_entropy_forward(losses.t, x.t, t.t, V);
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t target = t.ptr<int32_t>()[n];
+    if (target == kIgnoreIndex) {
+      EXPECT_EQ(element(losses.t, n), 0.0);
+      continue;
+    }
+    double max = -1e300, sum = 0;
+    for (int64_t v = 0; v < V; ++v) max = std::max(max, element(x.t, n * Vp + v));
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(element(x.t, n * Vp + v) - max);
+    const double expected = std::log(sum) + max - element(x.t, n * Vp + target);
+    // vec_exp (1.4 ulp) and an fp32 sum of 37 terms: ~1e-6 relative.
+    EXPECT_NEAR(element(losses.t, n), expected, 1e-5 * expected);
+  }
+  EXPECT_EQ(x.ptr<float>()[V], 1e30f);  // forward leaves the logits alone
+}
+
+TEST(CrossEntropy, FusedBackwardMatchesFiniteDifferencesInPlace) {
+  const float scale = 0.25f;
+  auto t = targets();
+  auto x = logits(DType::f64, 2);
+  auto grad = testing::converted(x.t, DType::f64);  // becomes dlogits in place
+  auto losses = zeros(DType::f64, {N}), fused_losses = zeros(DType::f64, {N});
+  cross_entropy_forward_backward(fused_losses.t, grad.t, t.t, V, scale);
+  cross_entropy_forward(losses.t, x.t, t.t, V);
+  for (int64_t n = 0; n < N; ++n) EXPECT_EQ(element(fused_losses.t, n), element(losses.t, n));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = V; v < Vp; ++v) EXPECT_EQ(element(grad.t, n * Vp + v), 0.0) << "padding gradient";
+  for (int64_t v = 0; v < Vp; ++v) EXPECT_EQ(element(grad.t, 1 * Vp + v), 0.0) << "ignored row";
+
+  // Check against L = scale * sum_n loss_n, over the real columns only (the padding's 1e30
+  // would overflow a difference quotient, and is never read).
+  auto loss = [&] {
+    cross_entropy_forward(losses.t, x.t, t.t, V);
+    double s = 0;
+    for (int64_t n = 0; n < N; ++n) s += scale * element(losses.t, n);
+    return s;
+  };
+  auto real_grad = zeros(DType::f64, {N, V});
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < V; ++v) real_grad.ptr<double>()[n * V + v] = element(grad.t, n * Vp + v);
+  // Finite differences through a view of the real columns: perturb x in place.
+  std::vector<testing::GradInput> inputs;
+  for (int64_t n = 0; n < N; ++n)
+    inputs.push_back({str("row", n), x.t.slice_rows(n, 1).reshape({Vp}).slice_rows(0, V),
+                      real_grad.t.slice_rows(n, 1).reshape({V})});
+  const auto r = testing::check_gradients(loss, inputs);
+  EXPECT_LE(r.worst_error, 1e-7) << r.where;  // smooth, h = 1e-6: see layernorm_test
+}
+
+}  // namespace
+}  // namespace dt::kernels

@@ -1,0 +1,23 @@
+#include "kernels/dispatch.h"
+
+namespace dt::kernels {
+
+void expect_shape(std::string_view op, std::string_view arg, const Tensor& t, const Shape& shape) {
+  DT_CHECK(t.shape == shape, op, ": ", arg, " is ", t.describe(), ", expected shape ", shape.to_string());
+}
+
+void expect_same_device_and_dtype(std::string_view op, std::initializer_list<Tensor> ts, DType dtype) {
+  const Device device = ts.begin()->device;
+  for (const Tensor& t : ts) {
+    if (!t.defined()) continue;
+    DT_CHECK(t.device == device && t.dtype == dtype, op, ": tensor ", t.describe(), " where ",
+             dtype_name(dtype), " on ", device_name(device), " is expected");
+  }
+}
+
+void expect_float_dtype(std::string_view op, const Tensor& t) {
+  DT_CHECK(t.dtype == DType::f32 || t.dtype == DType::f64, op, ": ", t.describe(),
+           "; the CPU kernels take f32 or f64");
+}
+
+}  // namespace dt::kernels

@@ -1,0 +1,30 @@
+// Shared argument checks for the ops' dispatch functions.
+#pragma once
+
+#include <initializer_list>
+#include <string_view>
+
+#include "core/tensor.h"
+
+namespace dt::kernels {
+
+// Throws (naming the op and the argument) unless `t` has `shape`.
+void expect_shape(std::string_view op, std::string_view arg, const Tensor& t, const Shape& shape);
+// Throws unless every defined tensor in `ts` is on the device of `ts[0]` and has dtype `dtype`.
+void expect_same_device_and_dtype(std::string_view op, std::initializer_list<Tensor> ts, DType dtype);
+// Throws unless dtype is f32 or f64: the CPU kernels' float types.
+void expect_float_dtype(std::string_view op, const Tensor& t);
+
+// Calls cpu(args...) for CPU tensors; a CUDA build adds the cuda branch here and nowhere else.
+#define DT_DISPATCH_DEVICE(op_name, device, ...)                                                  \
+  do {                                                                                            \
+    switch (device) {                                                                             \
+      case ::dt::Device::cpu:                                                                     \
+        return ::dt::kernels::cpu::op_name(__VA_ARGS__);                                          \
+      case ::dt::Device::cuda:                                                                    \
+        throw ::dt::Error(::dt::str(#op_name ": this build of dtrain has no CUDA backend"));       \
+    }                                                                                             \
+    __builtin_unreachable();                                                                      \
+  } while (0)
+
+}  // namespace dt::kernels

@@ -1,0 +1,54 @@
+#include "kernels/embedding.h"
+
+#include "kernels/dispatch.h"
+
+namespace dt::kernels {
+
+namespace {
+void check_ids(std::string_view op, const Tensor& ids, int64_t rows) {
+  DT_CHECK(ids.dtype == DType::i32, op, ": ids ", ids.describe(), " must be i32");
+  const int32_t* p = ids.ptr<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    DT_CHECK(p[i] >= 0 && p[i] < rows, op, ": id ", p[i], " at ", i, " outside the table's ", rows, " rows");
+}
+}  // namespace
+
+void embedding_forward(Tensor out, Tensor ids, Tensor table) {
+  constexpr std::string_view op = "embedding_forward";
+  expect_float_dtype(op, table);
+  expect_same_device_and_dtype(op, {table, out}, table.dtype);
+  DT_CHECK(table.ndim() == 2, op, ": table ", table.describe());
+  expect_shape(op, "out", out, {ids.numel(), table.dim(1)});
+  check_ids(op, ids, table.dim(0));
+  DT_DISPATCH_DEVICE(embedding_forward, table.device, out, ids, table);
+}
+
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) {
+  constexpr std::string_view op = "embedding_backward";
+  expect_float_dtype(op, dtable);
+  expect_same_device_and_dtype(op, {dtable, dout}, dtable.dtype);
+  DT_CHECK(dtable.ndim() == 2, op, ": dtable ", dtable.describe());
+  expect_shape(op, "dout", dout, {ids.numel(), dtable.dim(1)});
+  check_ids(op, ids, dtable.dim(0));
+  DT_DISPATCH_DEVICE(embedding_backward, dtable.device, dtable, ids, dout);
+}
+
+void position_embedding_forward(Tensor out, Tensor wpe) {
+  constexpr std::string_view op = "position_embedding_forward";
+  expect_float_dtype(op, wpe);
+  expect_same_device_and_dtype(op, {wpe, out}, wpe.dtype);
+  DT_CHECK(out.ndim() == 3 && wpe.ndim() == 2 && out.dim(2) == wpe.dim(1) && out.dim(1) <= wpe.dim(0), op, ": out ",
+           out.describe(), " needs (B, T, C) with T <= rows of wpe ", wpe.describe());
+  DT_DISPATCH_DEVICE(position_embedding_forward, wpe.device, out, wpe);
+}
+
+void position_embedding_backward(Tensor dwpe, Tensor dout) {
+  constexpr std::string_view op = "position_embedding_backward";
+  expect_float_dtype(op, dwpe);
+  expect_same_device_and_dtype(op, {dwpe, dout}, dwpe.dtype);
+  DT_CHECK(dout.ndim() == 3 && dwpe.ndim() == 2 && dout.dim(2) == dwpe.dim(1) && dout.dim(1) <= dwpe.dim(0), op,
+           ": dout ", dout.describe(), " needs (B, T, C) with T <= rows of dwpe ", dwpe.describe());
+  DT_DISPATCH_DEVICE(position_embedding_backward, dwpe.device, dwpe, dout);
+}
+
+}  // namespace dt::kernels

@@ -1,0 +1,32 @@
+// Token and learned position embeddings.
+//
+//   embedding_forward:            out[n, :] = table[ids[n], :]                 (sets out)
+//   embedding_backward:           dtable[ids[n], :] += dout[n, :]               (accumulates)
+//   position_embedding_forward:   out[b, t, :] += wpe[t, :]                    (accumulates into out)
+//   position_embedding_backward:  dwpe[t, :] += sum_b dout[b, t, :]            (accumulates)
+//
+// Shapes: ids (N) i32; table, dtable (Vp, C); out, dout (N, C) or (B, T, C); wpe, dwpe (L, C)
+// with L >= T (only the first T rows are read or written).
+// embedding_backward is deterministic: the same ids and dout give the same bits whatever the
+// thread count's schedule (no floating-point atomics; each row of dtable is owned by one thread).
+// Ids must be in [0, Vp); the model checks them against V before calling (an id out of range
+// is a user error there, an internal error here).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace dt::kernels {
+
+void embedding_forward(Tensor out, Tensor ids, Tensor table);
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout);
+void position_embedding_forward(Tensor out, Tensor wpe);
+void position_embedding_backward(Tensor dwpe, Tensor dout);
+
+namespace cpu {
+void embedding_forward(Tensor out, Tensor ids, Tensor table);
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout);
+void position_embedding_forward(Tensor out, Tensor wpe);
+void position_embedding_backward(Tensor dwpe, Tensor dout);
+}  // namespace cpu
+
+}  // namespace dt::kernels

@@ -1,0 +1,42 @@
+#include "kernels/layernorm.h"
+
+#include "kernels/dispatch.h"
+
+namespace dt::kernels {
+
+namespace {
+// Returns C after checking every tensor against inp (N, C).
+int64_t check(std::string_view op, const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  expect_float_dtype(op, inp);
+  DT_CHECK(inp.ndim() >= 1, op, ": inp ", inp.describe());
+  const int64_t C = inp.dim(-1), N = inp.numel() / C;
+  expect_shape(op, "weight", weight, {C});
+  expect_shape(op, "mean", mean, {N});
+  expect_shape(op, "rstd", rstd, {N});
+  return C;
+}
+}  // namespace
+
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias, float eps) {
+  constexpr std::string_view op = "layernorm_forward";
+  const int64_t C = check(op, inp, weight, mean, rstd);
+  expect_same_device_and_dtype(op, {inp, out, mean, rstd, weight, bias}, inp.dtype);
+  expect_shape(op, "out", out, inp.shape);
+  expect_shape(op, "bias", bias, {C});
+  DT_CHECK(out.data != inp.data, op, ": out must not alias inp");
+  DT_DISPATCH_DEVICE(layernorm_forward, inp.device, out, mean, rstd, inp, weight, bias, eps);
+}
+
+void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
+                        Tensor mean, Tensor rstd) {
+  constexpr std::string_view op = "layernorm_backward";
+  const int64_t C = check(op, inp, weight, mean, rstd);
+  expect_same_device_and_dtype(op, {inp, dinp, dweight, dbias, dout, weight, mean, rstd}, inp.dtype);
+  expect_shape(op, "dinp", dinp, inp.shape);
+  expect_shape(op, "dout", dout, inp.shape);
+  expect_shape(op, "dweight", dweight, {C});
+  expect_shape(op, "dbias", dbias, {C});
+  DT_DISPATCH_DEVICE(layernorm_backward, inp.device, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+}
+
+}  // namespace dt::kernels

@@ -1,0 +1,67 @@
+#include "kernels/layernorm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/gradcheck.h"
+#include "tests/testing.h"
+
+namespace dt::kernels {
+namespace {
+
+using testing::element;
+using testing::random_normal;
+using testing::zeros;
+
+constexpr int64_t N = 9, C = 37;
+
+TEST(LayerNorm, ForwardMatchesNaive) {
+  auto x = random_normal(DType::f32, {N, C}, 1, 2.0, 0.5), w = random_normal(DType::f32, {C}, 2),
+       b = random_normal(DType::f32, {C}, 3);
+  auto out = zeros(DType::f32, {N, C}), mean = zeros(DType::f32, {N}), rstd = zeros(DType::f32, {N});
+  auto expected = zeros(DType::f32, {N, C});
+  layernorm_forward(out.t, mean.t, rstd.t, x.t, w.t, b.t);
+  for (int64_t n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < C; ++c) m += element(x.t, n * C + c) / C;
+    for (int64_t c = 0; c < C; ++c) v += std::pow(element(x.t, n * C + c) - m, 2) / C;
+    const double s = 1 / std::sqrt(v + kLayerNormEps);
+    EXPECT_NEAR(element(mean.t, n), m, 1e-6);
+    EXPECT_NEAR(element(rstd.t, n), s, 1e-6 * s);
+    for (int64_t c = 0; c < C; ++c)
+      expected.ptr<float>()[n * C + c] =
+          static_cast<float>((element(x.t, n * C + c) - m) * s * element(w.t, c) + element(b.t, c));
+  }
+  // fp32 sums of 37 terms and a normalisation: a few roundings of O(1) values.
+  EXPECT_LE(testing::normalized_max_error(out.t, expected.t), 1e-6);
+}
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
+  auto x = random_normal(DType::f64, {N, C}, 4, 1.5, 0.3), w = random_normal(DType::f64, {C}, 5),
+       b = random_normal(DType::f64, {C}, 6), dout = random_normal(DType::f64, {N, C}, 7);
+  auto out = zeros(DType::f64, {N, C}), mean = zeros(DType::f64, {N}), rstd = zeros(DType::f64, {N});
+  layernorm_forward(out.t, mean.t, rstd.t, x.t, w.t, b.t);
+  auto dx = zeros(DType::f64, {N, C}), dw = zeros(DType::f64, {C}), db = zeros(DType::f64, {C});
+  layernorm_backward(dx.t, dw.t, db.t, dout.t, x.t, w.t, mean.t, rstd.t);
+  auto loss = [&] {
+    layernorm_forward(out.t, mean.t, rstd.t, x.t, w.t, b.t);
+    return testing::weighted_sum(out.t, dout.t);
+  };
+  const auto r = testing::check_gradients(loss, {{"inp", x.t, dx.t}, {"weight", w.t, dw.t}, {"bias", b.t, db.t}});
+  // Central differences with h = 1e-6 on a smooth function: truncation h^2 ~ 1e-12, roundoff
+  // 1e-16 / 1e-6 ~ 1e-10, relative to gradients of order 1.
+  EXPECT_LE(r.worst_error, 1e-7) << r.where;
+
+  // All three gradients accumulate: starting from the result, a second call doubles it.
+  layernorm_forward(out.t, mean.t, rstd.t, x.t, w.t, b.t);
+  auto dx2 = testing::converted(dx.t, DType::f64), dw2 = testing::converted(dw.t, DType::f64),
+       db2 = testing::converted(db.t, DType::f64);
+  layernorm_backward(dx2.t, dw2.t, db2.t, dout.t, x.t, w.t, mean.t, rstd.t);
+  for (int64_t i = 0; i < dx.t.numel(); ++i) EXPECT_NEAR(element(dx2.t, i), 2 * element(dx.t, i), 1e-12);
+  for (int64_t i = 0; i < C; ++i) EXPECT_NEAR(element(dw2.t, i), 2 * element(dw.t, i), 1e-12);
+  for (int64_t i = 0; i < C; ++i) EXPECT_NEAR(element(db2.t, i), 2 * element(db.t, i), 1e-12);
+}
+
+}  // namespace
+}  // namespace dt::kernels

@@ -1,0 +1,28 @@
+// Linear layer: a GEMM with an optional bias (cblas_sgemm / dgemm on the CPU).
+//
+//   linear_forward:          out(N, OC)     = inp(N, C) @ weight(OC, C)^T + bias(OC)   (sets out)
+//   linear_backward_input:   dinp(N, C)     = dout(N, OC) @ weight(OC, C)               (sets dinp)
+//   linear_backward_weight:  dweight(OC, C) += dout(N, OC)^T @ inp(N, C)                (accumulates)
+//                            dbias(OC)      += sum_n dout(n, :)                        (accumulates)
+//
+// The input gradient and the weight gradient are separate calls: that is what lets data
+// parallelism overlap a bucket's reduction with the rest of backward, and what zero-bubble
+// pipeline schedules reorder. bias / dbias may be undefined tensors (no bias).
+// inp and out may have any leading shape whose product is N.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace dt::kernels {
+
+void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
+void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight);
+void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp);
+
+namespace cpu {
+void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
+void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight);
+void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp);
+}  // namespace cpu
+
+}  // namespace dt::kernels

@@ -1,0 +1,34 @@
+// Helpers shared by the tests: temporary directories, running the PyTorch reference scripts,
+// and comparing tensors.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace dt::testing {
+
+// A fresh directory under the system temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Runs `/usr/bin/python3 tests/reference/<script> <args>` (Debian's python with torch) and
+// returns its exit status; its output goes to the test log.
+int run_reference_script(const std::string& script, const std::string& args);
+
+// max_i |a[i] - b[i]| / max(max_i |b[i]|, floor): the error relative to the reference's scale,
+// so one bound fits a tensor whose elements span many magnitudes. f32 tensors of equal size.
+double normalized_max_error(const Tensor& actual, const Tensor& expected, double floor = 1e-30);
+
+}  // namespace dt::testing
