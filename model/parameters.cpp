@@ -1,0 +1,108 @@
+#include "model/parameters.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/rng.h"
+
+namespace dt {
+
+Shape ParamInfo::stored_shape() const {
+  Shape s;
+  s.push_back(stored_rows);
+  for (int i = 1; i < shape.ndim(); ++i) s.push_back(shape[i]);
+  return s;
+}
+
+ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
+  validate_model_config(config);
+  const int64_t C = config.d_model, L = config.n_layer, F = config.ffn_hidden();
+  // GPT-2's initialisation: N(0, 0.02) for weights, and the residual projections scaled by
+  // 1/sqrt(2L) so the residual stream's variance does not grow with depth.
+  const float std = 0.02f;
+  const float residual_std = std / std::sqrt(2.0f * static_cast<float>(L));
+  add("wte", {config.vocab_size, C}, ParamInit::normal, std, config.padded_vocab_size());
+  add("wpe", {config.max_seq_len, C}, ParamInit::normal, std);
+  for (int l = 0; l < L; ++l) {
+    const std::string h = str("h.", l, ".");
+    add(h + "ln_1.weight", {C}, ParamInit::ones, 0);
+    add(h + "ln_1.bias", {C}, ParamInit::zeros, 0);
+    add(h + "attn.qkv.weight", {3 * C, C}, ParamInit::normal, std);
+    add(h + "attn.qkv.bias", {3 * C}, ParamInit::zeros, 0);
+    add(h + "attn.proj.weight", {C, C}, ParamInit::normal, residual_std);
+    add(h + "attn.proj.bias", {C}, ParamInit::zeros, 0);
+    add(h + "ln_2.weight", {C}, ParamInit::ones, 0);
+    add(h + "ln_2.bias", {C}, ParamInit::zeros, 0);
+    add(h + "mlp.fc.weight", {F, C}, ParamInit::normal, std);
+    add(h + "mlp.fc.bias", {F}, ParamInit::zeros, 0);
+    add(h + "mlp.proj.weight", {C, F}, ParamInit::normal, residual_std);
+    add(h + "mlp.proj.bias", {C}, ParamInit::zeros, 0);
+  }
+  add("ln_f.weight", {C}, ParamInit::ones, 0);
+  add("ln_f.bias", {C}, ParamInit::zeros, 0);
+}
+
+void ParameterLayout::add(std::string name, Shape shape, ParamInit init, float init_std, int64_t stored_rows) {
+  ParamInfo p{.name = std::move(name),
+              .shape = shape,
+              .stored_rows = stored_rows < 0 ? shape[0] : stored_rows,
+              .offset = total_elements_,
+              .init = init,
+              .init_std = init_std,
+              .is_matrix = shape.ndim() == 2,
+              .is_embedding = false};
+  p.is_embedding = p.name == "wte" || p.name == "wpe";
+  total_elements_ += (p.stored_numel() + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
+  params_.push_back(std::move(p));
+}
+
+const ParamInfo& ParameterLayout::find(std::string_view name) const {
+  for (const auto& p : params_)
+    if (p.name == name) return p;
+  // Suggest names that share the longest prefix: usually a typo in the layer index or suffix.
+  size_t best = 0;
+  std::string suggestion;
+  for (const auto& p : params_) {
+    const auto mismatch = std::mismatch(name.begin(), name.end(), p.name.begin(), p.name.end());
+    const size_t common = static_cast<size_t>(mismatch.first - name.begin());
+    if (common > best) best = common, suggestion = p.name;
+  }
+  throw Error(str("no parameter named '", name, "' in this ", model_family_name(config_.family), " model",
+                  suggestion.empty() ? "" : str(" (did you mean '", suggestion, "'?)")));
+}
+
+int64_t ParameterLayout::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += p.numel();
+  return n;
+}
+
+FlatTensors::FlatTensors(const ParameterLayout& layout, MemTag tag, Device device)
+    : layout_(&layout), buffer_(static_cast<size_t>(layout.total_elements()) * sizeof(float), tag, device) {}
+
+Tensor FlatTensors::stored(const ParamInfo& info) const {
+  return buffer_.view(DType::f32, info.stored_shape(), static_cast<size_t>(info.offset) * sizeof(float));
+}
+
+Tensor FlatTensors::shown(const ParamInfo& info) const {
+  return buffer_.view(DType::f32, info.shape, static_cast<size_t>(info.offset) * sizeof(float));
+}
+
+void init_parameters(FlatTensors& params, uint64_t seed) {
+  params.zero();  // alignment gaps and padding rows stay zero
+  for (const auto& p : params.layout().params()) {
+    float* data = params.shown(p).ptr<float>();
+    switch (p.init) {
+      case ParamInit::normal:
+        fill_normal(data, p.numel(), 0, ElementRng(seed, p.name), 0.0f, p.init_std);
+        break;
+      case ParamInit::ones:
+        std::fill_n(data, p.numel(), 1.0f);
+        break;
+      case ParamInit::zeros:
+        break;
+    }
+  }
+}
+
+}  // namespace dt

@@ -1,0 +1,84 @@
+// Parameters as named views into one flat buffer.
+//
+// A ParameterLayout lists every parameter of a model — name, shape, offset, optimizer and
+// initialisation properties — computed from the ModelConfig alone, without allocating. The
+// parameters, their gradients and each optimizer moment are then one flat buffer each with
+// that layout (FlatTensors), so gradient buckets, ZeRO shards and checkpoint shards are
+// ranges of a buffer.
+//
+// Every tensor starts at a multiple of kParamAlignment elements; the gaps are zero. A tensor
+// may be stored with more rows than it shows (the padded vocabulary): `stored_rows` rows are
+// in the buffer, the first `shape[0]` are the parameter. Only the shown part counts as a
+// parameter, is saved, or is compared.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "model/config.h"
+
+namespace dt {
+
+enum class ParamInit { normal, ones, zeros };
+
+struct ParamInfo {
+  std::string name;
+  Shape shape;              // what the parameter is: (V, C) for the embedding
+  int64_t stored_rows = 0;  // rows in the buffer: shape[0], or Vp for the embedding
+  int64_t offset = 0;       // in elements from the start of the flat buffer
+  ParamInit init = ParamInit::normal;
+  float init_std = 0;
+  bool is_matrix = false;     // 2-D weights get weight decay
+  bool is_embedding = false;  // token/position embeddings: weight decay only if configured
+
+  int64_t numel() const { return shape.numel(); }
+  int64_t stored_numel() const { return shape[0] == 0 ? 0 : numel() / shape[0] * stored_rows; }
+  Shape stored_shape() const;
+};
+
+constexpr int64_t kParamAlignment = 16;  // elements: 64 bytes of fp32, one cache line
+
+class ParameterLayout {
+ public:
+  explicit ParameterLayout(const ModelConfig& config);  // validates config first
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamInfo& find(std::string_view name) const;  // throws dt::Error naming close matches
+  int64_t num_parameters() const;   // shown elements only: the published count
+  int64_t total_elements() const { return total_elements_; }  // buffer size incl. padding and gaps
+
+ private:
+  void add(std::string name, Shape shape, ParamInit init, float init_std, int64_t stored_rows = -1);
+  ModelConfig config_;
+  std::vector<ParamInfo> params_;
+  int64_t total_elements_ = 0;
+};
+
+// One flat f32 buffer laid out by a ParameterLayout, with named views.
+class FlatTensors {
+ public:
+  FlatTensors(const ParameterLayout& layout, MemTag tag, Device device = Device::cpu);
+
+  const ParameterLayout& layout() const { return *layout_; }
+  Tensor all() const { return buffer_.view(DType::f32, {layout_->total_elements()}); }
+  // The stored view, (stored_rows, ...): what kernels use.
+  Tensor stored(const ParamInfo& info) const;
+  Tensor stored(std::string_view name) const { return stored(layout_->find(name)); }
+  // The shown view, shape[0] rows: what is saved and compared.
+  Tensor shown(const ParamInfo& info) const;
+  Tensor shown(std::string_view name) const { return shown(layout_->find(name)); }
+  void zero() { buffer_.zero(); }
+
+ private:
+  const ParameterLayout* layout_;
+  Buffer buffer_;
+};
+
+// Sets every parameter from its init rule; element i of parameter p is a function of
+// (seed, p.name, i) only (core/rng.h), so any process can build any part of the model.
+void init_parameters(FlatTensors& params, uint64_t seed);
+
+}  // namespace dt

@@ -1,0 +1,59 @@
+#include "model/parameters.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace dt {
+namespace {
+
+// An element's initial value depends only on (seed, parameter name, index). A model with a
+// larger vocabulary and more positions stores every block parameter at another offset and
+// initialises it after more draws, yet every shared element is bit-identical: all blocks, and
+// the first rows of both embeddings (element index = row * C + column, the same in both).
+TEST(Parameters, InitDependsOnlyOnSeedNameAndIndex) {
+  const ModelConfig small = model_preset("gpt2-tiny");
+  ModelConfig large = small;
+  large.vocab_size = 1500;
+  large.max_seq_len = 80;
+  const ParameterLayout layout_small(small), layout_large(large);
+  FlatTensors ps(layout_small, MemTag::parameters), pl(layout_large, MemTag::parameters);
+  init_parameters(ps, 42);
+  init_parameters(pl, 42);
+  for (const ParamInfo& info : layout_small.params()) {
+    const Tensor a = ps.shown(info), b = pl.shown(info.name).slice_rows(0, info.shape[0]);
+    ASSERT_EQ(a.shape, b.shape) << info.name;
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.bytes()), 0) << info.name;
+  }
+  EXPECT_NE(layout_small.find("h.0.ln_1.weight").offset, layout_large.find("h.0.ln_1.weight").offset);
+  FlatTensors other_seed(layout_small, MemTag::parameters);
+  init_parameters(other_seed, 43);
+  const Tensor a = ps.shown("h.0.attn.qkv.weight"), b = other_seed.shown("h.0.attn.qkv.weight");
+  EXPECT_NE(std::memcmp(a.data, b.data, a.bytes()), 0);
+}
+
+TEST(Parameters, PaddingRowsAndGapsAreZeroAndOffsetsAligned) {
+  const ParameterLayout layout(model_preset("gpt2-tiny"));  // vocab 997 stored as 1024 rows
+  FlatTensors p(layout, MemTag::parameters);
+  init_parameters(p, 1);
+  const ParamInfo& wte = layout.find("wte");
+  const Tensor stored = p.stored(wte);
+  const float* f = stored.ptr<float>();
+  for (int64_t i = wte.numel(); i < stored.numel(); ++i) ASSERT_EQ(f[i], 0.0f) << i;
+  for (const ParamInfo& info : layout.params()) EXPECT_EQ(info.offset % kParamAlignment, 0) << info.name;
+  EXPECT_EQ(p.shown("ln_f.weight").ptr<float>()[0], 1.0f);
+  EXPECT_EQ(p.shown("h.1.mlp.fc.bias").ptr<float>()[0], 0.0f);
+}
+
+TEST(Parameters, UnknownNameSuggestsTheClosest) {
+  const ParameterLayout layout(model_preset("gpt2-tiny"));
+  try {
+    layout.find("h.1.attn.qkv.weigth");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'h.1.attn.qkv.weight'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dt

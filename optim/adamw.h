@@ -1,0 +1,42 @@
+// AdamW over a model's flat parameter buffer, with decoupled weight decay chosen per tensor.
+//
+// The moments m and v are flat buffers with the parameters' layout (tag optimizer_state).
+// Weight decay applies to matrices; never to biases or norm gains; to the token and position
+// embeddings only when decay_embeddings is set (GPT-2 and llm.c do not decay them).
+#pragma once
+
+#include <cstdint>
+
+#include "model/parameters.h"
+
+namespace dt {
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+  bool decay_embeddings = false;
+};
+
+class AdamW {
+ public:
+  AdamW(const ParameterLayout& layout, AdamWConfig config);
+
+  // One update with learning rate lr, every gradient multiplied by grad_scale first (the
+  // clipping coefficient). Reads grads; updates params, m and v.
+  void step(FlatTensors& params, const FlatTensors& grads, float lr, float grad_scale);
+
+  bool decays(const ParamInfo& p) const;
+  int64_t steps_taken() const { return steps_taken_; }
+  const AdamWConfig& config() const { return config_; }
+  FlatTensors& m() { return m_; }
+  FlatTensors& v() { return v_; }
+
+ private:
+  AdamWConfig config_;
+  FlatTensors m_, v_;
+  int64_t steps_taken_ = 0;
+};
+
+}  // namespace dt

@@ -1,0 +1,91 @@
+#include "train/step.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/cross_entropy.h"
+
+namespace dt {
+namespace {
+
+// 8 sequences; the first 4 have most targets ignored, the last 4 almost none.
+void fill_batch(Tensor tokens, Tensor targets, int vocab_size) {
+  const ElementRng rng(3, "step_test");
+  const int64_t T = tokens.dim(1);
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    const double ignore_share = i / T < 4 ? 0.8 : 0.05;
+    tokens.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(3 * i) * vocab_size);
+    targets.ptr<int32_t>()[i] = rng.uniform(3 * i + 1) < ignore_share
+                                    ? kernels::kIgnoreIndex
+                                    : static_cast<int32_t>(rng.uniform(3 * i + 2) * vocab_size);
+  }
+}
+
+// The trap: averaging each micro-batch's own mean weighs a token in a sparsely-labelled
+// micro-batch more than one in a dense micro-batch. The global-batch mean must not depend on
+// how the batch is split.
+TEST(TrainStep, TwoMicroBatchesOfFourEqualOneBatchOfEight) {
+  const ModelConfig config = model_preset("gpt2-tiny");
+  constexpr int T = 16;
+  Buffer tok(8 * T * sizeof(int32_t), MemTag::workspace), tgt(8 * T * sizeof(int32_t), MemTag::workspace);
+  const Tensor tokens = tok.view(DType::i32, {8, T}), targets = tgt.view(DType::i32, {8, T});
+  fill_batch(tokens, targets, config.vocab_size);
+
+  GPT2 whole(config, 8, T), split(config, 4, T);
+  init_parameters(whole.params(), 5);
+  init_parameters(split.params(), 5);
+  AdamW whole_opt(whole.layout(), {}), split_opt(split.layout(), {});
+  const MicroBatch one[] = {{tokens, targets}};
+  const MicroBatch two[] = {{tokens.slice_rows(0, 4), targets.slice_rows(0, 4)},
+                            {tokens.slice_rows(4, 4), targets.slice_rows(4, 4)}};
+  for (int step = 0; step < 2; ++step) {
+    const StepStats a = train_step(whole, whole_opt, one, 1e-3f, 1.0f);
+    const StepStats b = train_step(split, split_opt, two, 1e-3f, 1.0f);
+    EXPECT_EQ(a.targets, b.targets);
+    // Same sums in a different grouping: equal to fp32 rounding (relative 1e-6).
+    EXPECT_NEAR(a.loss, b.loss, 1e-6 * a.loss);
+    EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-5 * a.grad_norm);
+  }
+  double max_diff = 0, max_abs = 0;
+  const Tensor pa = whole.params().all(), pb = split.params().all();
+  for (int64_t i = 0; i < pa.numel(); ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(pa.ptr<float>()[i] - pb.ptr<float>()[i])));
+    max_abs = std::max(max_abs, static_cast<double>(std::fabs(pa.ptr<float>()[i])));
+  }
+  // Adam's update is ~lr per element; gradients agree to ~1e-6 relative, so parameters agree
+  // far below lr = 1e-3. A per-micro-batch mean would differ by O(lr).
+  EXPECT_LT(max_diff / max_abs, 1e-5);
+}
+
+TEST(TrainStep, AllTargetsIgnoredIsAnError) {
+  const ModelConfig config = model_preset("gpt2-tiny");
+  GPT2 model(config, 1, 4);
+  AdamW opt(model.layout(), {});
+  Buffer tok(4 * sizeof(int32_t), MemTag::workspace), tgt(4 * sizeof(int32_t), MemTag::workspace);
+  const Tensor tokens = tok.view(DType::i32, {1, 4}), targets = tgt.view(DType::i32, {1, 4});
+  for (int i = 0; i < 4; ++i) targets.ptr<int32_t>()[i] = kernels::kIgnoreIndex;
+  const MicroBatch mb[] = {{tokens, targets}};
+  EXPECT_THROW(train_step(model, opt, mb, 1e-3f, 1.0f), Error);
+}
+
+TEST(TrainStep, TokenOutsideVocabularyNamesPositionAndVocabulary) {
+  GPT2 model(model_preset("gpt2-tiny"), 1, 4);
+  Buffer tok(4 * sizeof(int32_t), MemTag::workspace), tgt(4 * sizeof(int32_t), MemTag::workspace);
+  const Tensor tokens = tok.view(DType::i32, {1, 4}), targets = tgt.view(DType::i32, {1, 4});
+  tokens.ptr<int32_t>()[2] = 997;
+  try {
+    model.forward(tokens, targets);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 997 at (0, 2) is outside the vocabulary [0, 997)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dt

@@ -1,0 +1,61 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "core/allocator.h"
+#include "data/byte_text.h"
+#include "model/gpt2.h"
+#include "train/step.h"
+
+namespace dt {
+
+double run_training(const TrainOptions& o) {
+  o.lr.validate();
+  if (o.micro_batches < 1) throw Error(str("micro-batches = ", o.micro_batches, " must be at least 1"));
+  if (o.model.vocab_size != kByteVocabSize)
+    throw Error(str("model.vocab_size = ", o.model.vocab_size, " but byte-level text has ", kByteVocabSize,
+                    " tokens; set --vocab-size ", kByteVocabSize));
+  const ByteText text(o.text_path, o.seq_len);
+  GPT2 model(o.model, o.batch_size, o.seq_len);
+  init_parameters(model.params(), o.seed);
+  AdamW optimizer(model.layout(), o.adamw);
+
+  std::vector<Buffer> inputs;
+  std::vector<MicroBatch> micro_batches;
+  for (int m = 0; m < o.micro_batches; ++m) {
+    const size_t bytes = static_cast<size_t>(o.batch_size) * o.seq_len * sizeof(int32_t);
+    inputs.emplace_back(bytes, MemTag::workspace);
+    inputs.emplace_back(bytes, MemTag::workspace);
+    micro_batches.push_back({inputs[2 * m].view(DType::i32, {o.batch_size, o.seq_len}),
+                             inputs[2 * m + 1].view(DType::i32, {o.batch_size, o.seq_len})});
+  }
+  std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %d x %d tokens x %d micro-batches | %s (%lld bytes)\n",
+              std::string(model_family_name(o.model.family)).c_str(), o.model.n_layer, o.model.d_model,
+              o.model.n_head, static_cast<long long>(model.layout().num_parameters()), o.batch_size, o.seq_len,
+              o.micro_batches, o.text_path.c_str(), static_cast<long long>(text.size()));
+
+  double loss = 0;
+  int64_t sample = 0;
+  const int64_t tokens_per_step = static_cast<int64_t>(o.batch_size) * o.seq_len * o.micro_batches;
+  for (int64_t step = 0; step < o.lr.total_steps; ++step) {
+    for (const MicroBatch& mb : micro_batches) {
+      text.fill(mb.tokens, mb.targets, sample);
+      sample += o.batch_size;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const float lr = o.lr.at(step);
+    const StepStats stats = train_step(model, optimizer, micro_batches, lr, o.max_grad_norm);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    loss = stats.loss;
+    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s\n",
+                static_cast<long long>(step + 1), static_cast<long long>(o.lr.total_steps), stats.loss, lr,
+                stats.grad_norm, seconds * 1e3, static_cast<double>(tokens_per_step) / seconds);
+    std::fflush(stdout);
+  }
+  std::printf("memory: %s\n", format_memory_stats(memory_stats(Device::cpu)).c_str());
+  return loss;
+}
+
+}  // namespace dt
