@@ -1,0 +1,62 @@
+"""PyTorch's CPU training step on the same GPT-2 shape as `dtrain bench step`: the peer.
+
+Usage: /usr/bin/python3 bench/pytorch_step.py --n-layer 4 --d-model 768 --n-head 12
+           --vocab-size 50257 --max-seq-len 1024 --batch 8 --seq 256 --steps 10 --warmup 2 --threads 2
+
+The model is tests/reference/gpt2_reference.py's (the one the equivalence tests check), run
+as fast as PyTorch 1.13 on a CPU allows: fp32, foreach AdamW, gradients set to None instead of
+zeroed, the same thread count. (torch.compile and scaled_dot_product_attention arrived in
+PyTorch 2.0; Debian's 1.13 has neither.) Prints one line per timed step and a final
+`result tokens_per_s=...` line.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+from gpt2_reference import GPT2  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for name, default in [("n-layer", 4), ("d-model", 768), ("n-head", 12), ("vocab-size", 50257),
+                          ("max-seq-len", 1024), ("batch", 8), ("seq", 256), ("steps", 10), ("warmup", 2),
+                          ("threads", 1)]:
+        p.add_argument("--" + name, type=int, default=default)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = GPT2(a.n_layer, a.d_model, a.n_head, a.vocab_size, a.max_seq_len)
+    for name, param in model.named_parameters():
+        if param.dim() == 2:
+            torch.nn.init.normal_(param, std=0.02)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
+    tokens = torch.randint(0, a.vocab_size, (a.batch, a.seq))
+    targets = torch.randint(0, a.vocab_size, (a.batch, a.seq))
+    n_tokens = a.batch * a.seq
+    print(f"# pytorch {torch.__version__} step: n_layer={a.n_layer} d_model={a.d_model} n_head={a.n_head} "
+          f"vocab={a.vocab_size}, batch {a.batch} x seq {a.seq}, fp32, {torch.get_num_threads()} threads")
+    times = []
+    for i in range(a.warmup + a.steps):
+        start = time.perf_counter()
+        logits = model(tokens)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        seconds = time.perf_counter() - start
+        if i >= a.warmup:
+            times.append(seconds)
+            print(f" {i - a.warmup + 1:6d} {seconds * 1e3:12.2f} {n_tokens / seconds:14.1f}")
+    median = statistics.median(times)
+    print(f"result tokens_per_s={n_tokens / median:.1f} median_step_ms={median * 1e3:.2f}")
+
+
+if __name__ == "__main__":
+    main()

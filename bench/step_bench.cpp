@@ -1,0 +1,110 @@
+#include "bench/step_bench.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/buffer.h"
+#include "core/rng.h"
+#include "kernels/linear.h"
+#include "model/gpt2.h"
+#include "train/step.h"
+
+namespace dt {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+double step_flops(const ModelConfig& m, int64_t num_parameters, int batch_size, int seq_len) {
+  const double tokens = static_cast<double>(batch_size) * seq_len;
+  return 6.0 * static_cast<double>(num_parameters) * tokens + 12.0 * m.n_layer * m.d_model * seq_len * tokens;
+}
+
+double measure_sgemm_peak_gflop_per_s() {
+  constexpr int64_t n = 2048;
+  Buffer a(n * n * sizeof(float), MemTag::workspace), b(n * n * sizeof(float), MemTag::workspace),
+      c(n * n * sizeof(float), MemTag::workspace);
+  fill_normal(static_cast<float*>(a.data()), n * n, 0, ElementRng(1, "bench.a"), 0, 1);
+  fill_normal(static_cast<float*>(b.data()), n * n, 0, ElementRng(1, "bench.b"), 0, 1);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    kernels::linear_forward(c.view(DType::f32, {n, n}), a.view(DType::f32, {n, n}), b.view(DType::f32, {n, n}),
+                            Tensor{});
+    best = std::max(best, 2.0 * n * n * n / seconds_since(start) / 1e9);
+  }
+  return best;
+}
+
+StepBenchResult run_step_bench(const StepBenchOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (o.steps < 1 || o.warmup < 0) throw Error(str("bench step: --steps must be >= 1 and --warmup >= 0"));
+  GPT2 model(o.model, o.batch_size, o.seq_len);
+  init_parameters(model.params(), 1);
+  AdamW optimizer(model.layout(), AdamWConfig{});
+  const size_t bytes = static_cast<size_t>(o.batch_size) * o.seq_len * sizeof(int32_t);
+  Buffer token_buffer(bytes, MemTag::workspace), target_buffer(bytes, MemTag::workspace);
+  MicroBatch mb{token_buffer.view(DType::i32, {o.batch_size, o.seq_len}),
+                target_buffer.view(DType::i32, {o.batch_size, o.seq_len})};
+  const ElementRng rng(2, "bench.tokens");
+  for (int64_t i = 0; i < mb.tokens.numel(); ++i) {
+    mb.tokens.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(2 * i) * o.model.vocab_size);
+    mb.targets.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(2 * i + 1) * o.model.vocab_size);
+  }
+
+  const double peak = measure_sgemm_peak_gflop_per_s();
+  const double flops = step_flops(o.model, model.layout().num_parameters(), o.batch_size, o.seq_len);
+  const double tokens = static_cast<double>(o.batch_size) * o.seq_len;
+  std::printf("# dtrain bench step: %s n_layer=%d d_model=%d n_head=%d vocab=%d (padded %d), %lld parameters\n",
+              std::string(model_family_name(o.model.family)).c_str(), o.model.n_layer, o.model.d_model,
+              o.model.n_head, o.model.vocab_size, o.model.padded_vocab_size(),
+              static_cast<long long>(model.layout().num_parameters()));
+  std::printf("# batch %d x seq %d = %.0f tokens/step, fp32, %d threads, %d warm-up + %d timed steps\n", o.batch_size,
+              o.seq_len, tokens, omp_get_max_threads(), o.warmup, o.steps);
+  std::printf("# sgemm peak (2048^3, same threads): %.1f GFLOP/s; %.3f GFLOP per step\n", peak, flops / 1e9);
+  std::printf("#%6s %12s %14s %10s %10s\n", "step", "time_ms", "tokens_per_s", "GFLOP/s", "of_peak");
+
+  std::vector<double> times;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    if (i == o.warmup) reset_peak_memory(Device::cpu);
+    const auto start = std::chrono::steady_clock::now();
+    train_step(model, optimizer, std::span(&mb, 1), 1e-4f, 1.0f);
+    const double s = seconds_since(start);
+    if (i < o.warmup) continue;
+    times.push_back(s);
+    std::printf(" %6d %12.2f %14.1f %10.1f %9.1f%%\n", i - o.warmup + 1, s * 1e3, tokens / s, flops / s / 1e9,
+                100.0 * flops / s / 1e9 / peak);
+  }
+  StepBenchResult r;
+  const double s = median(times);
+  r.median_step_ms = s * 1e3;
+  r.tokens_per_s = tokens / s;
+  r.gflop_per_s = flops / s / 1e9;
+  r.sgemm_peak_gflop_per_s = peak;
+  std::printf("# median: %.2f ms/step, %.1f tokens/s, %.1f GFLOP/s = %.1f%% of sgemm peak\n", r.median_step_ms,
+              r.tokens_per_s, r.gflop_per_s, 100.0 * r.gflop_per_s / peak);
+  const MemoryStats mem = memory_stats(Device::cpu);
+  std::printf("# peak memory per tag (MiB):");
+  for (int t = 0; t < kNumMemTags; ++t)
+    std::printf(" %s=%.1f", std::string(mem_tag_name(static_cast<MemTag>(t))).c_str(), mem.peak_bytes[t] / 1048576.0);
+  std::printf(" total=%.1f\n", mem.total_peak_bytes / 1048576.0);
+  std::printf("result tokens_per_s=%.1f median_step_ms=%.2f gflop_per_s=%.1f sgemm_peak_gflop_per_s=%.1f\n",
+              r.tokens_per_s, r.median_step_ms, r.gflop_per_s, peak);
+  return r;
+}
+
+}  // namespace dt

@@ -1,0 +1,37 @@
+// `dtrain bench step`: times full training steps (forward, backward, clip, AdamW) of a model
+// shape on the CPU and relates them to this machine's sgemm peak, measured in the same run.
+//
+// FLOPs per step = 6 * parameters * tokens + 12 * n_layer * d_model * seq_len * tokens
+// (PaLM's convention: the second term is attention's QK^T and PV, counted for the full T x T
+// matrix although the causal half is skipped — the convention MFU figures are quoted in).
+#pragma once
+
+#include <cstdint>
+
+#include "model/config.h"
+
+namespace dt {
+
+struct StepBenchOptions {
+  ModelConfig model;
+  int batch_size = 8;
+  int seq_len = 256;
+  int steps = 10;   // timed steps; the median is reported
+  int warmup = 2;   // untimed steps first
+  int threads = 0;  // 0: OpenMP's default
+};
+
+struct StepBenchResult {
+  double median_step_ms = 0;
+  double tokens_per_s = 0;
+  double gflop_per_s = 0;
+  double sgemm_peak_gflop_per_s = 0;
+};
+
+double step_flops(const ModelConfig& model, int64_t num_parameters, int batch_size, int seq_len);
+// Best of several runs of a 2048^3 GEMM through kernels::linear_forward, in GFLOP/s.
+double measure_sgemm_peak_gflop_per_s();
+// Prints a table of the timed steps and a summary; returns the summary.
+StepBenchResult run_step_bench(const StepBenchOptions& options);
+
+}  // namespace dt

@@ -1,0 +1,101 @@
+#include "cli/args.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace dt::cli {
+
+namespace {
+
+// Levenshtein distance, for did-you-mean suggestions.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+Args& Args::flag(std::string name, std::string fallback, std::string help) {
+  order_.push_back(name);
+  flags_[std::move(name)] = {std::move(fallback), std::move(help)};
+  return *this;
+}
+
+bool Args::parse(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(usage().c_str(), stdout);
+      return false;
+    }
+    if (arg.rfind("--", 0) != 0)
+      throw Error(str(command_, ": unexpected argument '", arg, "'; flags are written --name value\n", usage()));
+    std::string name = arg.substr(2), value;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      throw Error(str(command_, ": flag --", name, " needs a value"));
+    }
+    if (!flags_.count(name)) {
+      std::string best;
+      size_t best_distance = 4;
+      for (const auto& candidate : order_)
+        if (const size_t d = edit_distance(name, candidate); d < best_distance) best_distance = d, best = candidate;
+      throw Error(str(command_, ": unknown flag --", name, best.empty() ? "" : str(" (did you mean --", best, "?)"),
+                      "\n", usage()));
+    }
+    given_[name] = value;
+  }
+  return true;
+}
+
+std::string Args::get(const std::string& name) const {
+  DT_CHECK(flags_.count(name), "flag --", name, " was never declared");
+  if (auto it = given_.find(name); it != given_.end()) return it->second;
+  return flags_.at(name).fallback;
+}
+
+int64_t Args::get_int(const std::string& name) const {
+  const std::string v = get(name);
+  int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || ptr != v.data() + v.size())
+    throw Error(str(command_, ": --", name, " = '", v, "' is not an integer"));
+  return out;
+}
+
+double Args::get_double(const std::string& name) const {
+  const std::string v = get(name);
+  double out = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || ptr != v.data() + v.size())
+    throw Error(str(command_, ": --", name, " = '", v, "' is not a number"));
+  return out;
+}
+
+std::string Args::usage() const {
+  std::string out = str("usage: dtrain ", command_, " [flags]\n  ", summary_, "\nflags:\n");
+  for (const auto& name : order_) {
+    const Flag& f = flags_.at(name);
+    out += str("  --", name, "  ", f.help, f.fallback.empty() ? "" : str(" (default: ", f.fallback, ")"), "\n");
+  }
+  return out;
+}
+
+}  // namespace dt::cli

@@ -1,0 +1,41 @@
+// Command-line flags: `--name value` or `--name=value`, long names only, typed getters.
+//
+// A command declares its flags (name, default, help with units); parse() rejects unknown
+// flags with a did-you-mean and missing or malformed values with the flag's name. --help
+// prints the declared flags.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dt::cli {
+
+class Args {
+ public:
+  Args(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
+
+  // Declares a flag; `fallback` is the default shown in --help ("" = required unless noted).
+  Args& flag(std::string name, std::string fallback, std::string help);
+
+  // Parses argv[first..]; returns false when --help was asked (usage already printed).
+  bool parse(int argc, char** argv, int first);
+
+  std::string get(const std::string& name) const;
+  int64_t get_int(const std::string& name) const;
+  double get_double(const std::string& name) const;
+  bool was_given(const std::string& name) const { return given_.count(name) > 0; }
+  std::string usage() const;
+
+ private:
+  struct Flag {
+    std::string fallback, help;
+  };
+  std::string command_, summary_;
+  std::vector<std::string> order_;
+  std::map<std::string, Flag> flags_;
+  std::map<std::string, std::string> given_;
+};
+
+}  // namespace dt::cli

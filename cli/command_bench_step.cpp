@@ -1,0 +1,25 @@
+#include "bench/step_bench.h"
+#include "cli/commands.h"
+#include "cli/model_flags.h"
+
+namespace dt::cli {
+
+int command_bench_step(int argc, char** argv, int first) {
+  Args args("bench step", "time training steps (forward, backward, clip, AdamW) of a model shape on the CPU");
+  declare_model_flags(args, "gpt2-124m");
+  args.flag("batch", "8", "sequences per step")
+      .flag("seq", "256", "tokens per sequence")
+      .flag("steps", "10", "timed steps (the median is reported)")
+      .flag("warmup", "2", "untimed steps before timing")
+      .flag("threads", "0", "OpenMP threads (0: OMP_NUM_THREADS or all cores)");
+  if (!args.parse(argc, argv, first)) return 0;
+  run_step_bench({.model = model_from_flags(args),
+                  .batch_size = static_cast<int>(args.get_int("batch")),
+                  .seq_len = static_cast<int>(args.get_int("seq")),
+                  .steps = static_cast<int>(args.get_int("steps")),
+                  .warmup = static_cast<int>(args.get_int("warmup")),
+                  .threads = static_cast<int>(args.get_int("threads"))});
+  return 0;
+}
+
+}  // namespace dt::cli

@@ -1,0 +1,45 @@
+#include "cli/commands.h"
+#include "cli/model_flags.h"
+#include "data/byte_text.h"
+#include "train/trainer.h"
+
+namespace dt::cli {
+
+int command_train(int argc, char** argv, int first) {
+  Args args("train", "train a GPT-2 on the bytes of a text file (CPU, one process)");
+  declare_model_flags(args, "gpt2-mini");
+  args.flag("text", "/usr/share/common-licenses/GPL-3", "text file to train on; its bytes are the tokens")
+      .flag("batch", "8", "sequences per micro-batch")
+      .flag("seq", "128", "tokens per sequence")
+      .flag("micro-batches", "1", "micro-batches accumulated per optimizer step")
+      .flag("steps", "50", "optimizer steps")
+      .flag("lr", "1e-3", "peak learning rate")
+      .flag("min-lr-ratio", "0.1", "final learning rate as a fraction of the peak")
+      .flag("warmup", "10", "linear warm-up steps")
+      .flag("decay", "cosine", "learning-rate decay after warm-up: cosine, linear or wsd")
+      .flag("decay-steps", "0", "wsd only: steps of the final linear decay")
+      .flag("weight-decay", "0.1", "AdamW decoupled weight decay on matrices")
+      .flag("grad-clip", "1.0", "global gradient-norm clip (0 disables)")
+      .flag("seed", "1337", "seed of the parameter initialisation");
+  if (!args.parse(argc, argv, first)) return 0;
+  TrainOptions o;
+  o.model = model_from_flags(args);
+  if (!args.was_given("vocab-size")) o.model.vocab_size = kByteVocabSize;
+  o.text_path = args.get("text");
+  o.batch_size = static_cast<int>(args.get_int("batch"));
+  o.seq_len = static_cast<int>(args.get_int("seq"));
+  o.micro_batches = static_cast<int>(args.get_int("micro-batches"));
+  o.lr = {.peak_lr = static_cast<float>(args.get_double("lr")),
+          .min_lr_ratio = static_cast<float>(args.get_double("min-lr-ratio")),
+          .warmup_steps = args.get_int("warmup"),
+          .total_steps = args.get_int("steps"),
+          .decay = lr_decay_from_name(args.get("decay")),
+          .decay_steps = args.get_int("decay-steps")};
+  o.adamw.weight_decay = static_cast<float>(args.get_double("weight-decay"));
+  o.max_grad_norm = static_cast<float>(args.get_double("grad-clip"));
+  o.seed = static_cast<uint64_t>(args.get_int("seed"));
+  run_training(o);
+  return 0;
+}
+
+}  // namespace dt::cli

@@ -1,0 +1,10 @@
+// One function per `dtrain` command; each parses its own flags from argv[first..].
+#pragma once
+
+namespace dt::cli {
+
+int command_train(int argc, char** argv, int first);
+int command_bench_step(int argc, char** argv, int first);
+int command_model_info(int argc, char** argv, int first);
+
+}  // namespace dt::cli

@@ -1,0 +1,32 @@
+#include "cli/model_flags.h"
+
+#include "core/error.h"
+
+namespace dt::cli {
+
+void declare_model_flags(Args& args, const std::string& default_preset) {
+  std::string presets;
+  for (const auto& name : model_preset_names()) presets += str(presets.empty() ? "" : ", ", name);
+  args.flag("model", default_preset, str("model preset: ", presets))
+      .flag("n-layer", "", "override the preset's number of blocks")
+      .flag("d-model", "", "override the preset's channels (must be divisible by n-head)")
+      .flag("n-head", "", "override the preset's attention heads")
+      .flag("vocab-size", "", "override the preset's vocabulary size (tokens)")
+      .flag("max-seq-len", "", "override the preset's maximum sequence length (tokens)");
+}
+
+ModelConfig model_from_flags(const Args& args) {
+  ModelConfig c = model_preset(args.get("model"));
+  auto override_field = [&](const char* flag, int& field) {
+    if (args.was_given(flag)) field = static_cast<int>(args.get_int(flag));
+  };
+  override_field("n-layer", c.n_layer);
+  override_field("d-model", c.d_model);
+  override_field("n-head", c.n_head);
+  override_field("vocab-size", c.vocab_size);
+  override_field("max-seq-len", c.max_seq_len);
+  validate_model_config(c);
+  return c;
+}
+
+}  // namespace dt::cli
