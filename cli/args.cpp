@@ -1,32 +1,12 @@
 #include "cli/args.h"
 
-#include <algorithm>
 #include <charconv>
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/suggest.h"
 
 namespace dt::cli {
-
-namespace {
-
-// Levenshtein distance, for did-you-mean suggestions.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-}  // namespace
 
 Args& Args::flag(std::string name, std::string fallback, std::string help) {
   order_.push_back(name);
@@ -53,10 +33,7 @@ bool Args::parse(int argc, char** argv, int first) {
       throw Error(str(command_, ": flag --", name, " needs a value"));
     }
     if (!flags_.count(name)) {
-      std::string best;
-      size_t best_distance = 4;
-      for (const auto& candidate : order_)
-        if (const size_t d = edit_distance(name, candidate); d < best_distance) best_distance = d, best = candidate;
+      const std::string best = closest_match(name, order_);
       throw Error(str(command_, ": unknown flag --", name, best.empty() ? "" : str(" (did you mean --", best, "?)"),
                       "\n", usage()));
     }

@@ -1,9 +1,9 @@
 #include "model/parameters.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/rng.h"
+#include "core/suggest.h"
 
 namespace dt {
 
@@ -59,14 +59,9 @@ void ParameterLayout::add(std::string name, Shape shape, ParamInit init, float i
 const ParamInfo& ParameterLayout::find(std::string_view name) const {
   for (const auto& p : params_)
     if (p.name == name) return p;
-  // Suggest names that share the longest prefix: usually a typo in the layer index or suffix.
-  size_t best = 0;
-  std::string suggestion;
-  for (const auto& p : params_) {
-    const auto mismatch = std::mismatch(name.begin(), name.end(), p.name.begin(), p.name.end());
-    const size_t common = static_cast<size_t>(mismatch.first - name.begin());
-    if (common > best) best = common, suggestion = p.name;
-  }
+  std::vector<std::string> names;
+  for (const auto& p : params_) names.push_back(p.name);
+  const std::string suggestion = closest_match(name, names);
   throw Error(str("no parameter named '", name, "' in this ", model_family_name(config_.family), " model",
                   suggestion.empty() ? "" : str(" (did you mean '", suggestion, "'?)")));
 }
