@@ -9,6 +9,7 @@ micro-batch (logits and summed loss recorded), backward of the global-batch mean
 global-norm clipping, one AdamW step; and writes everything to OUT:
   s{i}.mb{k}.logits  (B, T, V)    s{i}.mb{k}.loss_sum ()   s{i}.loss ()   s{i}.grad_norm ()
   s{i}.grad.{name}                 s{i}.param.{name}        (after the optimizer step)
+  s{i}.exp_avg.{name}   s{i}.exp_avg_sq.{name}     (AdamW's moments after the step)
 """
 import math
 import sys
@@ -122,6 +123,8 @@ def main(in_path, out_path):
         optimizer.step()
         for name, p in params.items():
             out[f"s{step}.param.{name}"] = p.detach().clone()
+            out[f"s{step}.exp_avg.{name}"] = optimizer.state[p]["exp_avg"].clone()
+            out[f"s{step}.exp_avg_sq.{name}"] = optimizer.state[p]["exp_avg_sq"].clone()
     safetensors_io.save(out_path, out)
 
 

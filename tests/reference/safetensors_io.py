@@ -41,7 +41,7 @@ def save(path, tensors, metadata=None):
     inverse = {v: k for k, v in _NP.items()}
     for name, t in tensors.items():
         a = t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-        a = np.ascontiguousarray(a)
+        a = np.array(a, order="C")  # ascontiguousarray would turn a 0-d array into 1-d
         raw = a.tobytes()
         header[name] = {"dtype": inverse[a.dtype.type], "shape": list(a.shape),
                         "data_offsets": [offset, offset + len(raw)]}

@@ -1,0 +1,232 @@
+// dtrain's GPT-2 against a plain-PyTorch GPT-2 (tests/reference/gpt2_reference.py).
+//
+// Both start from the same weights and see the same micro-batches; for three AdamW steps with
+// global-norm clipping and 2 accumulated micro-batches we compare the logits and summed loss
+// of every micro-batch, the step's loss, every gradient, the gradient norm, and every
+// parameter after the update. Tensors travel through safetensors files both ways.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "ckpt/safetensors.h"
+#include "core/rng.h"
+#include "kernels/cross_entropy.h"
+#include "model/gpt2.h"
+#include "optim/adamw.h"
+#include "tests/gradcheck.h"
+#include "tests/testing.h"
+#include "train/step.h"
+
+namespace dt {
+namespace {
+
+using ckpt::LoadedTensor;
+using ckpt::SafetensorsReader;
+using ckpt::SafetensorsWriter;
+using testing::normalized_max_error;
+using testing::OwnedTensor;
+using testing::zeros;
+
+// Tolerances, as the largest error relative to the largest magnitude of the reference tensor
+// (normalized_max_error). Both sides compute in fp32 with different summation orders (BLAS
+// blocking, our attention tiles, torch's reductions); each value is a dot product or sum of
+// at most a few thousand terms, so its rounding error is ~sqrt(n)·2^-24 ≈ 1e-6 relative to the
+// magnitudes summed. The bounds leave ~10x room above what we measure:
+constexpr double kLogitsBound = 1e-5;     // logits: a C-term dot product after L blocks
+constexpr double kLossBound = 1e-6;       // a sum of per-token losses, each ~log(V)
+constexpr double kGradBound = 2e-5;       // gradients: backward through every block
+constexpr double kGradNormBound = 1e-5;   // sqrt of a sum of squares of the gradients
+// A parameter moves by lr·m̂/(√v̂ + eps), which agrees to about the gradients' relative error
+// wherever the gradient is well away from zero (see "undetermined" below for the rest).
+constexpr double kParamBound = 2e-5;
+
+struct Case {
+  const char* name;
+  int n_layer, d_model, n_head, vocab_size, max_seq_len;
+  int batch, seq;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+constexpr int kSteps = 3;
+constexpr int kMicroBatches = 2;
+constexpr float kLr = 3e-3f;
+constexpr float kMaxGradNorm = 1.0f;
+
+// Inputs of step s, micro-batch k: the first micro-batch has half its targets ignored, the
+// second a tenth, so the global-mean loss weighting is exercised.
+void fill_micro_batch(const Case& c, int step, int k, Tensor tokens, Tensor targets) {
+  const ElementRng rng(11, str("s", step, ".mb", k));
+  const double ignore_share = k == 0 ? 0.5 : 0.1;
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    tokens.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(3 * i) * c.vocab_size);
+    targets.ptr<int32_t>()[i] = rng.uniform(3 * i + 1) < ignore_share
+                                    ? kernels::kIgnoreIndex
+                                    : static_cast<int32_t>(rng.uniform(3 * i + 2) * c.vocab_size);
+  }
+}
+
+class GPT2VsPyTorch : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GPT2VsPyTorch, LogitsLossGradientsAndParametersMatchOverThreeSteps) {
+  const Case& c = GetParam();
+  ModelConfig config = model_preset("gpt2-tiny");
+  config.n_layer = c.n_layer;
+  config.d_model = c.d_model;
+  config.n_head = c.n_head;
+  config.vocab_size = c.vocab_size;
+  config.max_seq_len = c.max_seq_len;
+  GPT2 model(config, c.batch, c.seq);
+  init_parameters(model.params(), 1234);
+  const AdamWConfig adamw_config;
+  AdamW optimizer(model.layout(), adamw_config);
+
+  // Inputs for the reference: initial weights, every micro-batch, sizes and optimizer settings.
+  testing::TempDir dir;
+  SafetensorsWriter writer;
+  for (const ParamInfo& p : model.layout().params()) writer.add(p.name, model.params().shown(p));
+  std::vector<OwnedTensor> tokens, targets;
+  for (int s = 0; s < kSteps; ++s)
+    for (int k = 0; k < kMicroBatches; ++k) {
+      tokens.push_back(zeros(DType::i32, {c.batch, c.seq}));
+      targets.push_back(zeros(DType::i32, {c.batch, c.seq}));
+      fill_micro_batch(c, s, k, tokens.back().t, targets.back().t);
+      writer.add(str("s", s, ".mb", k, ".tokens"), tokens.back().t);
+      writer.add(str("s", s, ".mb", k, ".targets"), targets.back().t);
+    }
+  const std::pair<const char*, double> metadata[] = {
+      {"n_layer", c.n_layer}, {"d_model", c.d_model}, {"n_head", c.n_head}, {"vocab_size", c.vocab_size},
+      {"max_seq_len", c.max_seq_len}, {"steps", kSteps}, {"micro_batches", kMicroBatches}, {"lr", kLr},
+      {"beta1", adamw_config.beta1}, {"beta2", adamw_config.beta2}, {"eps", adamw_config.eps},
+      {"weight_decay", adamw_config.weight_decay}, {"max_grad_norm", kMaxGradNorm}};
+  for (const auto& [key, value] : metadata) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.9g", value);  // float values round-trip exactly
+    writer.set_metadata(key, text);
+  }
+  writer.write(dir.file("in.safetensors"));
+  ASSERT_EQ(testing::run_reference_script("gpt2_reference.py",
+                                          dir.file("in.safetensors") + " " + dir.file("out.safetensors")),
+            0);
+  const SafetensorsReader reference(dir.file("out.safetensors"));
+
+  // Records each comparison; the test fails on any above its bound, after printing them all.
+  struct Worst {
+    double error = 0;
+    std::string where;
+  };
+  std::map<std::string, Worst> worst;  // by kind: logits, grad, param, ...
+  const auto record = [&](const std::string& kind, const std::string& name, double error, double bound) {
+    EXPECT_LE(error, bound) << name;
+    if (error >= worst[kind].error) worst[kind] = {error, name};
+  };
+  const auto compare = [&](const std::string& kind, const std::string& name, const Tensor& ours, double bound) {
+    const LoadedTensor theirs = reference.read(name, MemTag::workspace);
+    ASSERT_EQ(theirs.tensor.shape, ours.shape) << name;
+    record(kind, name, normalized_max_error(ours, theirs.tensor), bound);
+  };
+
+  // Adam divides each gradient by its own magnitude, so an element whose gradient is zero up to
+  // rounding (the key bias's is exactly zero in exact arithmetic: softmax ignores a constant
+  // added to every score of a row) moves by up to about ±lr in a direction set by rounding
+  // noise, in PyTorch as here. Such an element is "undetermined" at a step when the reference
+  // gradient lies within kUndetermined·max|g| of zero (50x the gradient bound). It is held to
+  // the only bound Adam gives: each side moves it by |m̂|/√v̂·lr ≤ 1.2·lr (the largest ratio for
+  // beta1 = 0.9, beta2 = 0.95), so they differ by less than 2.4·lr. Every other element is held
+  // to kParamBound.
+  //
+  // Left alone, those few ±lr differences would spread through every later step and swamp the
+  // comparison, so after each step the reference's parameters and AdamW moments are copied
+  // into the model: every step is then checked from the same state, the moments included.
+  constexpr double kUndetermined = 1e-3;
+  std::map<std::string, std::vector<bool>> undetermined;
+  int64_t undetermined_count = 0;
+  const auto compare_grad = [&](const ParamInfo& p, int step) {
+    const std::string name = str("s", step, ".grad.", p.name);
+    const LoadedTensor theirs = reference.read(name, MemTag::workspace);
+    const Tensor ours = model.grads().shown(p);
+    record("grad", name, normalized_max_error(ours, theirs.tensor), kGradBound);
+    const float* g = theirs.tensor.ptr<float>();
+    float g_max = 0;
+    for (int64_t i = 0; i < ours.numel(); ++i) g_max = std::max(g_max, std::fabs(g[i]));
+    std::vector<bool>& mask = undetermined[p.name];
+    mask.resize(ours.numel());
+    for (int64_t i = 0; i < ours.numel(); ++i) mask[i] = std::fabs(g[i]) <= kUndetermined * g_max;
+  };
+  const auto compare_param = [&](const ParamInfo& p, int step) {
+    const std::string name = str("s", step, ".param.", p.name);
+    const LoadedTensor theirs = reference.read(name, MemTag::workspace);
+    const float* ref = theirs.tensor.ptr<float>();
+    const float* ours = model.params().shown(p).ptr<float>();
+    const std::vector<bool>& mask = undetermined.at(p.name);
+    double scale = 1e-30, determined_diff = 0, undetermined_diff = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      scale = std::max(scale, static_cast<double>(std::fabs(ref[i])));
+      const double diff = std::fabs(static_cast<double>(ours[i]) - ref[i]);
+      (mask[i] ? undetermined_diff : determined_diff) = std::max(mask[i] ? undetermined_diff : determined_diff, diff);
+      undetermined_count += mask[i];
+    }
+    record("param", name, determined_diff / scale, kParamBound);
+    EXPECT_LE(undetermined_diff, 2.4 * kLr) << name << " (undetermined elements)";
+  };
+  const auto compare_and_copy_state = [&](const ParamInfo& p, int step) {
+    compare_param(p, step);
+    // The moments differ by (1 - beta) times the gradient's error, and its square's.
+    compare("moments", str("s", step, ".exp_avg.", p.name), optimizer.m().shown(p), kGradBound);
+    compare("moments", str("s", step, ".exp_avg_sq.", p.name), optimizer.v().shown(p), 2 * kGradBound);
+    reference.read_into(str("s", step, ".param.", p.name), model.params().shown(p));
+    reference.read_into(str("s", step, ".exp_avg.", p.name), optimizer.m().shown(p));
+    reference.read_into(str("s", step, ".exp_avg_sq.", p.name), optimizer.v().shown(p));
+  };
+  const auto scalar = [](float value) {
+    OwnedTensor t = zeros(DType::f32, {});
+    t.ptr<float>()[0] = value;
+    return t;
+  };
+
+  bool clipped = false;
+  OwnedTensor logits = zeros(DType::f32, {c.batch, c.seq, c.vocab_size});
+  for (int s = 0; s < kSteps; ++s) {
+    std::vector<MicroBatch> micro_batches;
+    for (int k = 0; k < kMicroBatches; ++k) {
+      const MicroBatch mb{tokens[s * kMicroBatches + k].t, targets[s * kMicroBatches + k].t};
+      micro_batches.push_back(mb);
+      // A forward alone gives the logits (forward_backward overwrites them with their gradient).
+      const double loss_sum = model.forward(mb.tokens, mb.targets);
+      model.copy_logits(logits.t);
+      const std::string prefix = str("s", s, ".mb", k, ".");
+      compare("logits", prefix + "logits", logits.t, kLogitsBound);
+      compare("loss", prefix + "loss_sum", scalar(static_cast<float>(loss_sum)).t, kLossBound);
+    }
+    StepStats stats = accumulate_gradients(model, micro_batches);
+    compare("loss", str("s", s, ".loss"), scalar(static_cast<float>(stats.loss)).t, kLossBound);
+    for (const ParamInfo& p : model.layout().params()) compare_grad(p, s);
+    apply_update(model, optimizer, kLr, kMaxGradNorm, stats);
+    clipped = clipped || stats.grad_scale < 1;
+    compare("grad_norm", str("s", s, ".grad_norm"), scalar(static_cast<float>(stats.grad_norm)).t, kGradNormBound);
+    for (const ParamInfo& p : model.layout().params()) compare_and_copy_state(p, s);
+  }
+  EXPECT_TRUE(clipped) << "no step was clipped: lower kMaxGradNorm so the test covers clipping";
+  std::printf("  %lld of %lld parameter updates undetermined (gradient within rounding of zero)\n",
+              static_cast<long long>(undetermined_count),
+              static_cast<long long>(kSteps * model.layout().num_parameters()));
+  for (const auto& [kind, w] : worst) std::printf("  worst %-9s error %.2e at %s\n", kind.c_str(), w.error, w.where.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configurations, GPT2VsPyTorch,
+    ::testing::Values(
+        // The case: vocabulary 997 (not a multiple of 64, padded inside to 1024),
+        // sequence 37 (not a power of two), 3 heads, batch 2.
+        Case{"vocab997_heads3_seq37", 2, 48, 3, 997, 64, 2, 37},
+        // One head, tiny vocabulary, batch 3, the full context.
+        Case{"vocab61_head1_batch3", 1, 32, 1, 61, 24, 3, 24},
+        // Five heads of size 8, three layers, a sequence shorter than the context.
+        Case{"vocab300_heads5_layers3", 3, 40, 5, 300, 48, 2, 29}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace dt
