@@ -48,8 +48,11 @@ void* allocate(size_t bytes, MemTag tag, Device device) {
   if (device != Device::cpu)
     throw Error(str("cannot allocate ", bytes, " bytes of ", mem_tag_name(tag), " on ", device_name(device),
                     ": this build of dtrain has no ", device_name(device), " backend; use device = \"cpu\""));
-  const size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-  void* ptr = std::aligned_alloc(kCpuAlignment, rounded);
+  // A size within one alignment of SIZE_MAX (an overflowed product, a corrupt header) would
+  // round up to 0 and "succeed"; treat it as the out-of-memory it is.
+  const bool fits = bytes <= SIZE_MAX - (kCpuAlignment - 1);
+  const size_t rounded = fits ? (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment : 0;
+  void* ptr = fits ? std::aligned_alloc(kCpuAlignment, rounded) : nullptr;
   if (ptr == nullptr)
     throw Error(str("out of host memory allocating ", bytes, " bytes of ", mem_tag_name(tag),
                     "; already held: ", format_memory_stats(memory_stats(device)),
