@@ -2,6 +2,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_flags.h"
+#include "core/allocator.h"
 #include "model/parameters.h"
 
 namespace dt::cli {
@@ -13,17 +14,17 @@ int command_model_info(int argc, char** argv, int first) {
   std::string preset_arg;
   if (first < argc && argv[first][0] != '-') preset_arg = argv[first++];
   if (!args.parse(argc, argv, first)) return 0;
-  ModelConfig config = preset_arg.empty() ? model_from_flags(args) : model_preset(preset_arg);
   if (!preset_arg.empty() && args.was_given("model"))
     throw Error("model info: give the preset either as a word or as --model, not both");
+  const ModelConfig config = model_from_flags(args, preset_arg);
   const ParameterLayout layout(config);
   const long long n = layout.num_parameters();
   std::printf("%s: n_layer %d, d_model %d, n_head %d (head size %d), vocab %d (stored padded to %d), max_seq_len %d\n",
               std::string(model_family_name(config.family)).c_str(), config.n_layer, config.d_model, config.n_head,
               config.head_size(), config.vocab_size, config.padded_vocab_size(), config.max_seq_len);
   std::printf("parameters: %lld\n", n);
-  std::printf("bytes: fp32 %.3f GiB, bf16/fp16 %.3f GiB, fp8 %.3f GiB\n", n * 4 / 1073741824.0, n * 2 / 1073741824.0,
-              n / 1073741824.0);
+  std::printf("bytes: fp32 %s, bf16/fp16 %s, fp8 %s\n", format_bytes(4.0 * n).c_str(), format_bytes(2.0 * n).c_str(),
+              format_bytes(1.0 * n).c_str());
   for (const ParamInfo& p : layout.params())
     std::printf("  %-28s %-14s %12lld\n", p.name.c_str(), p.shape.to_string().c_str(), static_cast<long long>(p.numel()));
   return 0;

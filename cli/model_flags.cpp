@@ -15,8 +15,8 @@ void declare_model_flags(Args& args, const std::string& default_preset) {
       .flag("max-seq-len", "", "override the preset's maximum sequence length (tokens)");
 }
 
-ModelConfig model_from_flags(const Args& args) {
-  ModelConfig c = model_preset(args.get("model"));
+ModelConfig model_from_flags(const Args& args, const std::string& preset) {
+  ModelConfig c = model_preset(preset.empty() ? args.get("model") : preset);
   auto override_field = [&](const char* flag, int& field) {
     if (args.was_given(flag)) field = static_cast<int>(args.get_int(flag));
   };

@@ -8,7 +8,7 @@
 namespace dt::cli {
 
 void declare_model_flags(Args& args, const std::string& default_preset);
-// The preset with the given overrides applied; validated.
-ModelConfig model_from_flags(const Args& args);
+// The preset (`preset`, or --model when empty) with the given overrides applied; validated.
+ModelConfig model_from_flags(const Args& args, const std::string& preset = "");
 
 }  // namespace dt::cli

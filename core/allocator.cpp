@@ -1,5 +1,7 @@
 #include "core/allocator.h"
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -80,13 +82,23 @@ void reset_peak_memory(Device device) {
   a.stats.total_peak_bytes = a.stats.total_current_bytes;
 }
 
+std::string format_bytes(double bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (std::fabs(bytes) >= 1024 && unit < 5) bytes /= 1024, ++unit;
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : std::fabs(bytes) < 10 ? "%.2f %s" : std::fabs(bytes) < 100 ? "%.1f %s" : "%.0f %s",
+                bytes, kUnits[unit]);
+  return text;
+}
+
 std::string format_memory_stats(const MemoryStats& stats) {
-  constexpr double kMiB = 1024.0 * 1024.0;
   std::string out;
   for (int t = 0; t < kNumMemTags; ++t)
-    out += str(kTagNames[t], " ", stats.current_bytes[t] / kMiB, "/", stats.peak_bytes[t] / kMiB, " MiB, ");
-  return out + str("total ", stats.total_current_bytes / kMiB, "/", stats.total_peak_bytes / kMiB,
-                   " MiB (current/peak)");
+    out += str(kTagNames[t], " ", format_bytes(static_cast<double>(stats.current_bytes[t])), " (peak ",
+               format_bytes(static_cast<double>(stats.peak_bytes[t])), "), ");
+  return out + str("total ", format_bytes(static_cast<double>(stats.total_current_bytes)), " (peak ",
+                   format_bytes(static_cast<double>(stats.total_peak_bytes)), ")");
 }
 
 }  // namespace dt

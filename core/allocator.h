@@ -43,7 +43,10 @@ void deallocate(void* ptr, size_t bytes, MemTag tag, Device device);
 MemoryStats memory_stats(Device device);
 // Sets every peak to the current value, to measure the peak of a phase (e.g. one step).
 void reset_peak_memory(Device device);
-// One line per tag with current and peak MiB, for logs and `dtrain bench step`.
+// "812 B", "1.38 MiB", "2.90 GiB": three significant digits in binary units.
+std::string format_bytes(double bytes);
+// Current and peak bytes of each tag and of the total, on one line for logs:
+// "parameters 1.2 MiB (peak 1.2 MiB), ..., total 5.1 MiB (peak 6.0 MiB)".
 std::string format_memory_stats(const MemoryStats& stats);
 
 }  // namespace dt

@@ -173,8 +173,17 @@ TEST(Allocator, FormatMemoryStatsNamesEveryTag) {
   stats.total_peak_bytes = 4 * kMiB;
   const std::string text = format_memory_stats(stats);
   for (MemTag tag : kAllTags) EXPECT_NE(text.find(mem_tag_name(tag)), std::string::npos) << text;
-  EXPECT_NE(text.find("gradients 3/4 MiB"), std::string::npos) << text;
-  EXPECT_NE(text.find("total 3/4 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("gradients 3.00 MiB (peak 4.00 MiB)"), std::string::npos) << text;
+  EXPECT_NE(text.find("total 3.00 MiB (peak 4.00 MiB)"), std::string::npos) << text;
+}
+
+TEST(Allocator, FormatBytesUsesThreeSignificantDigits) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(1024), "1.00 KiB");
+  EXPECT_EQ(format_bytes(1.5 * (1 << 20)), "1.50 MiB");
+  EXPECT_EQ(format_bytes(47.25 * (1 << 30)), "47.2 GiB");
+  EXPECT_EQ(format_bytes(812.0 * (1 << 30)), "812 GiB");
 }
 
 // allocate and deallocate are called from the loader and progress threads too.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace dt::testing {
@@ -26,6 +27,18 @@ int run_reference_script(const std::string& script, const std::string& args) {
       str("/usr/bin/python3 ", DTRAIN_SOURCE_DIR, "/tests/reference/", script, " ", args, " 2>&1");
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+CommandResult run_dtrain(const std::string& args) {
+  const std::string command = str(DTRAIN_BINARY_DIR, "/dtrain ", args, " 2>&1");
+  CommandResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  DT_CHECK(pipe != nullptr, "popen failed for ", command);
+  char chunk[4096];
+  while (const size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) result.output.append(chunk, n);
+  const int status = ::pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
 }
 
 double normalized_max_error(const Tensor& actual, const Tensor& expected, double floor) {

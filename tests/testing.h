@@ -27,6 +27,14 @@ class TempDir {
 // returns its exit status; its output goes to the test log.
 int run_reference_script(const std::string& script, const std::string& args);
 
+// Runs the built `dtrain <args>` (args as written in a shell) and returns its exit status and
+// its stdout and stderr together.
+struct CommandResult {
+  int status = -1;
+  std::string output;
+};
+CommandResult run_dtrain(const std::string& args);
+
 // max_i |a[i] - b[i]| / max(max_i |b[i]|, floor): the error relative to the reference's scale,
 // so one bound fits a tensor whose elements span many magnitudes. f32 tensors of equal size.
 double normalized_max_error(const Tensor& actual, const Tensor& expected, double floor = 1e-30);

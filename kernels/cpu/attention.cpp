@@ -15,14 +15,14 @@
 // to gain parallelism we do not need: B * NKV units (96 for GPT-2 small at B = 8) keep a few
 // CPU cores busy. It falls short only when B * NKV < threads (batch-1 multi-query training).
 //
-// Tile products use tile_gemm (kernels/cpu/tile_gemm.h), not cblas_sgemm; see there and the
-// timings below. Operands that tile_gemm needs row-major along N (K^T, V^T) are copied once
-// per key tile into per-thread scratch; everything else is read in place from qkv and dout.
+// Tile products use tile_gemm (kernels/cpu/tile_gemm.h), not cblas_sgemm (see there why).
+// Operands that tile_gemm needs row-major along N (K^T, V^T) are copied once per key tile into
+// per-thread scratch; everything else is read in place from qkv and dout.
 //
-// Measured, B=8 T=256 NH=NKV=12 HS=64 f32, one Sapphire Rapids core, median of 10:
-//   this file, tiles 64 x 64:                 forward  ms, forward+backward  ms
-//   cblas_sgemm on the same tiles:            forward  ms, forward+backward  ms
-//   scores materialized, cblas_sgemm per head: forward  ms, forward+backward  ms
+// Cost in context: in a GPT-2 training step of d_model 768, 4 layers, B = 8, T = 256 on one
+// core, attention forward and backward together take about 3% of the step's samples under
+// `perf record build/dtrain bench step --model gpt2-124m --n-layer 4 --threads 1`; the GEMMs
+// of the linear layers and the classifier take over 70%.
 #include "kernels/attention.h"
 
 #include <omp.h>

@@ -1,0 +1,68 @@
+// The dtrain command as a user meets it: exit status and the message for each mistake.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/testing.h"
+
+namespace dt {
+namespace {
+
+using testing::run_dtrain;
+
+struct Mistake {
+  const char* name;
+  const char* args;
+  int status;
+  const char* message;
+};
+
+class CliMistake : public ::testing::TestWithParam<Mistake> {};
+
+TEST_P(CliMistake, ExitsNonZeroWithAnActionableMessage) {
+  const Mistake& m = GetParam();
+  const auto result = run_dtrain(m.args);
+  EXPECT_EQ(result.status, m.status) << result.output;
+  EXPECT_NE(result.output.find(m.message), std::string::npos) << result.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cli, CliMistake,
+    ::testing::Values(
+        Mistake{"unknown_command", "frobnicate", 2, "unknown command 'frobnicate'"},
+        Mistake{"misspelt_flag", "train --modle gpt2-tiny", 1, "unknown flag --modle (did you mean --model?)"},
+        Mistake{"flag_without_value", "train --steps", 1, "flag --steps needs a value"},
+        Mistake{"non_integer_value", "train --steps abc", 1, "--steps = 'abc' is not an integer"},
+        Mistake{"unknown_preset", "model info gpt2-125m", 1, "unknown model preset 'gpt2-125m'; valid presets are"},
+        Mistake{"heads_do_not_divide", "train --model gpt2-tiny --d-model 50", 1,
+                "model.d_model = 50: must be divisible by n_head = 3"},
+        Mistake{"zero_layers", "bench step --model gpt2-tiny --n-layer 0", 1, "model.n_layer = 0: must be at least 1"},
+        Mistake{"negative_size", "model info gpt2-tiny --vocab-size -3", 1, "model.vocab_size = -3"},
+        Mistake{"sequence_beyond_model", "train --model gpt2-tiny --seq 100", 1,
+                "sequence length 100 must be in [1, model.max_seq_len = 64]"},
+        Mistake{"missing_text", "train --model gpt2-tiny --text /no/such/file", 1,
+                "cannot open text file '/no/such/file'; check the path given to --text"},
+        Mistake{"bad_schedule", "train --model gpt2-tiny --steps 5 --warmup 9", 1,
+                "warmup_steps = 9: must be in [0, steps = 5]"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Cli, ModelInfoPrintsThePublishedParameterCounts) {
+  EXPECT_NE(run_dtrain("model info gpt2-124m").output.find("parameters: 124439808"), std::string::npos);
+  EXPECT_NE(run_dtrain("model info gpt2-1558m").output.find("parameters: 1557611200"), std::string::npos);
+}
+
+TEST(Cli, TrainPrintsAFallingLossEveryStep) {
+  const auto result = run_dtrain(str("train --model gpt2-tiny --text ", DTRAIN_SOURCE_DIR,
+                                     "/README.md --steps 4 --warmup 1 --batch 2 --seq 16"));
+  ASSERT_EQ(result.status, 0) << result.output;
+  std::vector<double> losses;
+  for (size_t at = 0; (at = result.output.find("/4 | loss ", at)) != std::string::npos; at += 10)
+    losses.push_back(std::stod(result.output.substr(at + 10)));
+  ASSERT_EQ(losses.size(), 4u) << result.output;
+  EXPECT_LT(losses.back(), losses.front()) << result.output;
+  EXPECT_NE(result.output.find("memory: parameters"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace dt
