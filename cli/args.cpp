@@ -66,6 +66,13 @@ double Args::get_double(const std::string& name) const {
   return out;
 }
 
+bool Args::get_bool(const std::string& name) const {
+  const std::string v = get(name);
+  if (v == "true") return true;
+  if (v == "false") return false;
+  throw Error(str(command_, ": --", name, " = '", v, "' must be true or false"));
+}
+
 std::string Args::usage() const {
   std::string out = str("usage: dtrain ", command_, " [flags]\n  ", summary_, "\nflags:\n");
   for (const auto& name : order_) {

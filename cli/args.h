@@ -25,6 +25,7 @@ class Args {
   std::string get(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
   double get_double(const std::string& name) const;
+  bool get_bool(const std::string& name) const;  // "true" or "false"
   bool was_given(const std::string& name) const { return given_.count(name) > 0; }
   std::string usage() const;
 

@@ -43,6 +43,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "sequence length 100 must be in [1, model.max_seq_len = 64]"},
         Mistake{"missing_text", "train --model gpt2-tiny --text /no/such/file", 1,
                 "cannot open text file '/no/such/file'; check the path given to --text"},
+        Mistake{"bad_optimizer", "train --model gpt2-tiny --beta2 1 --eps 0", 1,
+                "invalid AdamW settings:\n  beta2 = 1: must be in [0, 1)\n  eps = 0: must be finite and above 0"},
+        Mistake{"bad_boolean", "train --model gpt2-tiny --decay-embeddings yes", 1,
+                "--decay-embeddings = 'yes' must be true or false"},
         Mistake{"bad_schedule", "train --model gpt2-tiny --steps 5 --warmup 9", 1,
                 "warmup_steps = 9: must be in [0, steps = 5]"}),
     [](const auto& info) { return std::string(info.param.name); });

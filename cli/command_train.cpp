@@ -18,7 +18,11 @@ int command_train(int argc, char** argv, int first) {
       .flag("warmup", "10", "linear warm-up steps")
       .flag("decay", "cosine", "learning-rate decay after warm-up: cosine, linear or wsd")
       .flag("decay-steps", "0", "wsd only: steps of the final linear decay")
-      .flag("weight-decay", "0.1", "AdamW decoupled weight decay on matrices")
+      .flag("weight-decay", "0.1", "AdamW decoupled weight decay on matrices (never on biases or norms)")
+      .flag("decay-embeddings", "false", "true: weight decay also on wte and wpe")
+      .flag("beta1", "0.9", "AdamW first-moment decay")
+      .flag("beta2", "0.95", "AdamW second-moment decay")
+      .flag("eps", "1e-8", "AdamW epsilon")
       .flag("grad-clip", "1.0", "global gradient-norm clip (0 disables)")
       .flag("seed", "1337", "seed of the parameter initialisation");
   if (!args.parse(argc, argv, first)) return 0;
@@ -35,7 +39,11 @@ int command_train(int argc, char** argv, int first) {
           .total_steps = args.get_int("steps"),
           .decay = lr_decay_from_name(args.get("decay")),
           .decay_steps = args.get_int("decay-steps")};
-  o.adamw.weight_decay = static_cast<float>(args.get_double("weight-decay"));
+  o.adamw = {.beta1 = static_cast<float>(args.get_double("beta1")),
+             .beta2 = static_cast<float>(args.get_double("beta2")),
+             .eps = static_cast<float>(args.get_double("eps")),
+             .weight_decay = static_cast<float>(args.get_double("weight-decay")),
+             .decay_embeddings = args.get_bool("decay-embeddings")};
   o.max_grad_norm = static_cast<float>(args.get_double("grad-clip"));
   o.seed = static_cast<uint64_t>(args.get_int("seed"));
   run_training(o);

@@ -1,11 +1,28 @@
 #include "optim/adamw.h"
 
+#include <cmath>
+
 #include "kernels/adamw.h"
 
 namespace dt {
 
+void AdamWConfig::validate() const {
+  std::string problems;
+  const auto require = [&](bool ok, std::string_view field, float value, std::string_view valid) {
+    if (!ok) problems += str("\n  ", field, " = ", value, ": ", valid);
+  };
+  require(beta1 >= 0 && beta1 < 1, "beta1", beta1, "must be in [0, 1)");
+  require(beta2 >= 0 && beta2 < 1, "beta2", beta2, "must be in [0, 1)");
+  require(eps > 0 && std::isfinite(eps), "eps", eps, "must be finite and above 0 (it keeps m / sqrt(v) finite)");
+  require(weight_decay >= 0 && std::isfinite(weight_decay), "weight_decay", weight_decay, "must be finite and at least 0");
+  if (!problems.empty()) throw Error(str("invalid AdamW settings:", problems));
+}
+
+// The config is validated before the moments are allocated.
 AdamW::AdamW(const ParameterLayout& layout, AdamWConfig config)
-    : config_(config), m_(layout, MemTag::optimizer_state), v_(layout, MemTag::optimizer_state) {}
+    : config_((config.validate(), config)),
+      m_(layout, MemTag::optimizer_state),
+      v_(layout, MemTag::optimizer_state) {}
 
 bool AdamW::decays(const ParamInfo& p) const { return p.is_matrix && (!p.is_embedding || config_.decay_embeddings); }
 

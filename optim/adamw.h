@@ -17,6 +17,9 @@ struct AdamWConfig {
   float eps = 1e-8f;
   float weight_decay = 0.1f;
   bool decay_embeddings = false;
+
+  // Throws dt::Error listing every field out of range (betas in [0, 1), eps > 0, decay >= 0).
+  void validate() const;
 };
 
 class AdamW {

@@ -13,6 +13,7 @@ namespace dt {
 
 double run_training(const TrainOptions& o) {
   o.lr.validate();
+  o.adamw.validate();
   if (o.micro_batches < 1) throw Error(str("micro-batches = ", o.micro_batches, " must be at least 1"));
   if (o.model.vocab_size != kByteVocabSize)
     throw Error(str("model.vocab_size = ", o.model.vocab_size, " but byte-level text has ", kByteVocabSize,
