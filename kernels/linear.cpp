@@ -5,9 +5,14 @@
 namespace dt::kernels {
 
 namespace {
-// inp (..., C) viewed as (N, C) against weight (OC, C).
-void check(std::string_view op, const Tensor& x, const char* x_name, int64_t width) {
-  DT_CHECK(x.ndim() >= 1 && x.dim(-1) == width, op, ": ", x_name, " is ", x.describe(), ", expected last dim ", width);
+// The two activations of a linear op, (..., width) each, viewed as (N, width): the last dims
+// must be the weight's and the row counts equal.
+void check_rows(std::string_view op, const Tensor& a, const char* a_name, int64_t a_width, const Tensor& b,
+                const char* b_name, int64_t b_width) {
+  DT_CHECK(a.ndim() >= 1 && a.dim(-1) == a_width, op, ": ", a_name, " is ", a.describe(), ", expected last dim ", a_width);
+  DT_CHECK(b.ndim() >= 1 && b.dim(-1) == b_width, op, ": ", b_name, " is ", b.describe(), ", expected last dim ", b_width);
+  DT_CHECK(a.numel() / a_width == b.numel() / b_width, op, ": ", a_name, " ", a.describe(), " and ", b_name, " ",
+           b.describe(), " have different row counts");
 }
 }  // namespace
 
@@ -16,11 +21,8 @@ void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   expect_float_dtype(op, weight);
   expect_same_device_and_dtype(op, {weight, out, inp, bias}, weight.dtype);
   DT_CHECK(weight.ndim() == 2, op, ": weight ", weight.describe());
-  const int64_t OC = weight.dim(0), C = weight.dim(1);
-  check(op, inp, "inp", C);
-  check(op, out, "out", OC);
-  DT_CHECK(inp.numel() / C == out.numel() / OC, op, ": inp ", inp.describe(), " and out ", out.describe());
-  if (bias.defined()) expect_shape(op, "bias", bias, {OC});
+  check_rows(op, inp, "inp", weight.dim(1), out, "out", weight.dim(0));
+  if (bias.defined()) expect_shape(op, "bias", bias, {weight.dim(0)});
   DT_DISPATCH_DEVICE(linear_forward, weight.device, out, inp, weight, bias);
 }
 
@@ -29,10 +31,7 @@ void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight) {
   expect_float_dtype(op, weight);
   expect_same_device_and_dtype(op, {weight, dinp, dout}, weight.dtype);
   DT_CHECK(weight.ndim() == 2, op, ": weight ", weight.describe());
-  check(op, dout, "dout", weight.dim(0));
-  check(op, dinp, "dinp", weight.dim(1));
-  DT_CHECK(dinp.numel() / weight.dim(1) == dout.numel() / weight.dim(0), op, ": dinp ", dinp.describe(), " and dout ",
-           dout.describe());
+  check_rows(op, dout, "dout", weight.dim(0), dinp, "dinp", weight.dim(1));
   DT_DISPATCH_DEVICE(linear_backward_input, weight.device, dinp, dout, weight);
 }
 
@@ -41,11 +40,8 @@ void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor in
   expect_float_dtype(op, dweight);
   expect_same_device_and_dtype(op, {dweight, dbias, dout, inp}, dweight.dtype);
   DT_CHECK(dweight.ndim() == 2, op, ": dweight ", dweight.describe());
-  const int64_t OC = dweight.dim(0), C = dweight.dim(1);
-  check(op, dout, "dout", OC);
-  check(op, inp, "inp", C);
-  DT_CHECK(inp.numel() / C == dout.numel() / OC, op, ": inp ", inp.describe(), " and dout ", dout.describe());
-  if (dbias.defined()) expect_shape(op, "dbias", dbias, {OC});
+  check_rows(op, dout, "dout", dweight.dim(0), inp, "inp", dweight.dim(1));
+  if (dbias.defined()) expect_shape(op, "dbias", dbias, {dweight.dim(0)});
   DT_DISPATCH_DEVICE(linear_backward_weight, dweight.device, dweight, dbias, dout, inp);
 }
 
