@@ -1,0 +1,146 @@
+#include "kernels/rmsnorm.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "tests/gradcheck.h"
+#include "tests/testing.h"
+
+namespace dt::kernels {
+namespace {
+
+using testing::element;
+using testing::random_normal;
+using testing::zeros;
+
+// 37 rows: not a multiple of any thread count above 1; 53 columns: not a multiple of a vector.
+constexpr int64_t N = 37, C = 53;
+constexpr float kEps = 1e-5f;
+
+TEST(RmsNorm, ForwardMatchesNaive) {
+  // A mean of 0.5 so the RMS is not the standard deviation (RMSNorm does not centre).
+  auto x = random_normal(DType::f32, {N, C}, 1, 2.0, 0.5), w = random_normal(DType::f32, {C}, 2, 1.0, 1.0);
+  auto out = zeros(DType::f32, {N, C}), rstd = zeros(DType::f32, {N}), expected = zeros(DType::f32, {N, C});
+  rmsnorm_forward(out.t, rstd.t, x.t, w.t, kEps);
+  double worst_rstd = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    double sq = 0;
+    for (int64_t c = 0; c < C; ++c) sq += std::pow(element(x.t, n * C + c), 2) / C;
+    const double s = 1 / std::sqrt(sq + kEps);
+    worst_rstd = std::max(worst_rstd, std::fabs(element(rstd.t, n) - s) / s);
+    for (int64_t c = 0; c < C; ++c)
+      expected.ptr<float>()[n * C + c] = static_cast<float>(element(x.t, n * C + c) * s * element(w.t, c));
+  }
+  // fp32 sum of 53 squares, a sqrt and two products: a few roundings of O(1) values.
+  const double err = testing::normalized_max_error(out.t, expected.t);
+  EXPECT_LE(worst_rstd, 1e-6);
+  EXPECT_LE(err, 1e-6);
+  std::printf("rmsnorm_forward f32 vs naive f64: out %.3g (normalized), rstd %.3g (relative)\n", err, worst_rstd);
+}
+
+TEST(RmsNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
+  auto x = random_normal(DType::f64, {N, C}, 4, 1.5, 0.3), w = random_normal(DType::f64, {C}, 5, 1.0, 1.0),
+       dout = random_normal(DType::f64, {N, C}, 7);
+  auto out = zeros(DType::f64, {N, C}), rstd = zeros(DType::f64, {N});
+  rmsnorm_forward(out.t, rstd.t, x.t, w.t, kEps);
+  auto dx = zeros(DType::f64, {N, C}), dw = zeros(DType::f64, {C});
+  rmsnorm_backward(dx.t, dw.t, dout.t, x.t, w.t, rstd.t);
+  auto loss = [&] {
+    rmsnorm_forward(out.t, rstd.t, x.t, w.t, kEps);
+    return testing::weighted_sum(out.t, dout.t);
+  };
+  const auto r = testing::check_gradients(loss, {{"inp", x.t, dx.t}, {"weight", w.t, dw.t}});
+  // Smooth function, h = 1e-6: truncation ~1e-12, roundoff ~1e-10 (see layernorm_test).
+  EXPECT_LE(r.worst_error, 1e-7) << r.where;
+  std::printf("rmsnorm_backward vs finite differences, worst relative error: %.3g at %s\n", r.worst_error,
+              r.where.c_str());
+
+  // Both gradients accumulate: starting from nonzero values, the call adds its gradient to them.
+  rmsnorm_forward(out.t, rstd.t, x.t, w.t, kEps);
+  const auto dx0 = random_normal(DType::f64, {N, C}, 8), dw0 = random_normal(DType::f64, {C}, 9);
+  auto dx2 = testing::converted(dx0.t, DType::f64), dw2 = testing::converted(dw0.t, DType::f64);
+  rmsnorm_backward(dx2.t, dw2.t, dout.t, x.t, w.t, rstd.t);
+  for (int64_t i = 0; i < N * C; ++i) EXPECT_NEAR(element(dx2.t, i), element(dx0.t, i) + element(dx.t, i), 1e-12);
+  for (int64_t i = 0; i < C; ++i) EXPECT_NEAR(element(dw2.t, i), element(dw0.t, i) + element(dw.t, i), 1e-12);
+}
+
+TEST(RmsNorm, Float32BackwardMatchesFloat64) {
+  auto x = random_normal(DType::f64, {N, C}, 10, 1.5, 0.3), w = random_normal(DType::f64, {C}, 11, 1.0, 1.0),
+       dout = random_normal(DType::f64, {N, C}, 12);
+  auto out = zeros(DType::f64, {N, C}), rstd = zeros(DType::f64, {N});
+  auto dx = zeros(DType::f64, {N, C}), dw = zeros(DType::f64, {C});
+  rmsnorm_forward(out.t, rstd.t, x.t, w.t, kEps);
+  rmsnorm_backward(dx.t, dw.t, dout.t, x.t, w.t, rstd.t);
+  const auto x32 = testing::converted(x.t, DType::f32), w32 = testing::converted(w.t, DType::f32),
+             dout32 = testing::converted(dout.t, DType::f32);
+  auto out32 = zeros(DType::f32, {N, C}), rstd32 = zeros(DType::f32, {N});
+  auto dx32 = zeros(DType::f32, {N, C}), dw32 = zeros(DType::f32, {C});
+  rmsnorm_forward(out32.t, rstd32.t, x32.t, w32.t, kEps);
+  rmsnorm_backward(dx32.t, dw32.t, dout32.t, x32.t, w32.t, rstd32.t);
+  // dinp sums 53 products per row; dweight sums 37 rows of products: each a few f32 roundings
+  // relative to the largest term (inputs rounded to f32 add one more).
+  const double err_dx = testing::normalized_max_error(dx32.t, testing::converted(dx.t, DType::f32).t);
+  const double err_dw = testing::normalized_max_error(dw32.t, testing::converted(dw.t, DType::f32).t);
+  EXPECT_LE(err_dx, 2e-6);
+  EXPECT_LE(err_dw, 2e-6);
+  std::printf("rmsnorm_backward f32 vs f64, worst normalized error: dinp %.3g, dweight %.3g\n", err_dx, err_dw);
+}
+
+// Runs forward and backward with `threads` OpenMP threads; returns dinp and dweight.
+struct Grads {
+  testing::OwnedTensor out, dx, dw;
+};
+Grads run_with_threads(int threads, const Tensor& x, const Tensor& w, const Tensor& dout) {
+  const int64_t rows = x.dim(0);
+  Grads g{zeros(DType::f32, {rows, C}), zeros(DType::f32, {rows, C}), zeros(DType::f32, {C})};
+  auto rstd = zeros(DType::f32, {rows});
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  rmsnorm_forward(g.out.t, rstd.t, x, w, kEps);
+  rmsnorm_backward(g.dx.t, g.dw.t, dout, x, w, rstd.t);
+  omp_set_num_threads(saved);
+  return g;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) { return std::memcmp(a.data, b.data, a.bytes()) == 0; }
+
+TEST(RmsNorm, SameBitsForAnyThreadCount) {
+  // 37 rows: one row per block; 600 rows: more rows than blocks, so blocks of 2 and 3 rows.
+  for (const int64_t rows : {N, int64_t{600}}) {
+    const auto x = random_normal(DType::f32, {rows, C}, 13, 1.0, 0.2), w = random_normal(DType::f32, {C}, 14),
+               dout = random_normal(DType::f32, {rows, C}, 15);
+    const Grads one = run_with_threads(1, x.t, w.t, dout.t), three = run_with_threads(3, x.t, w.t, dout.t),
+                four = run_with_threads(4, x.t, w.t, dout.t);
+    for (const Grads* g : {&three, &four}) {
+      EXPECT_TRUE(same_bits(one.out.t, g->out.t)) << rows << " rows";
+      EXPECT_TRUE(same_bits(one.dx.t, g->dx.t)) << rows << " rows";
+      EXPECT_TRUE(same_bits(one.dw.t, g->dw.t)) << rows << " rows";
+    }
+  }
+}
+
+TEST(RmsNorm, RejectsBadShapesAndAliasing) {
+  auto x = zeros(DType::f32, {N, C}), w = zeros(DType::f32, {C}), out = zeros(DType::f32, {N, C}),
+       rstd = zeros(DType::f32, {N}), dout = zeros(DType::f32, {N, C}), dx = zeros(DType::f32, {N, C}),
+       dw = zeros(DType::f32, {C});
+  EXPECT_NO_THROW(rmsnorm_forward(out.t, rstd.t, x.t, w.t, kEps));
+  EXPECT_NO_THROW(rmsnorm_backward(dx.t, dw.t, dout.t, x.t, w.t, rstd.t));
+  auto short_w = zeros(DType::f32, {C - 1}), short_rstd = zeros(DType::f32, {N - 1});
+  EXPECT_THROW(rmsnorm_forward(out.t, rstd.t, x.t, short_w.t, kEps), Error);
+  EXPECT_THROW(rmsnorm_forward(out.t, short_rstd.t, x.t, w.t, kEps), Error);
+  EXPECT_THROW(rmsnorm_forward(out.t.reshape({C, N}), rstd.t, x.t, w.t, kEps), Error);
+  EXPECT_THROW(rmsnorm_forward(x.t, rstd.t, x.t, w.t, kEps), Error);  // out aliases inp
+  auto w64 = zeros(DType::f64, {C});
+  EXPECT_THROW(rmsnorm_forward(out.t, rstd.t, x.t, w64.t, kEps), Error);
+  EXPECT_THROW(rmsnorm_backward(dx.t, short_w.t, dout.t, x.t, w.t, rstd.t), Error);
+  EXPECT_THROW(rmsnorm_backward(dx.t.reshape({C, N}), dw.t, dout.t, x.t, w.t, rstd.t), Error);
+  EXPECT_THROW(rmsnorm_backward(dx.t, dw.t, dout.t.reshape({C, N}), x.t, w.t, rstd.t), Error);
+  EXPECT_THROW(rmsnorm_backward(dx.t, dw.t, dout.t, x.t, w.t, short_rstd.t), Error);
+}
+
+}  // namespace
+}  // namespace dt::kernels

@@ -1,0 +1,51 @@
+#include "kernels/swiglu.h"
+
+#include "kernels/dispatch.h"
+
+namespace dt::kernels {
+
+namespace {
+
+// Checks inp (N, 2F) and returns out's shape (N, F).
+Shape out_shape(std::string_view op, const Tensor& inp) {
+  expect_float_dtype(op, inp);
+  DT_CHECK(inp.ndim() >= 1 && inp.dim(-1) > 0 && inp.dim(-1) % 2 == 0, op, ": inp is ", inp.describe(),
+           ", expected (N, 2F): the gate projection then the up projection, so an even, positive last dim");
+  Shape shape(inp.shape.begin(), inp.shape.end() - 1);
+  shape.push_back(inp.dim(-1) / 2);
+  return shape;
+}
+
+// Throws unless a and b occupy disjoint memory: the kernels read one while writing the other,
+// and a partial overlap (out (N, F) inside inp (N, 2F)) is as wrong as equal pointers.
+void expect_disjoint(std::string_view op, std::string_view a_name, const Tensor& a, std::string_view b_name,
+                     const Tensor& b) {
+  const auto* a0 = static_cast<const char*>(a.data);
+  const auto* b0 = static_cast<const char*>(b.data);
+  DT_CHECK(a0 + a.bytes() <= b0 || b0 + b.bytes() <= a0, op, ": ", a_name, " ", a.describe(), " overlaps ", b_name,
+           " ", b.describe(), "; pass separate buffers");
+}
+
+}  // namespace
+
+void swiglu_forward(Tensor out, Tensor inp) {
+  constexpr std::string_view op = "swiglu_forward";
+  const Shape shape = out_shape(op, inp);
+  expect_same_device_and_dtype(op, {inp, out}, inp.dtype);
+  expect_shape(op, "out", out, shape);
+  expect_disjoint(op, "out", out, "inp", inp);
+  DT_DISPATCH_DEVICE(swiglu_forward, inp.device, out, inp);
+}
+
+void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+  constexpr std::string_view op = "swiglu_backward";
+  const Shape shape = out_shape(op, inp);
+  expect_same_device_and_dtype(op, {inp, dinp, dout}, inp.dtype);
+  expect_shape(op, "dinp", dinp, inp.shape);
+  expect_shape(op, "dout", dout, shape);
+  expect_disjoint(op, "dinp", dinp, "inp", inp);
+  expect_disjoint(op, "dinp", dinp, "dout", dout);
+  DT_DISPATCH_DEVICE(swiglu_backward, inp.device, dinp, dout, inp);
+}
+
+}  // namespace dt::kernels
