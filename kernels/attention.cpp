@@ -18,15 +18,6 @@ int64_t head_size(std::string_view op, const Tensor& qkv, int n_head, int n_kv_h
   return qkv.dim(2) / heads;
 }
 
-// Throws unless a and b occupy disjoint memory: the kernels read one while writing the other.
-void expect_disjoint(std::string_view op, std::string_view a_name, const Tensor& a, std::string_view b_name,
-                     const Tensor& b) {
-  const auto* a0 = static_cast<const char*>(a.data);
-  const auto* b0 = static_cast<const char*>(b.data);
-  DT_CHECK(a0 + a.bytes() <= b0 || b0 + b.bytes() <= a0, op, ": ", a_name, " ", a.describe(), " overlaps ", b_name,
-           " ", b.describe(), "; pass separate buffers");
-}
-
 }  // namespace
 
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) {

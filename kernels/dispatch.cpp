@@ -15,6 +15,14 @@ void expect_same_device_and_dtype(std::string_view op, std::initializer_list<Ten
   }
 }
 
+void expect_disjoint(std::string_view op, std::string_view a_name, const Tensor& a, std::string_view b_name,
+                     const Tensor& b) {
+  const auto* a0 = static_cast<const char*>(a.data);
+  const auto* b0 = static_cast<const char*>(b.data);
+  DT_CHECK(a0 + a.bytes() <= b0 || b0 + b.bytes() <= a0, op, ": ", a_name, " ", a.describe(), " overlaps ", b_name,
+           " ", b.describe(), "; pass separate buffers");
+}
+
 void expect_float_dtype(std::string_view op, const Tensor& t) {
   DT_CHECK(t.dtype == DType::f32 || t.dtype == DType::f64, op, ": ", t.describe(),
            "; the CPU kernels take f32 or f64");

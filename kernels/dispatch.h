@@ -12,6 +12,11 @@ namespace dt::kernels {
 void expect_shape(std::string_view op, std::string_view arg, const Tensor& t, const Shape& shape);
 // Throws unless every defined tensor in `ts` is on the device of `ts[0]` and has dtype `dtype`.
 void expect_same_device_and_dtype(std::string_view op, std::initializer_list<Tensor> ts, DType dtype);
+// Throws unless a and b occupy disjoint memory: for kernels that read one while writing the
+// other, where a partial overlap (an (N, F) output inside an (N, 2F) input) is as wrong as
+// equal pointers.
+void expect_disjoint(std::string_view op, std::string_view a_name, const Tensor& a, std::string_view b_name,
+                     const Tensor& b);
 // Throws unless dtype is f32 or f64: the CPU kernels' float types.
 void expect_float_dtype(std::string_view op, const Tensor& t);
 

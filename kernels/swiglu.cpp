@@ -16,16 +16,6 @@ Shape out_shape(std::string_view op, const Tensor& inp) {
   return shape;
 }
 
-// Throws unless a and b occupy disjoint memory: the kernels read one while writing the other,
-// and a partial overlap (out (N, F) inside inp (N, 2F)) is as wrong as equal pointers.
-void expect_disjoint(std::string_view op, std::string_view a_name, const Tensor& a, std::string_view b_name,
-                     const Tensor& b) {
-  const auto* a0 = static_cast<const char*>(a.data);
-  const auto* b0 = static_cast<const char*>(b.data);
-  DT_CHECK(a0 + a.bytes() <= b0 || b0 + b.bytes() <= a0, op, ": ", a_name, " ", a.describe(), " overlaps ", b_name,
-           " ", b.describe(), "; pass separate buffers");
-}
-
 }  // namespace
 
 void swiglu_forward(Tensor out, Tensor inp) {
