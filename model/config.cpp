@@ -20,6 +20,24 @@ constexpr ModelConfig gpt2(int n_layer, int d_model, int n_head, int vocab_size 
           .max_seq_len = max_seq_len};
 }
 
+// Llama 3 shapes as published in Meta's params.json / Hugging Face's config.json. The 3.1 and
+// 3.2 models stretch rotary frequencies for their 128K context (rope_scaling "llama3").
+constexpr ModelConfig llama(int n_layer, int d_model, int n_head, int n_kv_head, int ffn_hidden_size, bool tied,
+                            int max_seq_len, double rope_scaling_factor, int vocab_size = 128256) {
+  return {.family = ModelFamily::llama,
+          .n_layer = n_layer,
+          .d_model = d_model,
+          .n_head = n_head,
+          .n_kv_head = n_kv_head,
+          .ffn_hidden_size = ffn_hidden_size,
+          .vocab_size = vocab_size,
+          .max_seq_len = max_seq_len,
+          .tied_embeddings = tied,
+          .norm_eps = 1e-5f,
+          .rope_theta = 500000,
+          .rope_scaling_factor = rope_scaling_factor};
+}
+
 constexpr Preset kPresets[] = {
     {"gpt2-124m", gpt2(12, 768, 12)},
     {"gpt2-355m", gpt2(24, 1024, 16)},
@@ -29,6 +47,13 @@ constexpr Preset kPresets[] = {
     // a multiple of 64, so padding and head splitting are always exercised.
     {"gpt2-tiny", gpt2(2, 48, 3, 997, 64)},
     {"gpt2-mini", gpt2(4, 192, 6, 50257, 256)},
+    {"llama3.2-1b", llama(16, 2048, 32, 8, 8192, true, 131072, 32)},
+    {"llama3.2-3b", llama(28, 3072, 24, 8, 8192, true, 131072, 32)},
+    {"llama3-8b", llama(32, 4096, 32, 8, 14336, false, 8192, 0)},
+    {"llama3-70b", llama(80, 8192, 64, 8, 28672, false, 8192, 0)},
+    {"llama3.1-405b", llama(126, 16384, 128, 8, 53248, false, 131072, 8)},
+    // 6 query heads over 2 KV heads, an untied output layer and the odd vocabulary of gpt2-tiny.
+    {"llama-tiny", llama(2, 48, 6, 2, 128, false, 64, 0, 997)},
 };
 
 }  // namespace
@@ -37,6 +62,8 @@ std::string_view model_family_name(ModelFamily family) {
   switch (family) {
     case ModelFamily::gpt2:
       return "gpt2";
+    case ModelFamily::llama:
+      return "llama";
   }
   return "?";
 }
@@ -57,6 +84,11 @@ void validate_model_config(const ModelConfig& c) {
   if (c.n_head >= 1 && c.d_model >= 1)
     require(c.d_model % c.n_head == 0, "d_model", c.d_model,
             str("must be divisible by n_head = ", c.n_head, " (head size = d_model / n_head)"));
+  require(c.n_kv_head >= 0, "n_kv_head", c.n_kv_head, "must be at least 0 (0 means n_head)");
+  if (c.n_kv_head >= 1 && c.n_head >= 1)
+    require(c.n_head % c.n_kv_head == 0, "n_kv_head", c.n_kv_head,
+            str("must divide n_head = ", c.n_head, " (each key/value head serves n_head / n_kv_head query heads)"));
+  require(c.ffn_hidden_size >= 0, "ffn_hidden_size", c.ffn_hidden_size, "must be at least 0 (0 means 4 * d_model)");
   require(c.vocab_size >= 1, "vocab_size", c.vocab_size, "must be at least 1");
   require(c.max_seq_len >= 1, "max_seq_len", c.max_seq_len, "must be at least 1");
   require(c.vocab_pad_multiple >= 1 && c.vocab_pad_multiple <= 4096, "vocab_pad_multiple", c.vocab_pad_multiple,
@@ -67,6 +99,31 @@ void validate_model_config(const ModelConfig& c) {
   require(c.vocab_size <= (1 << 30), "vocab_size", c.vocab_size, "must be at most 2^30");
   require(c.max_seq_len <= (1 << 24), "max_seq_len", c.max_seq_len, "must be at most 2^24");
   require(c.n_layer <= 4096, "n_layer", c.n_layer, "must be at most 4096");
+  require(c.ffn_hidden_size <= (1 << 24), "ffn_hidden_size", c.ffn_hidden_size, "must be at most 2^24");
+  const auto require_real = [&](bool ok, std::string_view field, double value, std::string_view valid) {
+    if (!ok) problems += str("\n  model.", field, " = ", value, ": ", valid);
+  };
+  require_real(c.norm_eps > 0 && c.norm_eps < 1, "norm_eps", c.norm_eps, "must be in (0, 1)");
+  if (c.family == ModelFamily::gpt2) {
+    require(c.n_kv_head == 0 || c.n_kv_head == c.n_head, "n_kv_head", c.n_kv_head,
+            "must equal n_head (or be 0) for gpt2, which has no grouped-query attention; use the llama family");
+    require(c.tied_embeddings, "tied_embeddings", c.tied_embeddings, "must be true for gpt2");
+  } else if (c.n_head >= 1 && c.d_model >= 1 && c.d_model % c.n_head == 0) {
+    require(c.head_size() % 2 == 0, "d_model", c.d_model,
+            str("gives head size d_model / n_head = ", c.head_size(), ", but rotary embedding needs an even head size"));
+  }
+  if (c.family == ModelFamily::llama) {
+    require_real(c.rope_theta > 1, "rope_theta", c.rope_theta, "must be above 1");
+    require_real(c.rope_scaling_factor == 0 || c.rope_scaling_factor >= 1, "rope_scaling_factor",
+                 c.rope_scaling_factor, "must be 0 (no scaling) or at least 1");
+    if (c.rope_scaling_factor > 0) {
+      require_real(c.rope_low_freq_factor > 0 && c.rope_high_freq_factor > c.rope_low_freq_factor,
+                   "rope_high_freq_factor", c.rope_high_freq_factor,
+                   str("must exceed rope_low_freq_factor = ", c.rope_low_freq_factor, " > 0"));
+      require(c.rope_original_max_seq_len >= 1, "rope_original_max_seq_len", c.rope_original_max_seq_len,
+              "must be at least 1");
+    }
+  }
   if (!problems.empty()) throw Error(str("invalid model description:", problems));
 }
 

@@ -12,7 +12,10 @@
 
 namespace dt {
 
-enum class ModelFamily { gpt2 };
+// gpt2: LayerNorm with bias, learned positions, GELU MLP, biases everywhere, tied embeddings.
+// llama: RMSNorm, rotary positions, SwiGLU MLP, no biases, grouped-query attention, tied or
+// untied output embedding.
+enum class ModelFamily { gpt2, llama };
 std::string_view model_family_name(ModelFamily family);
 
 struct ModelConfig {
@@ -20,22 +23,38 @@ struct ModelConfig {
   int n_layer = 0;
   int d_model = 0;      // C
   int n_head = 0;       // NH; head size HS = d_model / n_head
+  int n_kv_head = 0;    // NKV key/value heads, dividing NH (llama); 0 means NH
+  int ffn_hidden_size = 0;  // F, the MLP's hidden width; 0 means 4 * d_model (GPT-2's)
   int vocab_size = 0;   // V: the tokenizer's vocabulary; what logits, loss and saved tensors use
-  int max_seq_len = 0;  // rows of the learned position embedding
+  int max_seq_len = 0;  // longest sequence: rows of gpt2's position embedding, llama's context
+  bool tied_embeddings = true;  // the output projection is wte (else its own lm_head)
+  float norm_eps = 1e-5f;
+  // Rotary embedding (llama): base theta, and Llama 3's frequency scaling when factor > 0
+  // (kernels/rope.h).
+  double rope_theta = 10000;
+  double rope_scaling_factor = 0;
+  double rope_low_freq_factor = 1;
+  double rope_high_freq_factor = 4;
+  int rope_original_max_seq_len = 8192;
   // The embedding is stored with Vp = vocab_size rounded up to this multiple, for GEMM speed
   // (llm.c pads 50257 to 50304). The padding rows are zero, get zero gradient, and are never
   // shown: not in logits, loss, gradients, saved tensors or parameter counts.
   int vocab_pad_multiple = 128;
 
   int head_size() const { return d_model / n_head; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int qkv_width() const { return (n_head + 2 * kv_heads()) * head_size(); }  // fused q, k, v
   int padded_vocab_size() const;  // Vp
-  int ffn_hidden() const { return 4 * d_model; }
+  int ffn_hidden() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * d_model; }
+  // Output columns of the MLP's first projection: F, or 2F for SwiGLU's gate and up.
+  int ffn_in_width() const { return family == ModelFamily::llama ? 2 * ffn_hidden() : ffn_hidden(); }
 };
 
 // Throws dt::Error listing every invalid field with its value and valid range.
 void validate_model_config(const ModelConfig& config);
 
-// Published GPT-2 sizes (gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1558m) and small test sizes.
+// Published sizes (gpt2-124m ... gpt2-1558m, llama3.2-1b ... llama3.1-405b) and small test
+// sizes (gpt2-tiny, gpt2-mini, llama-tiny).
 // Throws dt::Error naming the valid presets for an unknown name.
 ModelConfig model_preset(std::string_view name);
 std::vector<std::string> model_preset_names();

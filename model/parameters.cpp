@@ -17,29 +17,34 @@ Shape ParamInfo::stored_shape() const {
 ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
   validate_model_config(config);
   const int64_t C = config.d_model, L = config.n_layer, F = config.ffn_hidden();
-  // GPT-2's initialisation: N(0, 0.02) for weights, and the residual projections scaled by
-  // 1/sqrt(2L) so the residual stream's variance does not grow with depth.
+  const int64_t Vp = config.padded_vocab_size();
+  const bool gpt2 = config.family == ModelFamily::gpt2;
+  // N(0, 0.02) for weights, as GPT-2 and Hugging Face's Llama initialise; GPT-2 also scales the
+  // residual projections by 1/sqrt(2L) so the residual stream's variance does not grow with
+  // depth. Norm weights start at one, biases at zero.
   const float std = 0.02f;
-  const float residual_std = std / std::sqrt(2.0f * static_cast<float>(L));
-  add("wte", {config.vocab_size, C}, ParamInit::normal, std, config.padded_vocab_size());
-  add("wpe", {config.max_seq_len, C}, ParamInit::normal, std);
+  const float residual_std = gpt2 ? std / std::sqrt(2.0f * static_cast<float>(L)) : std;
+  const auto norm = [&](const std::string& name) {
+    add(name + ".weight", {C}, ParamInit::ones, 0);
+    if (gpt2) add(name + ".bias", {C}, ParamInit::zeros, 0);
+  };
+  const auto linear = [&](const std::string& name, int64_t out, int64_t in, float init_std) {
+    add(name + ".weight", {out, in}, ParamInit::normal, init_std);
+    if (gpt2) add(name + ".bias", {out}, ParamInit::zeros, 0);
+  };
+  add("wte", {config.vocab_size, C}, ParamInit::normal, std, Vp);
+  if (gpt2) add("wpe", {config.max_seq_len, C}, ParamInit::normal, std);
   for (int l = 0; l < L; ++l) {
     const std::string h = str("h.", l, ".");
-    add(h + "ln_1.weight", {C}, ParamInit::ones, 0);
-    add(h + "ln_1.bias", {C}, ParamInit::zeros, 0);
-    add(h + "attn.qkv.weight", {3 * C, C}, ParamInit::normal, std);
-    add(h + "attn.qkv.bias", {3 * C}, ParamInit::zeros, 0);
-    add(h + "attn.proj.weight", {C, C}, ParamInit::normal, residual_std);
-    add(h + "attn.proj.bias", {C}, ParamInit::zeros, 0);
-    add(h + "ln_2.weight", {C}, ParamInit::ones, 0);
-    add(h + "ln_2.bias", {C}, ParamInit::zeros, 0);
-    add(h + "mlp.fc.weight", {F, C}, ParamInit::normal, std);
-    add(h + "mlp.fc.bias", {F}, ParamInit::zeros, 0);
-    add(h + "mlp.proj.weight", {C, F}, ParamInit::normal, residual_std);
-    add(h + "mlp.proj.bias", {C}, ParamInit::zeros, 0);
+    norm(h + "ln_1");
+    linear(h + "attn.qkv", config.qkv_width(), C, std);
+    linear(h + "attn.proj", C, C, residual_std);
+    norm(h + "ln_2");
+    linear(h + "mlp.fc", config.ffn_in_width(), C, std);  // llama: gate rows, then up rows
+    linear(h + "mlp.proj", C, F, residual_std);
   }
-  add("ln_f.weight", {C}, ParamInit::ones, 0);
-  add("ln_f.bias", {C}, ParamInit::zeros, 0);
+  norm("ln_f");
+  if (!config.tied_embeddings) add("lm_head", {config.vocab_size, C}, ParamInit::normal, std, Vp);
 }
 
 void ParameterLayout::add(std::string name, Shape shape, ParamInit init, float init_std, int64_t stored_rows) {
@@ -51,7 +56,9 @@ void ParameterLayout::add(std::string name, Shape shape, ParamInit init, float i
               .init_std = init_std,
               .is_matrix = shape.ndim() == 2,
               .is_embedding = false};
-  p.is_embedding = p.name == "wte" || p.name == "wpe";
+  // The output projection counts as an embedding whether tied (wte) or not (lm_head), so
+  // untying does not change which weights decay.
+  p.is_embedding = p.name == "wte" || p.name == "wpe" || p.name == "lm_head";
   total_elements_ += (p.stored_numel() + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
   params_.push_back(std::move(p));
 }

@@ -1,6 +1,7 @@
-#include "model/gpt2.h"
+#include "model/transformer.h"
 
 #include <cstring>
+#include <map>
 
 #include "core/buffer.h"
 #include "kernels/add.h"
@@ -10,6 +11,9 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 
 namespace dt {
 
@@ -19,18 +23,19 @@ namespace k = kernels;
 // micro-batch (N_max rows) and viewed with the current N. `saved` holds what backward reads
 // (tag activations); `scratch` holds the backward's working gradients (tag workspace), shared
 // by all layers because backward visits one layer at a time.
-struct GPT2::Activations {
+struct Transformer::Activations {
   struct Layer {
-    int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+    int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
   };
   std::vector<Layer> layers;
   int64_t encoded, lnf, lnf_mean, lnf_rstd, logits, losses;   // offsets into saved
-  int64_t dres, dtmp, dqkv, dfch;                               // offsets into scratch
+  int64_t dres, dtmp, dqkv, dfch, dact;                         // offsets into scratch
   Buffer saved, scratch;
   int64_t n_max;
 
-  Activations(const ModelConfig& c, int64_t n_max) : n_max(n_max) {
-    const int64_t C = c.d_model;
+  Activations(const ModelConfig& c, int64_t n_max, Recompute recompute) : n_max(n_max) {
+    const int64_t C = c.d_model, F = c.ffn_hidden();
+    const int64_t mean_width = c.family == ModelFamily::gpt2 ? 1 : 0;  // RMSNorm keeps no mean
     int64_t saved_elems = 0, scratch_elems = 0;
     // Each region is rounded to a cache line so that no two regions share one.
     auto region = [n_max](int64_t& total, int64_t width) {
@@ -40,13 +45,26 @@ struct GPT2::Activations {
     };
     auto s = [&](int64_t width) { return region(saved_elems, width); };
     encoded = s(C);
+    // A recomputed activation has one region that every layer shares: backward rebuilds it for
+    // the layer at hand. A kept one has a region per layer.
+    const auto kept_layer = [&](bool recomputed) {
+      return [&, recomputed, shared = std::map<int, int64_t>{}](int key, int64_t width) mutable {
+        if (!recomputed) return s(width);
+        if (!shared.count(key)) shared[key] = s(width);
+        return shared[key];
+      };
+    };
+    auto block = kept_layer(recompute == Recompute::full);      // everything inside a block
+    auto core = kept_layer(recompute != Recompute::none);       // the attention core
     for (int l = 0; l < c.n_layer; ++l)
-      layers.push_back({.ln1 = s(C), .ln1_mean = s(1), .ln1_rstd = s(1), .qkv = s(3 * C), .atty = s(C),
-                        .lse = s(c.n_head), .res2 = s(C), .ln2 = s(C), .ln2_mean = s(1), .ln2_rstd = s(1),
-                        .fch = s(c.ffn_hidden()), .fch_gelu = s(c.ffn_hidden()), .res3 = s(C)});
-    lnf = s(C), lnf_mean = s(1), lnf_rstd = s(1), logits = s(c.padded_vocab_size()), losses = s(1);
+      layers.push_back({.ln1 = block(0, C), .ln1_mean = block(1, mean_width), .ln1_rstd = block(2, 1),
+                        .qkv = block(3, c.qkv_width()), .atty = core(4, C), .lse = core(5, c.n_head),
+                        .res2 = block(6, C), .ln2 = block(7, C), .ln2_mean = block(8, mean_width),
+                        .ln2_rstd = block(9, 1), .fch = block(10, c.ffn_in_width()), .fch_act = block(11, F),
+                        .res3 = s(C)});  // the next block's input: always kept
+    lnf = s(C), lnf_mean = s(mean_width), lnf_rstd = s(1), logits = s(c.padded_vocab_size()), losses = s(1);
     auto w = [&](int64_t width) { return region(scratch_elems, width); };
-    dres = w(C), dtmp = w(C), dqkv = w(3 * C), dfch = w(c.ffn_hidden());
+    dres = w(C), dtmp = w(C), dqkv = w(c.qkv_width()), dfch = w(c.ffn_in_width()), dact = w(F);
     saved = Buffer(static_cast<size_t>(saved_elems) * sizeof(float), MemTag::activations, Device::cpu, false);
     scratch = Buffer(static_cast<size_t>(scratch_elems) * sizeof(float), MemTag::workspace, Device::cpu, false);
   }
@@ -56,17 +74,52 @@ struct GPT2::Activations {
   }
 };
 
-GPT2::GPT2(const ModelConfig& config, int batch_size, int seq_len)
+std::string_view recompute_name(Recompute policy) {
+  switch (policy) {
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+  }
+  return "?";
+}
+
+Recompute recompute_from_name(std::string_view name) {
+  for (Recompute policy : {Recompute::none, Recompute::selective, Recompute::full})
+    if (recompute_name(policy) == name) return policy;
+  throw Error(str("unknown recomputation policy '", name, "'; valid policies are none, selective, full"));
+}
+
+Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute)
     : layout_(validated(config, batch_size, seq_len)),  // before anything is allocated
       params_(layout_, MemTag::parameters),
       grads_(layout_, MemTag::gradients),
+      recompute_(recompute),
       batch_size_(batch_size),
       seq_len_(seq_len),
-      acts_(std::make_unique<Activations>(config, static_cast<int64_t>(batch_size) * seq_len)) {}
+      acts_(std::make_unique<Activations>(config, static_cast<int64_t>(batch_size) * seq_len, recompute)) {
+  if (config.family != ModelFamily::llama) return;
+  const int64_t half = config.head_size() / 2;
+  rope_table_ = Buffer(static_cast<size_t>(2 * seq_len * half) * sizeof(float), MemTag::workspace);
+  const kernels::RopeScaling scaling{.factor = config.rope_scaling_factor,
+                                     .low_freq_factor = config.rope_low_freq_factor,
+                                     .high_freq_factor = config.rope_high_freq_factor,
+                                     .original_max_seq_len = static_cast<double>(config.rope_original_max_seq_len)};
+  k::rope_table(rope_cos(), rope_sin(), k::rope_inverse_frequencies(config.head_size(), config.rope_theta, scaling));
+}
 
-GPT2::~GPT2() = default;
+Tensor Transformer::rope_cos() const { return rope_table_.view(DType::f32, {seq_len_, config().head_size() / 2}); }
 
-const ModelConfig& GPT2::validated(const ModelConfig& config, int batch_size, int seq_len) {
+Tensor Transformer::rope_sin() const {
+  const int64_t half = config().head_size() / 2;
+  return rope_table_.view(DType::f32, {seq_len_, half}, static_cast<size_t>(seq_len_ * half) * sizeof(float));
+}
+
+Transformer::~Transformer() = default;
+
+const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len) {
   validate_model_config(config);
   if (batch_size < 1) throw Error(str("batch size ", batch_size, " must be at least 1"));
   if (seq_len < 1 || seq_len > config.max_seq_len)
@@ -75,7 +128,7 @@ const ModelConfig& GPT2::validated(const ModelConfig& config, int batch_size, in
   return config;
 }
 
-void GPT2::check_inputs(Tensor tokens, Tensor targets) const {
+void Transformer::check_inputs(Tensor tokens, Tensor targets) const {
   DT_CHECK(tokens.dtype == DType::i32 && tokens.ndim() == 2, "tokens ", tokens.describe());
   const int64_t B = tokens.dim(0), T = tokens.dim(1);
   if (B < 1 || B > batch_size_ || T < 1 || T > seq_len_)
@@ -98,48 +151,88 @@ void GPT2::check_inputs(Tensor tokens, Tensor targets) const {
   }
 }
 
-void GPT2::forward_blocks(Tensor tokens) {
+Tensor Transformer::bias(FlatTensors& tensors, const std::string& name) const {
+  return config().family == ModelFamily::gpt2 ? tensors.stored(name + ".bias") : Tensor{};
+}
+
+const char* Transformer::output_weight_name() const { return config().tied_embeddings ? "wte" : "lm_head"; }
+
+void Transformer::norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, const std::string& name) {
+  const Tensor weight = params_.stored(name + ".weight");
+  if (config().family == ModelFamily::gpt2)
+    k::layernorm_forward(out, mean, rstd, inp, weight, bias(params_, name), config().norm_eps);
+  else
+    k::rmsnorm_forward(out, rstd, inp, weight, config().norm_eps);
+}
+
+void Transformer::norm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor mean, Tensor rstd, const std::string& name) {
+  const Tensor weight = params_.stored(name + ".weight"), dweight = grads_.stored(name + ".weight");
+  if (config().family == ModelFamily::gpt2)
+    k::layernorm_backward(dinp, dweight, bias(grads_, name), dout, inp, weight, mean, rstd);
+  else
+    k::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
+}
+
+void Transformer::forward_blocks(Tensor tokens) {
   const ModelConfig& c = config();
-  const int64_t B = tokens.dim(0), T = tokens.dim(1), N = B * T, C = c.d_model, F = c.ffn_hidden();
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), N = B * T, C = c.d_model;
   Activations& a = *acts_;
   auto act = [&](int64_t offset, int64_t width) { return Activations::view(a.saved, offset, {N, width}); };
-  auto p = [&](int l, std::string_view name) { return params_.stored(str("h.", l, ".", name)); };
   current_batch_ = static_cast<int>(B);
   current_seq_ = static_cast<int>(T);
 
   Tensor x = act(a.encoded, C);
   k::embedding_forward(x, tokens.reshape({N}), params_.stored("wte"));
-  k::position_embedding_forward(x.reshape({B, T, C}), params_.stored("wpe"));
-  Tensor proj_out = Activations::view(a.scratch, a.dtmp, {N, C});  // scratch is free during forward
-  for (int l = 0; l < c.n_layer; ++l) {
-    const Activations::Layer& L = a.layers[l];
-    Tensor ln1 = act(L.ln1, C), qkv = act(L.qkv, 3 * C), atty = act(L.atty, C), res2 = act(L.res2, C);
-    k::layernorm_forward(ln1, act(L.ln1_mean, 1).reshape({N}), act(L.ln1_rstd, 1).reshape({N}), x,
-                         p(l, "ln_1.weight"), p(l, "ln_1.bias"));
-    k::linear_forward(qkv, ln1, p(l, "attn.qkv.weight"), p(l, "attn.qkv.bias"));
-    k::attention_forward(atty.reshape({B, T, C}), Activations::view(a.saved, L.lse, {B, c.n_head, T}),
-                         qkv.reshape({B, T, 3 * C}), c.n_head, c.n_head);
-    k::linear_forward(proj_out, atty, p(l, "attn.proj.weight"), p(l, "attn.proj.bias"));
-    k::add_forward(res2, x, proj_out);
-
-    Tensor ln2 = act(L.ln2, C), fch = act(L.fch, F), fch_gelu = act(L.fch_gelu, F), res3 = act(L.res3, C);
-    k::layernorm_forward(ln2, act(L.ln2_mean, 1).reshape({N}), act(L.ln2_rstd, 1).reshape({N}), res2,
-                         p(l, "ln_2.weight"), p(l, "ln_2.bias"));
-    k::linear_forward(fch, ln2, p(l, "mlp.fc.weight"), p(l, "mlp.fc.bias"));
-    k::gelu_forward(fch_gelu, fch);
-    k::linear_forward(proj_out, fch_gelu, p(l, "mlp.proj.weight"), p(l, "mlp.proj.bias"));
-    k::add_forward(res3, res2, proj_out);
-    x = res3;
-  }
+  if (c.family == ModelFamily::gpt2) k::position_embedding_forward(x.reshape({B, T, C}), params_.stored("wpe"));
+  for (int l = 0; l < c.n_layer; ++l) block_forward(l, B, T);
   Tensor lnf = act(a.lnf, C);
-  k::layernorm_forward(lnf, act(a.lnf_mean, 1).reshape({N}), act(a.lnf_rstd, 1).reshape({N}), x,
-                       params_.stored("ln_f.weight"), params_.stored("ln_f.bias"));
-  // Padding rows of wte are zero, so padding columns of the logits are zero; the loss never
-  // reads them and sets their gradient to zero.
-  k::linear_forward(act(a.logits, c.padded_vocab_size()), lnf, params_.stored("wte"), Tensor{});
+  const bool gpt2 = c.family == ModelFamily::gpt2;
+  norm_forward(lnf, gpt2 ? act(a.lnf_mean, 1).reshape({N}) : Tensor{}, act(a.lnf_rstd, 1).reshape({N}),
+               c.n_layer > 0 ? act(a.layers.back().res3, C) : x, "ln_f");
+  // Padding rows of the output weight are zero, so padding columns of the logits are zero; the
+  // loss never reads them and sets their gradient to zero.
+  k::linear_forward(act(a.logits, c.padded_vocab_size()), lnf, params_.stored(output_weight_name()), Tensor{});
 }
 
-double GPT2::forward(Tensor tokens, Tensor targets) {
+void Transformer::block_forward(int l, int64_t B, int64_t T) {
+  const ModelConfig& c = config();
+  const int64_t N = B * T, C = c.d_model, F = c.ffn_hidden(), QKV = c.qkv_width(), FI = c.ffn_in_width();
+  const bool gpt2 = c.family == ModelFamily::gpt2;
+  Activations& a = *acts_;
+  const Activations::Layer& L = a.layers[l];
+  auto act = [&](int64_t offset, int64_t width) { return Activations::view(a.saved, offset, {N, width}); };
+  auto rows = [&](int64_t offset) { return Activations::view(a.saved, offset, {N}); };
+  auto mean_rows = [&](int64_t offset) { return gpt2 ? rows(offset) : Tensor{}; };  // RMSNorm has none
+  auto p = [&](std::string_view name) { return params_.stored(str("h.", l, ".", name)); };
+  auto b = [&](std::string_view name) { return bias(params_, str("h.", l, ".", name)); };
+  const std::string h = str("h.", l, ".");
+  // The branch outputs go through dtmp: free during forward, and free in backward when full
+  // recomputation reruns a block (the previous block's backward has consumed it; dres is kept).
+  Tensor proj_out = Activations::view(a.scratch, a.dtmp, {N, C});
+
+  Tensor x = l == 0 ? act(a.encoded, C) : act(a.layers[l - 1].res3, C);
+  Tensor ln1 = act(L.ln1, C), qkv = act(L.qkv, QKV), atty = act(L.atty, C), res2 = act(L.res2, C);
+  norm_forward(ln1, mean_rows(L.ln1_mean), rows(L.ln1_rstd), x, h + "ln_1");
+  k::linear_forward(qkv, ln1, p("attn.qkv.weight"), b("attn.qkv"));
+  // Rotated in place: attention and its backward need only the rotated q and k.
+  if (!gpt2) k::rope_forward(qkv.reshape({B, T, QKV}), rope_cos(), rope_sin(), c.n_head, c.kv_heads());
+  k::attention_forward(atty.reshape({B, T, C}), Activations::view(a.saved, L.lse, {B, c.n_head, T}),
+                       qkv.reshape({B, T, QKV}), c.n_head, c.kv_heads());
+  k::linear_forward(proj_out, atty, p("attn.proj.weight"), b("attn.proj"));
+  k::add_forward(res2, x, proj_out);
+
+  Tensor ln2 = act(L.ln2, C), fch = act(L.fch, FI), fch_act = act(L.fch_act, F), res3 = act(L.res3, C);
+  norm_forward(ln2, mean_rows(L.ln2_mean), rows(L.ln2_rstd), res2, h + "ln_2");
+  k::linear_forward(fch, ln2, p("mlp.fc.weight"), b("mlp.fc"));
+  if (gpt2)
+    k::gelu_forward(fch_act, fch);
+  else
+    k::swiglu_forward(fch_act, fch);
+  k::linear_forward(proj_out, fch_act, p("mlp.proj.weight"), b("mlp.proj"));
+  k::add_forward(res3, res2, proj_out);
+}
+
+double Transformer::forward(Tensor tokens, Tensor targets) {
   check_inputs(tokens, targets);
   forward_blocks(tokens);
   if (!targets.defined()) return 0.0;
@@ -152,7 +245,7 @@ double GPT2::forward(Tensor tokens, Tensor targets) {
   return sum;
 }
 
-double GPT2::forward_backward(Tensor tokens, Tensor targets, float loss_scale) {
+double Transformer::forward_backward(Tensor tokens, Tensor targets, float loss_scale) {
   DT_CHECK(targets.defined(), "forward_backward needs targets");
   check_inputs(tokens, targets);
   forward_blocks(tokens);
@@ -167,55 +260,67 @@ double GPT2::forward_backward(Tensor tokens, Tensor targets, float loss_scale) {
   return sum;
 }
 
-void GPT2::backward_blocks(Tensor tokens) {
+void Transformer::backward_blocks(Tensor tokens) {
   const ModelConfig& c = config();
   const int64_t B = tokens.dim(0), T = tokens.dim(1), N = B * T, C = c.d_model, F = c.ffn_hidden();
+  const int64_t QKV = c.qkv_width(), FI = c.ffn_in_width();
+  const bool gpt2 = c.family == ModelFamily::gpt2;
   Activations& a = *acts_;
   auto act = [&](int64_t offset, int64_t width) { return Activations::view(a.saved, offset, {N, width}); };
+  auto rows = [&](int64_t offset) { return Activations::view(a.saved, offset, {N}); };
+  auto mean_rows = [&](int64_t offset) { return gpt2 ? rows(offset) : Tensor{}; };  // RMSNorm has none
   auto tmp = [&](int64_t offset, int64_t width) { return Activations::view(a.scratch, offset, {N, width}); };
   auto p = [&](int l, std::string_view name) { return params_.stored(str("h.", l, ".", name)); };
   auto g = [&](int l, std::string_view name) { return grads_.stored(str("h.", l, ".", name)); };
+  auto gb = [&](int l, std::string_view name) { return bias(grads_, str("h.", l, ".", name)); };
 
   // dres carries the gradient of the residual stream down through the blocks; each branch's
-  // LayerNorm backward adds into it (kernels/layernorm.h accumulates dinp).
+  // norm backward adds into it (kernels/layernorm.h and rmsnorm.h accumulate dinp).
   Tensor dres = tmp(a.dres, C), dtmp = tmp(a.dtmp, C);
   Tensor dlogits = act(a.logits, c.padded_vocab_size());
-  k::linear_backward_input(dtmp, dlogits, params_.stored("wte"));
-  k::linear_backward_weight(grads_.stored("wte"), Tensor{}, dlogits, act(a.lnf, C));
+  k::linear_backward_input(dtmp, dlogits, params_.stored(output_weight_name()));
+  k::linear_backward_weight(grads_.stored(output_weight_name()), Tensor{}, dlogits, act(a.lnf, C));
   std::memset(dres.data, 0, dres.bytes());
   Tensor x_last = c.n_layer > 0 ? act(a.layers.back().res3, C) : act(a.encoded, C);
-  k::layernorm_backward(dres, grads_.stored("ln_f.weight"), grads_.stored("ln_f.bias"), dtmp, x_last,
-                        params_.stored("ln_f.weight"), act(a.lnf_mean, 1).reshape({N}), act(a.lnf_rstd, 1).reshape({N}));
+  norm_backward(dres, dtmp, x_last, mean_rows(a.lnf_mean), rows(a.lnf_rstd), "ln_f");
 
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const Activations::Layer& L = a.layers[l];
+    const std::string h = str("h.", l, ".");
     Tensor x = l == 0 ? act(a.encoded, C) : act(a.layers[l - 1].res3, C);
+    if (recompute_ == Recompute::full) block_forward(l, B, T);
     // MLP branch: dres is d(res3) here.
-    Tensor dfch = tmp(a.dfch, F);
-    k::linear_backward_input(dfch, dres, p(l, "mlp.proj.weight"));
-    k::linear_backward_weight(g(l, "mlp.proj.weight"), g(l, "mlp.proj.bias"), dres, act(L.fch_gelu, F));
-    k::gelu_backward(dfch, act(L.fch, F), dfch);
+    Tensor dfch = tmp(a.dfch, FI), dact = tmp(a.dact, F);
+    k::linear_backward_input(dact, dres, p(l, "mlp.proj.weight"));
+    k::linear_backward_weight(g(l, "mlp.proj.weight"), gb(l, "mlp.proj"), dres, act(L.fch_act, F));
+    if (gpt2)
+      k::gelu_backward(dfch, act(L.fch, FI), dact);
+    else
+      k::swiglu_backward(dfch, dact, act(L.fch, FI));
     k::linear_backward_input(dtmp, dfch, p(l, "mlp.fc.weight"));
-    k::linear_backward_weight(g(l, "mlp.fc.weight"), g(l, "mlp.fc.bias"), dfch, act(L.ln2, C));
-    k::layernorm_backward(dres, g(l, "ln_2.weight"), g(l, "ln_2.bias"), dtmp, act(L.res2, C), p(l, "ln_2.weight"),
-                          act(L.ln2_mean, 1).reshape({N}), act(L.ln2_rstd, 1).reshape({N}));
+    k::linear_backward_weight(g(l, "mlp.fc.weight"), gb(l, "mlp.fc"), dfch, act(L.ln2, C));
+    norm_backward(dres, dtmp, act(L.res2, C), mean_rows(L.ln2_mean), rows(L.ln2_rstd), h + "ln_2");
     // Attention branch: dres is d(res2) now.
+    if (recompute_ == Recompute::selective)
+      k::attention_forward(act(L.atty, C).reshape({B, T, C}), Activations::view(a.saved, L.lse, {B, c.n_head, T}),
+                           act(L.qkv, QKV).reshape({B, T, QKV}), c.n_head, c.kv_heads());
     k::linear_backward_input(dtmp, dres, p(l, "attn.proj.weight"));
-    k::linear_backward_weight(g(l, "attn.proj.weight"), g(l, "attn.proj.bias"), dres, act(L.atty, C));
-    Tensor dqkv = tmp(a.dqkv, 3 * C);
-    k::attention_backward(dqkv.reshape({B, T, 3 * C}), dtmp.reshape({B, T, C}), act(L.qkv, 3 * C).reshape({B, T, 3 * C}),
+    k::linear_backward_weight(g(l, "attn.proj.weight"), gb(l, "attn.proj"), dres, act(L.atty, C));
+    Tensor dqkv = tmp(a.dqkv, QKV);
+    k::attention_backward(dqkv.reshape({B, T, QKV}), dtmp.reshape({B, T, C}), act(L.qkv, QKV).reshape({B, T, QKV}),
                           act(L.atty, C).reshape({B, T, C}), Activations::view(a.saved, L.lse, {B, c.n_head, T}),
-                          c.n_head, c.n_head);
+                          c.n_head, c.kv_heads());
+    if (!gpt2)
+      k::rope_backward(dqkv.reshape({B, T, QKV}), rope_cos(), rope_sin(), c.n_head, c.kv_heads());
     k::linear_backward_input(dtmp, dqkv, p(l, "attn.qkv.weight"));
-    k::linear_backward_weight(g(l, "attn.qkv.weight"), g(l, "attn.qkv.bias"), dqkv, act(L.ln1, C));
-    k::layernorm_backward(dres, g(l, "ln_1.weight"), g(l, "ln_1.bias"), dtmp, x, p(l, "ln_1.weight"),
-                          act(L.ln1_mean, 1).reshape({N}), act(L.ln1_rstd, 1).reshape({N}));
+    k::linear_backward_weight(g(l, "attn.qkv.weight"), gb(l, "attn.qkv"), dqkv, act(L.ln1, C));
+    norm_backward(dres, dtmp, x, mean_rows(L.ln1_mean), rows(L.ln1_rstd), h + "ln_1");
   }
-  k::position_embedding_backward(grads_.stored("wpe"), dres.reshape({B, T, C}));
+  if (gpt2) k::position_embedding_backward(grads_.stored("wpe"), dres.reshape({B, T, C}));
   k::embedding_backward(grads_.stored("wte"), tokens.reshape({N}), dres);
 }
 
-void GPT2::copy_logits(Tensor out) const {
+void Transformer::copy_logits(Tensor out) const {
   const int64_t N = static_cast<int64_t>(current_batch_) * current_seq_;
   const int64_t V = config().vocab_size, Vp = config().padded_vocab_size();
   DT_CHECK(out.dtype == DType::f32 && out.numel() == N * V, "logits out ", out.describe());
@@ -224,11 +329,11 @@ void GPT2::copy_logits(Tensor out) const {
   for (int64_t n = 0; n < N; ++n) std::memcpy(dst + n * V, src + n * Vp, static_cast<size_t>(V) * sizeof(float));
 }
 
-Tensor GPT2::losses() const {
+Tensor Transformer::losses() const {
   return Activations::view(acts_->saved, acts_->losses, {current_batch_, current_seq_});
 }
 
-int64_t GPT2::count_targets(Tensor targets) {
+int64_t Transformer::count_targets(Tensor targets) {
   const int32_t* t = targets.ptr<int32_t>();
   int64_t n = 0;
   for (int64_t i = 0; i < targets.numel(); ++i) n += t[i] != k::kIgnoreIndex;

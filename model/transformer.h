@@ -1,12 +1,19 @@
-// GPT-2: forward and backward written by hand, block by block.
+// The decoder-only transformer of both families: forward and backward written by hand,
+// block by block.
 //
-//   x0 = wte[tokens] + wpe[0:T]
-//   block l:  x' = x + attn.proj(attention(attn.qkv(ln_1(x))))
-//             x  = x' + mlp.proj(gelu(mlp.fc(ln_2(x'))))
-//   logits = ln_f(x_L) @ wte^T                    (tied input and output embedding)
-//   losses[n] = cross_entropy(logits[n], targets[n])
+//   gpt2:   x0 = wte[tokens] + wpe[0:T]
+//           block l:  x' = x + attn.proj(attention(attn.qkv(ln_1(x))))
+//                     x  = x' + mlp.proj(gelu(mlp.fc(ln_2(x'))))
+//           logits = ln_f(x_L) @ wte^T                 (tied input and output embedding)
+//   llama:  x0 = wte[tokens]
+//           block l:  x' = x + attn.proj(attention(rope(attn.qkv(rmsnorm_1(x)))))
+//                     x  = x' + mlp.proj(swiglu(mlp.fc(rmsnorm_2(x'))))
+//           logits = rmsnorm_f(x_L) @ (lm_head or wte)^T
+//   both:   losses[n] = cross_entropy(logits[n], targets[n])
 //
-// Shapes: tokens, targets (B, T) i32; activations (B*T, C); logits (B*T, Vp) internally.
+// LayerNorm and linear layers carry biases in gpt2 only; attention is grouped-query
+// (n_kv_head key/value heads) in llama. Shapes: tokens, targets (B, T) i32; activations
+// (B*T, width); logits (B*T, Vp) internally.
 // The model owns its parameters, gradients (each one flat buffer, model/parameters.h) and the
 // activations for one micro-batch of at most (batch_size, seq_len) tokens, allocated once.
 // Not thread-safe: one model per thread.
@@ -15,18 +22,31 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/buffer.h"
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/parameters.h"
 
 namespace dt {
 
-class GPT2 {
+// What backward recomputes instead of keeping from forward (Korthikanti et al., "Reducing
+// Activation Recomputation in Large Transformer Models"):
+//   none:      every activation backward reads is kept.
+//   selective: the attention core (scores, softmax, weighted sum: atty and lse) is rerun in
+//              backward from the kept qkv, as Megatron's selective recomputation.
+//   full:      only each block's input is kept; the block's forward is rerun in backward.
+// The kernels are deterministic, so gradients are bitwise the same under every policy.
+enum class Recompute { none, selective, full };
+std::string_view recompute_name(Recompute policy);
+// Parses "none", "selective" or "full"; throws dt::Error naming the valid values.
+Recompute recompute_from_name(std::string_view name);
+
+class Transformer {
  public:
   // Validates the config and the sizes, then allocates; parameters start at zero until
   // init_parameters() or a load fills them.
-  GPT2(const ModelConfig& config, int batch_size, int seq_len);
-  ~GPT2();
+  Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none);
+  ~Transformer();
 
   const ModelConfig& config() const { return layout_.config(); }
   const ParameterLayout& layout() const { return layout_; }
@@ -34,6 +54,7 @@ class GPT2 {
   FlatTensors& grads() { return grads_; }
   int batch_size() const { return batch_size_; }
   int seq_len() const { return seq_len_; }
+  Recompute recompute() const { return recompute_; }
 
   // Runs the forward pass on tokens (B, T) and returns the sum of per-token losses over the
   // targets that are not ignore_index (kernels/cross_entropy.h). targets may be undefined:
@@ -57,16 +78,30 @@ class GPT2 {
   static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len);
   void check_inputs(Tensor tokens, Tensor targets) const;
   void forward_blocks(Tensor tokens);
+  // Block l's forward from its kept input: writes the block's activations and its output.
+  void block_forward(int l, int64_t B, int64_t T);
   void backward_blocks(Tensor tokens);
+  // The family's norm (LayerNorm or RMSNorm) of parameter prefix `name` ("h.3.ln_1", "ln_f").
+  void norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, const std::string& name);
+  void norm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor mean, Tensor rstd, const std::string& name);
+  // `name`.bias where the family has biases (gpt2), else an undefined tensor.
+  Tensor bias(FlatTensors& tensors, const std::string& name) const;
+  // llama's rotary tables, (seq_len, HS/2) each.
+  Tensor rope_cos() const;
+  Tensor rope_sin() const;
+  // The output projection: wte when tied, else lm_head.
+  const char* output_weight_name() const;
 
   ParameterLayout layout_;
   FlatTensors params_;
   FlatTensors grads_;
+  Recompute recompute_;
   int batch_size_;
   int seq_len_;
   int current_batch_ = 0;  // B and T of the last forward (at most batch_size_, seq_len_)
   int current_seq_ = 0;
   std::unique_ptr<Activations> acts_;
+  Buffer rope_table_;  // llama: cos and sin, (seq_len, HS/2) each
 };
 
 }  // namespace dt

@@ -4,9 +4,9 @@
 
 namespace dt {
 
-StepStats accumulate_gradients(GPT2& model, std::span<const MicroBatch> micro_batches) {
+StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches) {
   StepStats stats;
-  for (const MicroBatch& mb : micro_batches) stats.targets += GPT2::count_targets(mb.targets);
+  for (const MicroBatch& mb : micro_batches) stats.targets += Transformer::count_targets(mb.targets);
   if (stats.targets == 0)
     throw Error(str("every target of this global batch of ", micro_batches.size(),
                     " micro-batches is the ignore index, so its loss is undefined; check the data's masking"));
@@ -18,13 +18,13 @@ StepStats accumulate_gradients(GPT2& model, std::span<const MicroBatch> micro_ba
   return stats;
 }
 
-void apply_update(GPT2& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats) {
+void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats) {
   stats.grad_norm = global_grad_norm(model.grads());
   stats.grad_scale = clip_coefficient(stats.grad_norm, max_grad_norm);
   optimizer.step(model.params(), model.grads(), lr, stats.grad_scale);
 }
 
-StepStats train_step(GPT2& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
+StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm) {
   StepStats stats = accumulate_gradients(model, micro_batches);
   apply_update(model, optimizer, lr, max_grad_norm, stats);

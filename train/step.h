@@ -13,7 +13,7 @@
 #include <span>
 
 #include "core/tensor.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 
 namespace dt {
@@ -32,11 +32,11 @@ struct StepStats {
 
 // Zeroes the gradients, then runs forward and backward of every micro-batch, accumulating the
 // gradient of the global-batch mean loss. Sets loss and targets.
-StepStats accumulate_gradients(GPT2& model, std::span<const MicroBatch> micro_batches);
+StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches);
 // Global norm, clipping coefficient and the AdamW update. Sets grad_norm and grad_scale.
-void apply_update(GPT2& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats);
+void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats);
 // Both: one training step.
-StepStats train_step(GPT2& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
+StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm);
 
 }  // namespace dt

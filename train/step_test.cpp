@@ -35,7 +35,7 @@ TEST(TrainStep, TwoMicroBatchesOfFourEqualOneBatchOfEight) {
   const Tensor tokens = tok.view(DType::i32, {8, T}), targets = tgt.view(DType::i32, {8, T});
   fill_batch(tokens, targets, config.vocab_size);
 
-  GPT2 whole(config, 8, T), split(config, 4, T);
+  Transformer whole(config, 8, T), split(config, 4, T);
   init_parameters(whole.params(), 5);
   init_parameters(split.params(), 5);
   AdamW whole_opt(whole.layout(), {}), split_opt(split.layout(), {});
@@ -63,7 +63,7 @@ TEST(TrainStep, TwoMicroBatchesOfFourEqualOneBatchOfEight) {
 
 TEST(TrainStep, AllTargetsIgnoredIsAnError) {
   const ModelConfig config = model_preset("gpt2-tiny");
-  GPT2 model(config, 1, 4);
+  Transformer model(config, 1, 4);
   AdamW opt(model.layout(), {});
   Buffer tok(4 * sizeof(int32_t), MemTag::workspace), tgt(4 * sizeof(int32_t), MemTag::workspace);
   const Tensor tokens = tok.view(DType::i32, {1, 4}), targets = tgt.view(DType::i32, {1, 4});
@@ -73,7 +73,7 @@ TEST(TrainStep, AllTargetsIgnoredIsAnError) {
 }
 
 TEST(TrainStep, TokenOutsideVocabularyNamesPositionAndVocabulary) {
-  GPT2 model(model_preset("gpt2-tiny"), 1, 4);
+  Transformer model(model_preset("gpt2-tiny"), 1, 4);
   Buffer tok(4 * sizeof(int32_t), MemTag::workspace), tgt(4 * sizeof(int32_t), MemTag::workspace);
   const Tensor tokens = tok.view(DType::i32, {1, 4}), targets = tgt.view(DType::i32, {1, 4});
   tokens.ptr<int32_t>()[2] = 997;

@@ -6,7 +6,7 @@
 
 #include "core/allocator.h"
 #include "data/byte_text.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
 #include "train/step.h"
 
 namespace dt {
@@ -19,7 +19,7 @@ double run_training(const TrainOptions& o) {
     throw Error(str("model.vocab_size = ", o.model.vocab_size, " but byte-level text has ", kByteVocabSize,
                     " tokens; set --vocab-size ", kByteVocabSize));
   const ByteText text(o.text_path, o.seq_len);
-  GPT2 model(o.model, o.batch_size, o.seq_len);
+  Transformer model(o.model, o.batch_size, o.seq_len, o.recompute);
   init_parameters(model.params(), o.seed);
   AdamW optimizer(model.layout(), o.adamw);
 

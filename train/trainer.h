@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/config.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 
@@ -23,6 +24,7 @@ struct TrainOptions {
   AdamWConfig adamw;
   float max_grad_norm = 1.0f;
   uint64_t seed = 1337;
+  Recompute recompute = Recompute::none;
 };
 
 // Returns the loss of the last step.

@@ -1,12 +1,15 @@
-"""GPT-2 in plain PyTorch: the reference that dtrain's GPT-2 must match.
+"""GPT-2 and Llama in plain PyTorch: the reference that dtrain's models must match.
 
-Usage: /usr/bin/python3 gpt2_reference.py IN.safetensors OUT.safetensors
+Usage: /usr/bin/python3 transformer_reference.py IN.safetensors OUT.safetensors
 
 IN holds the initial parameters under dtrain's names and shapes (weights are (out, in), as
-torch.nn.Linear), the inputs `s{step}.mb{k}.tokens` / `.targets`, and in its metadata the model
-sizes and the optimizer settings. The reference runs, for each step: forward of every
-micro-batch (logits and summed loss recorded), backward of the global-batch mean loss,
-global-norm clipping, one AdamW step; and writes everything to OUT:
+torch.nn.Linear; llama's mlp.fc stacks the gate rows over the up rows), the inputs
+`s{step}.mb{k}.tokens` / `.targets`, and in its metadata the model description (family,
+n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, norm_eps,
+rope_theta, rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
+rope_original_max_seq_len) and the optimizer settings. For each step the reference runs:
+forward of every micro-batch (logits and summed loss recorded), backward of the global-batch
+mean loss, global-norm clipping, one AdamW step; and writes everything to OUT:
   s{i}.mb{k}.logits  (B, T, V)    s{i}.mb{k}.loss_sum ()   s{i}.loss ()   s{i}.grad_norm ()
   s{i}.grad.{name}                 s{i}.param.{name}        (after the optimizer step)
   s{i}.exp_avg.{name}   s{i}.exp_avg_sq.{name}     (AdamW's moments after the step)
@@ -23,18 +26,61 @@ import safetensors_io
 IGNORE_INDEX = -100
 
 
-class Attention(nn.Module):
-    def __init__(self, d_model, n_head):
+def rope_inverse_frequencies(head_size, theta, factor=0.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                             original_max_seq_len=8192):
+    """Hugging Face's default rotary frequencies, with its "llama3" scaling when factor > 0
+    (transformers/modeling_rope_utils.py, _compute_llama3_parameters)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_size, 2, dtype=torch.int64).float() / head_size))
+    if factor <= 0:
+        return inv_freq
+    low_freq_wavelen = original_max_seq_len / low_freq_factor
+    high_freq_wavelen = original_max_seq_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_max_seq_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, inv_freq_llama)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d_model, eps):
         super().__init__()
-        self.n_head = n_head
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class Attention(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_size = m.n_head, m.n_kv_head, m.d_model // m.n_head
+        bias = m.family == "gpt2"
+        self.qkv = nn.Linear(m.d_model, (m.n_head + 2 * m.n_kv_head) * self.head_size, bias=bias)
+        self.proj = nn.Linear(m.d_model, m.d_model, bias=bias)
+
+    def forward(self, x, rope):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.n_head))
+        HS = self.head_size
+        q, k, v = self.qkv(x).split([self.n_head * HS, self.n_kv_head * HS, self.n_kv_head * HS], dim=2)
+        q = q.view(B, T, self.n_head, HS).transpose(1, 2)
+        k = k.view(B, T, self.n_kv_head, HS).transpose(1, 2)
+        v = v.view(B, T, self.n_kv_head, HS).transpose(1, 2)
+        if rope is not None:
+            cos, sin = rope
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+        # Query head h reads key/value head h // (n_head / n_kv_head), as Hugging Face's repeat_kv.
+        k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
+        v = v.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         scores = scores.masked_fill(~mask, float("-inf"))
         y = F.softmax(scores, dim=-1) @ v
@@ -42,60 +88,99 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, d_model):
+    def __init__(self, m):
         super().__init__()
-        self.fc = nn.Linear(d_model, 4 * d_model)
-        self.proj = nn.Linear(4 * d_model, d_model)
+        self.gated = m.family == "llama"
+        bias = not self.gated
+        self.fc = nn.Linear(m.d_model, (2 if self.gated else 1) * m.ffn_hidden, bias=bias)
+        self.proj = nn.Linear(m.ffn_hidden, m.d_model, bias=bias)
 
     def forward(self, x):
-        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+        h = self.fc(x)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            return self.proj(F.silu(gate) * up)
+        return self.proj(F.gelu(h, approximate="tanh"))
+
+
+def make_norm(m):
+    return nn.LayerNorm(m.d_model, eps=m.norm_eps) if m.family == "gpt2" else RMSNorm(m.d_model, m.norm_eps)
 
 
 class Block(nn.Module):
-    def __init__(self, d_model, n_head):
+    def __init__(self, m):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(d_model)
-        self.attn = Attention(d_model, n_head)
-        self.ln_2 = nn.LayerNorm(d_model)
-        self.mlp = Mlp(d_model)
+        self.ln_1 = make_norm(m)
+        self.attn = Attention(m)
+        self.ln_2 = make_norm(m)
+        self.mlp = Mlp(m)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, rope):
+        x = x + self.attn(self.ln_1(x), rope)
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT2(nn.Module):
-    def __init__(self, n_layer, d_model, n_head, vocab_size, max_seq_len):
+class Transformer(nn.Module):
+    def __init__(self, m):
         super().__init__()
-        self.wte = nn.Embedding(vocab_size, d_model)
-        self.wpe = nn.Embedding(max_seq_len, d_model)
-        self.h = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
-        self.ln_f = nn.LayerNorm(d_model)
+        self.m = m
+        self.wte = nn.Embedding(m.vocab_size, m.d_model)
+        if m.family == "gpt2":
+            self.wpe = nn.Embedding(m.max_seq_len, m.d_model)
+        self.h = nn.ModuleList(Block(m) for _ in range(m.n_layer))
+        self.ln_f = make_norm(m)
+        if not m.tied:
+            self.lm_head = nn.Linear(m.d_model, m.vocab_size, bias=False)
 
     def forward(self, tokens):
         T = tokens.shape[1]
-        x = self.wte(tokens) + self.wpe(torch.arange(T))
+        x = self.wte(tokens)
+        rope = None
+        if self.m.family == "gpt2":
+            x = x + self.wpe(torch.arange(T))
+        else:
+            m = self.m
+            inv_freq = rope_inverse_frequencies(m.d_model // m.n_head, m.rope_theta, m.rope_scaling_factor,
+                                                m.rope_low_freq_factor, m.rope_high_freq_factor,
+                                                m.rope_original_max_seq_len)
+            freqs = torch.outer(torch.arange(T).float(), inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            rope = (emb.cos(), emb.sin())
         for block in self.h:
-            x = block(x)
-        return self.ln_f(x) @ self.wte.weight.t()  # tied output embedding
+            x = block(x, rope)
+        out = self.wte.weight if self.m.tied else self.lm_head.weight
+        return self.ln_f(x) @ out.t()
 
     def named_dtrain_parameters(self):
-        """(dtrain name, parameter): dtrain calls the embeddings 'wte' and 'wpe'."""
+        """(dtrain name, parameter): dtrain calls the embeddings 'wte', 'wpe' and 'lm_head'."""
         for name, p in self.named_parameters():
-            yield name.replace("wte.weight", "wte").replace("wpe.weight", "wpe"), p
+            yield {"wte.weight": "wte", "wpe.weight": "wpe", "lm_head.weight": "lm_head"}.get(name, name), p
+
+
+class Description:
+    """The model description from the metadata, with typed fields."""
+
+    def __init__(self, meta):
+        self.family = meta["family"]
+        for key in ("n_layer", "d_model", "n_head", "n_kv_head", "ffn_hidden", "vocab_size", "max_seq_len",
+                    "rope_original_max_seq_len"):
+            setattr(self, key, int(meta[key]))
+        for key in ("norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor"):
+            setattr(self, key, float(meta[key]))
+        self.tied = meta["tied"] == "1"
 
 
 def main(in_path, out_path):
     inputs, meta = safetensors_io.load(in_path)
-    m = {k: float(v) for k, v in meta.items()}
-    model = GPT2(int(m["n_layer"]), int(m["d_model"]), int(m["n_head"]), int(m["vocab_size"]),
-                 int(m["max_seq_len"]))
+    m = {k: float(v) for k, v in meta.items() if k != "family"}
+    model = Transformer(Description(meta))
     with torch.no_grad():
         for name, p in model.named_dtrain_parameters():
             p.copy_(inputs[name])
     params = dict(model.named_dtrain_parameters())
-    decay = [p for n, p in params.items() if p.dim() == 2 and n not in ("wte", "wpe")]
-    no_decay = [p for n, p in params.items() if not (p.dim() == 2 and n not in ("wte", "wpe"))]
+    embeddings = ("wte", "wpe", "lm_head")
+    decay = [p for n, p in params.items() if p.dim() == 2 and n not in embeddings]
+    no_decay = [p for n, p in params.items() if not (p.dim() == 2 and n not in embeddings)]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": m["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
         lr=m["lr"], betas=(m["beta1"], m["beta2"]), eps=m["eps"], foreach=False)
