@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every system package that dtrain's build, tests and quickstart need.
-# Debian package names only; safe to run any number of times (apt-get skips what is present).
+# Installs every system package that dtrain's build, tests and quickstart need (Debian package
+# names), then the pinned PyPI packages of the reference tests (scripts/python-requirements.txt)
+# for Debian's /usr/bin/python3. Safe to run any number of times: each step skips what is present.
 set -euo pipefail
 
 packages=(
@@ -10,6 +11,7 @@ packages=(
   libgtest-dev                                    # unit tests (GoogleTest, built from source by CMake)
   nlohmann-json3-dev                              # JSON headers of safetensors and tokenizer.json
   python3 python3-torch python3-numpy             # PyTorch reference for equivalence tests and bench/
+  python3-pip python3-yaml python3-requests python3-typing-extensions  # pip, and what the PyPI packages import
 )
 
 missing=()
@@ -18,13 +20,23 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages already installed"
-  exit 0
+  echo "setup: all ${#packages[@]} Debian packages already installed"
+else
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Debian marks its Python as externally managed; these packages go to /usr/local beside it.
+requirements="$(dirname "$0")/python-requirements.txt"
+if /usr/bin/python3 -m pip install --dry-run --break-system-packages --no-deps -r "$requirements" 2>/dev/null |
+    grep -q "^Would install"; then
+  echo "setup: installing the PyPI packages of $requirements"
+  /usr/bin/python3 -m pip install --quiet --no-warn-script-location --root-user-action=ignore \
+    --break-system-packages --no-deps -r "$requirements"
+else
+  echo "setup: PyPI packages of $requirements already installed"
+fi

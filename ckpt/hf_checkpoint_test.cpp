@@ -1,0 +1,158 @@
+// Hugging Face names and layouts, checked against transformers itself (tests/reference/hf_reference.py):
+// a model saved by transformers loads here and gives its logits, and a model saved here loads
+// in transformers and gives ours.
+#include "ckpt/hf_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include "ckpt/safetensors.h"
+#include "model/transformer.h"
+#include "tests/gradcheck.h"
+#include "tests/testing.h"
+
+namespace dt::ckpt {
+namespace {
+
+using testing::TempDir;
+
+constexpr int kSeq = 23;
+
+struct HfCase {
+  const char* name;
+  ModelConfig model;
+};
+
+void PrintTo(const HfCase& c, std::ostream* os) { *os << c.name; }
+
+ModelConfig sized(const char* preset, int vocab_size, int max_seq_len) {
+  ModelConfig c = model_preset(preset);
+  c.vocab_size = vocab_size;
+  c.max_seq_len = max_seq_len;
+  return c;
+}
+
+std::string make_args(const ModelConfig& c) {
+  return str(model_family_name(c.family), " n_layer=", c.n_layer, " d_model=", c.d_model, " n_head=", c.n_head,
+             " n_kv_head=", c.kv_heads(), " ffn_hidden=", c.ffn_hidden(), " vocab_size=", c.vocab_size,
+             " max_seq_len=", c.max_seq_len, " tied=", c.tied_embeddings ? 1 : 0, " rope_theta=", c.rope_theta,
+             " rope_scaling_factor=", c.rope_scaling_factor, " rope_original_max_seq_len=", c.rope_original_max_seq_len);
+}
+
+std::string token_list(const ModelConfig& c) {
+  std::string tokens;
+  for (int t = 0; t < kSeq; ++t) tokens += str(t ? "," : "", (t * 37 + 11) % c.vocab_size);
+  return tokens;
+}
+
+// Our logits for token_list(), (1, T, V).
+testing::OwnedTensor our_logits(Transformer& model) {
+  testing::OwnedTensor tokens = testing::zeros(DType::i32, {1, kSeq});
+  for (int t = 0; t < kSeq; ++t) tokens.ptr<int32_t>()[t] = (t * 37 + 11) % model.config().vocab_size;
+  model.forward(tokens.t, Tensor{});
+  testing::OwnedTensor logits = testing::zeros(DType::f32, {1, kSeq, model.config().vocab_size});
+  model.copy_logits(logits.t);
+  return logits;
+}
+
+class HfCheckpoint : public ::testing::TestWithParam<HfCase> {};
+
+TEST_P(HfCheckpoint, TransformersFilesLoadHereAndOursLoadInTransformers) {
+  const ModelConfig& config = GetParam().model;
+  TempDir dir;
+  ASSERT_EQ(testing::run_reference_script("hf_reference.py", str("make ", dir.path().string(), " ", make_args(config))), 0);
+  const std::string theirs = dir.file("model.safetensors");
+
+  Transformer model(config, 1, kSeq);
+  load_hf_safetensors(model.params(), theirs);
+  const testing::OwnedTensor logits = our_logits(model);
+  ASSERT_EQ(testing::run_reference_script(
+                "hf_reference.py", str("logits ", dir.path().string(), " ", theirs, " ", token_list(config), " ",
+                                       dir.file("their_logits.safetensors"))),
+            0);
+  const LoadedTensor reference =
+      SafetensorsReader(dir.file("their_logits.safetensors")).read("logits", MemTag::workspace);
+  // fp32 on both sides with different summation orders: as in model/pytorch_equivalence_test.
+  EXPECT_LE(testing::normalized_max_error(logits.t, reference.tensor), 1e-5);
+
+  save_hf_safetensors(model.params(), dir.file("ours.safetensors"));
+  ASSERT_EQ(testing::run_reference_script(
+                "hf_reference.py", str("logits ", dir.path().string(), " ", dir.file("ours.safetensors"), " ",
+                                       token_list(config), " ", dir.file("from_ours.safetensors"))),
+            0);
+  const LoadedTensor from_ours =
+      SafetensorsReader(dir.file("from_ours.safetensors")).read("logits", MemTag::workspace);
+  // The same weights reach transformers, so it reproduces its own logits exactly.
+  EXPECT_EQ(testing::normalized_max_error(from_ours.tensor, reference.tensor), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, HfCheckpoint,
+    ::testing::Values(HfCase{"gpt2", sized("gpt2-tiny", 97, 64)},
+                      // 6 heads over 2 KV heads, untied, Llama 3 rope scaling in all three bands.
+                      HfCase{"llama_gqa_untied_scaled",
+                             [] {
+                               ModelConfig c = sized("llama-tiny", 97, 128);
+                               c.rope_theta = 10000, c.rope_scaling_factor = 8, c.rope_original_max_seq_len = 64;
+                               return c;
+                             }()},
+                      // Multi-query, tied embeddings.
+                      HfCase{"llama_mqa_tied",
+                             [] {
+                               ModelConfig c = sized("llama-tiny", 61, 64);
+                               c.n_kv_head = 1, c.tied_embeddings = true;
+                               return c;
+                             }()}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+std::string load_error(const ModelConfig& config, const std::string& path) {
+  try {
+    Transformer model(config, 1, 4);
+    load_hf_safetensors(model.params(), path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HfCheckpoint, WrongFamilyMissingTensorAndWrongSizeAreNamed) {
+  TempDir dir;
+  const ModelConfig llama = sized("llama-tiny", 61, 64);
+  {
+    Transformer model(llama, 1, 4);
+    save_hf_safetensors(model.params(), dir.file("llama.safetensors"));
+  }
+  const std::string family = load_error(sized("gpt2-tiny", 61, 64), dir.file("llama.safetensors"));
+  EXPECT_NE(family.find("holds a llama model, but the model being loaded is gpt2"), std::string::npos) << family;
+
+  ModelConfig wider = llama;
+  wider.ffn_hidden_size = 64;
+  const std::string size = load_error(wider, dir.file("llama.safetensors"));
+  EXPECT_NE(size.find("tensor 'model.layers.0.mlp.gate_proj.weight' has shape (128, 48) but the model needs (64, 48)"),
+            std::string::npos)
+      << size;
+
+  // The same file without one tensor.
+  const SafetensorsReader full(dir.file("llama.safetensors"));
+  std::vector<LoadedTensor> kept;
+  SafetensorsWriter writer;
+  for (const std::string& name : full.names()) {
+    if (name == "model.layers.1.mlp.up_proj.weight") continue;
+    kept.push_back(full.read(name, MemTag::workspace));
+    writer.add(name, kept.back().tensor);
+  }
+  writer.write(dir.file("missing.safetensors"));
+  const std::string missing = load_error(llama, dir.file("missing.safetensors"));
+  EXPECT_NE(missing.find("missing.safetensors' has no tensor 'model.layers.1.mlp.up_proj.weight'"), std::string::npos)
+      << missing;
+
+  ModelConfig tied = llama;
+  tied.tied_embeddings = true;
+  const std::string untied = load_error(tied, dir.file("llama.safetensors"));
+  EXPECT_NE(untied.find("tensor 'lm_head.weight' has no place in this llama model (the file's output embedding is "
+                        "untied; set tied_embeddings = false)"),
+            std::string::npos)
+      << untied;
+}
+
+}  // namespace
+}  // namespace dt::ckpt

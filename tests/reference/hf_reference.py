@@ -1,0 +1,69 @@
+"""Hugging Face transformers as the reference for dtrain's Hugging Face names and layouts.
+
+usage:
+  hf_reference.py make DIR FAMILY KEY=VALUE...   builds a randomly initialised GPT2LMHeadModel or
+        LlamaForCausalLM from the sizes given (n_layer, d_model, n_head, n_kv_head, ffn_hidden,
+        vocab_size, max_seq_len, tied, rope_theta, rope_scaling_factor,
+        rope_original_max_seq_len) and saves it with save_pretrained to DIR (config.json and
+        model.safetensors, with Hugging Face's own names and layouts)
+  hf_reference.py logits DIR WEIGHTS TOKENS OUT  loads DIR's config with the weights file
+        WEIGHTS (safetensors, Hugging Face names), runs the token ids TOKENS (comma-separated, one
+        sequence) and writes the logits (1, T, V) to OUT as "logits"
+"""
+import sys
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+import safetensors_io
+
+
+def make(directory, family, sizes):
+    s = {k: float(v) for k, v in sizes.items()}
+    if family == "gpt2":
+        config = GPT2Config(n_layer=int(s["n_layer"]), n_embd=int(s["d_model"]), n_head=int(s["n_head"]),
+                            vocab_size=int(s["vocab_size"]), n_positions=int(s["max_seq_len"]),
+                            layer_norm_epsilon=1e-5, activation_function="gelu_new")
+        model = GPT2LMHeadModel(config)
+    else:
+        scaling = None
+        if s["rope_scaling_factor"] > 0:
+            scaling = {"rope_type": "llama3", "factor": s["rope_scaling_factor"], "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": int(s["rope_original_max_seq_len"])}
+        config = LlamaConfig(hidden_size=int(s["d_model"]), intermediate_size=int(s["ffn_hidden"]),
+                             num_hidden_layers=int(s["n_layer"]), num_attention_heads=int(s["n_head"]),
+                             num_key_value_heads=int(s["n_kv_head"]), vocab_size=int(s["vocab_size"]),
+                             max_position_embeddings=int(s["max_seq_len"]), rms_norm_eps=1e-5,
+                             rope_theta=s["rope_theta"], tie_word_embeddings=s["tied"] == 1, rope_scaling=scaling)
+        model = LlamaForCausalLM(config)
+    # The default initialisation leaves biases and norms at 0 and 1; perturb every tensor so
+    # that a misplaced one cannot go unnoticed.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(directory, safe_serialization=True)
+
+
+def logits(directory, weights, tokens, out):
+    config = AutoConfig.from_pretrained(directory)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    missing, unexpected = model.load_state_dict(load_file(weights), strict=False)
+    # Tied output embeddings are not stored; anything else missing or unexpected is a mismatch.
+    missing = [m for m in missing if not (m == "lm_head.weight" and config.tie_word_embeddings)]
+    assert not missing and not unexpected, (missing, unexpected)
+    model.tie_weights()
+    model.eval()
+    ids = torch.tensor([[int(t) for t in tokens.split(",")]])
+    with torch.no_grad():
+        safetensors_io.save(out, {"logits": model(ids).logits.float()})
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    if sys.argv[1] == "make":
+        make(sys.argv[2], sys.argv[3], dict(arg.split("=", 1) for arg in sys.argv[4:]))
+    else:
+        logits(*sys.argv[2:6])
