@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "model/config.h"
+#include "model/transformer.h"
 
 namespace dt {
 
@@ -19,6 +20,7 @@ struct StepBenchOptions {
   int steps = 10;   // timed steps; the median is reported
   int warmup = 2;   // untimed steps first
   int threads = 0;  // 0: OpenMP's default
+  Recompute recompute = Recompute::none;
 };
 
 struct StepBenchResult {
@@ -31,7 +33,11 @@ struct StepBenchResult {
 double step_flops(const ModelConfig& model, int64_t num_parameters, int batch_size, int seq_len);
 // Best of several runs of a 2048^3 GEMM through kernels::linear_forward, in GFLOP/s.
 double measure_sgemm_peak_gflop_per_s();
-// Prints a table of the timed steps and a summary; returns the summary.
+// Bytes of the activations tag that one more block adds under `policy`: the difference between
+// models of 2 and 1 layers of this shape, measured through the allocator.
+size_t measure_activation_bytes_per_layer(const ModelConfig& model, int batch_size, int seq_len, Recompute policy);
+// Prints a table of the timed steps and a summary, then the activation bytes per layer under
+// every recomputation policy beside Korthikanti et al.'s estimates; returns the summary.
 StepBenchResult run_step_bench(const StepBenchOptions& options);
 
 }  // namespace dt

@@ -11,14 +11,16 @@ int command_bench_step(int argc, char** argv, int first) {
       .flag("seq", "256", "tokens per sequence")
       .flag("steps", "10", "timed steps (the median is reported)")
       .flag("warmup", "2", "untimed steps before timing")
-      .flag("threads", "0", "OpenMP threads (0: OMP_NUM_THREADS or all cores)");
+      .flag("threads", "0", "OpenMP threads (0: OMP_NUM_THREADS or all cores)")
+      .flag("recompute", "none", "activation recomputation: none, selective (attention core) or full (whole blocks)");
   if (!args.parse(argc, argv, first)) return 0;
   run_step_bench({.model = model_from_flags(args),
                   .batch_size = static_cast<int>(args.get_int("batch")),
                   .seq_len = static_cast<int>(args.get_int("seq")),
                   .steps = static_cast<int>(args.get_int("steps")),
                   .warmup = static_cast<int>(args.get_int("warmup")),
-                  .threads = static_cast<int>(args.get_int("threads"))});
+                  .threads = static_cast<int>(args.get_int("threads")),
+                  .recompute = recompute_from_name(args.get("recompute"))});
   return 0;
 }
 

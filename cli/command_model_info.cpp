@@ -19,9 +19,19 @@ int command_model_info(int argc, char** argv, int first) {
   const ModelConfig config = model_from_flags(args, preset_arg);
   const ParameterLayout layout(config);
   const long long n = layout.num_parameters();
-  std::printf("%s: n_layer %d, d_model %d, n_head %d (head size %d), vocab %d (stored padded to %d), max_seq_len %d\n",
+  std::printf("%s: n_layer %d, d_model %d, n_head %d over %d key/value heads (head size %d), ffn_hidden %d, vocab %d "
+              "(stored padded to %d), max_seq_len %d, %s embeddings\n",
               std::string(model_family_name(config.family)).c_str(), config.n_layer, config.d_model, config.n_head,
-              config.head_size(), config.vocab_size, config.padded_vocab_size(), config.max_seq_len);
+              config.kv_heads(), config.head_size(), config.ffn_hidden(), config.vocab_size, config.padded_vocab_size(),
+              config.max_seq_len, config.tied_embeddings ? "tied" : "untied");
+  if (config.family == ModelFamily::llama)
+    std::printf("rotary: theta %g%s\n", config.rope_theta,
+                config.rope_scaling_factor > 0
+                    ? str(", Llama 3 scaling factor ", config.rope_scaling_factor, " (low ", config.rope_low_freq_factor,
+                          ", high ", config.rope_high_freq_factor, ", original context ",
+                          config.rope_original_max_seq_len, ")")
+                          .c_str()
+                    : "");
   std::printf("parameters: %lld\n", n);
   std::printf("bytes: fp32 %s, bf16/fp16 %s, fp8 %s\n", format_bytes(4.0 * n).c_str(), format_bytes(2.0 * n).c_str(),
               format_bytes(1.0 * n).c_str());

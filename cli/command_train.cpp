@@ -24,7 +24,8 @@ int command_train(int argc, char** argv, int first) {
       .flag("beta2", "0.95", "AdamW second-moment decay")
       .flag("eps", "1e-8", "AdamW epsilon")
       .flag("grad-clip", "1.0", "global gradient-norm clip (0 disables)")
-      .flag("seed", "1337", "seed of the parameter initialisation");
+      .flag("seed", "1337", "seed of the parameter initialisation")
+      .flag("recompute", "none", "activation recomputation: none, selective (attention core) or full (whole blocks)");
   if (!args.parse(argc, argv, first)) return 0;
   TrainOptions o;
   o.model = model_from_flags(args);
@@ -46,6 +47,7 @@ int command_train(int argc, char** argv, int first) {
              .decay_embeddings = args.get_bool("decay-embeddings")};
   o.max_grad_norm = static_cast<float>(args.get_double("grad-clip"));
   o.seed = static_cast<uint64_t>(args.get_int("seed"));
+  o.recompute = recompute_from_name(args.get("recompute"));
   run_training(o);
   return 0;
 }

@@ -11,6 +11,8 @@ void declare_model_flags(Args& args, const std::string& default_preset) {
       .flag("n-layer", "", "override the preset's number of blocks")
       .flag("d-model", "", "override the preset's channels (must be divisible by n-head)")
       .flag("n-head", "", "override the preset's attention heads")
+      .flag("n-kv-head", "", "override the preset's key/value heads (llama; must divide n-head)")
+      .flag("ffn-hidden", "", "override the preset's MLP hidden width")
       .flag("vocab-size", "", "override the preset's vocabulary size (tokens)")
       .flag("max-seq-len", "", "override the preset's maximum sequence length (tokens)");
 }
@@ -23,6 +25,8 @@ ModelConfig model_from_flags(const Args& args, const std::string& preset) {
   override_field("n-layer", c.n_layer);
   override_field("d-model", c.d_model);
   override_field("n-head", c.n_head);
+  override_field("n-kv-head", c.n_kv_head);
+  override_field("ffn-hidden", c.ffn_hidden_size);
   override_field("vocab-size", c.vocab_size);
   override_field("max-seq-len", c.max_seq_len);
   validate_model_config(c);
