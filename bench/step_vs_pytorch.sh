@@ -35,8 +35,10 @@ export OMP_NUM_THREADS=${o[threads]}
 # not recognise recent Xeons and would run its SSE3 kernels, handicapping the peer 3-5x.
 peer_env=()
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512bw /proc/cpuinfo; then peer_env=(OPENBLAS_CORETYPE=SkylakeX); fi
-ours=$(./build/dtrain bench step --model "$preset" "${common[@]}" | tee /dev/stderr |
+# Each side's full output goes to stderr as it runs (tee >(cat >&2), not tee /dev/stderr, which
+# would reopen and truncate a log file that stderr is redirected to).
+ours=$(./build/dtrain bench step --model "$preset" "${common[@]}" | tee >(cat >&2) |
        sed -n 's/^result tokens_per_s=\([0-9.]*\).*/\1/p')
 peer=$(env "${peer_env[@]}" /usr/bin/python3 bench/pytorch_step.py --family "${o[family]}" "${common[@]}" \
-         "${peer_model[@]}" | tee /dev/stderr | sed -n 's/^result tokens_per_s=\([0-9.]*\).*/\1/p')
+         "${peer_model[@]}" | tee >(cat >&2) | sed -n 's/^result tokens_per_s=\([0-9.]*\).*/\1/p')
 awk -v a="$ours" -v b="$peer" 'BEGIN { printf "dtrain %.1f tokens/s, pytorch %.1f tokens/s: ratio %.2fx\n", a, b, a / b }'
