@@ -47,6 +47,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "invalid AdamW settings:\n  beta2 = 1: must be in [0, 1)\n  eps = 0: must be finite and above 0"},
         Mistake{"bad_boolean", "train --model gpt2-tiny --decay-embeddings yes", 1,
                 "--decay-embeddings = 'yes' must be true or false"},
+        Mistake{"bad_loss_scale", "train --model gpt2-tiny --loss-scale -4", 1,
+                "invalid loss scaler settings:\n  initial_scale = -4: must be finite and above 0"},
+        Mistake{"unknown_recompute", "train --model gpt2-tiny --recompute partial", 1,
+                "unknown recomputation policy 'partial'; valid policies are none, selective, full"},
         Mistake{"bad_schedule", "train --model gpt2-tiny --steps 5 --warmup 9", 1,
                 "warmup_steps = 9: must be in [0, steps = 5]"}),
     [](const auto& info) { return std::string(info.param.name); });

@@ -1,33 +1,58 @@
 #include "train/step.h"
 
+#include <cmath>
+
+#include "kernels/reduce.h"
 #include "optim/grad_clip.h"
 
 namespace dt {
 
-StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches) {
+StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches, float loss_scale) {
   StepStats stats;
+  stats.loss_scale = loss_scale;
   for (const MicroBatch& mb : micro_batches) stats.targets += Transformer::count_targets(mb.targets);
   if (stats.targets == 0)
     throw Error(str("every target of this global batch of ", micro_batches.size(),
                     " micro-batches is the ignore index, so its loss is undefined; check the data's masking"));
-  const float loss_scale = static_cast<float>(1.0 / static_cast<double>(stats.targets));
+  const float token_scale = static_cast<float>(loss_scale / static_cast<double>(stats.targets));
   model.grads().zero();
   double loss_sum = 0;
-  for (const MicroBatch& mb : micro_batches) loss_sum += model.forward_backward(mb.tokens, mb.targets, loss_scale);
+  for (const MicroBatch& mb : micro_batches) loss_sum += model.forward_backward(mb.tokens, mb.targets, token_scale);
   stats.loss = loss_sum / static_cast<double>(stats.targets);
   return stats;
 }
 
-void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats) {
-  stats.grad_norm = global_grad_norm(model.grads());
+namespace {
+
+// The first gradient holding inf or NaN, in the order backward computes them (the reverse of
+// the parameter order).
+std::string first_nonfinite_gradient(const FlatTensors& grads) {
+  const auto& params = grads.layout().params();
+  for (auto p = params.rbegin(); p != params.rend(); ++p)
+    if (!kernels::all_finite(grads.shown(*p))) return p->name;
+  return "";
+}
+
+}  // namespace
+
+void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats,
+                  LossScaler* scaler, int64_t step) {
+  // A sum of squares in double overflows only if an element is inf or NaN.
+  const double scaled_norm = global_grad_norm(model.grads());
+  stats.applied = std::isfinite(scaled_norm);
+  if (!stats.applied) stats.nonfinite = first_nonfinite_gradient(model.grads());
+  if (scaler != nullptr) scaler->update(stats.applied, step);
+  if (!stats.applied) return;
+  // Unscale before clipping, so that clipping sees the true norm.
+  stats.grad_norm = scaled_norm / stats.loss_scale;
   stats.grad_scale = clip_coefficient(stats.grad_norm, max_grad_norm);
-  optimizer.step(model.params(), model.grads(), lr, stats.grad_scale);
+  optimizer.step(model.params(), model.grads(), lr, stats.grad_scale / stats.loss_scale);
 }
 
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
-                     float max_grad_norm) {
-  StepStats stats = accumulate_gradients(model, micro_batches);
-  apply_update(model, optimizer, lr, max_grad_norm, stats);
+                     float max_grad_norm, LossScaler* scaler, int64_t step) {
+  StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f);
+  apply_update(model, optimizer, lr, max_grad_norm, stats, scaler, step);
   return stats;
 }
 

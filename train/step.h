@@ -8,13 +8,21 @@
 // micro-batches of 4 sequences give the same update as 1 of 8.
 //
 // Then: global gradient norm, clipping coefficient, AdamW with the coefficient folded in.
+//
+// No update with a non-finite value is ever applied. When any gradient is inf or NaN the step
+// is skipped, and StepStats names the first tensor (in backward order, i.e. the one the
+// non-finite value reached first) that holds one. With a loss scaler (fp16 training,
+// optim/loss_scaler.h) the loss is multiplied by its scale, the gradients are unscaled before
+// clipping, and the scaler learns of every skipped step.
 #pragma once
 
 #include <span>
+#include <string>
 
 #include "core/tensor.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 
 namespace dt {
 
@@ -24,19 +32,25 @@ struct MicroBatch {
 };
 
 struct StepStats {
-  double loss = 0;       // mean over the counted targets
-  double grad_norm = 0;  // before clipping
-  float grad_scale = 1;  // clipping coefficient applied
-  int64_t targets = 0;   // targets counted
+  double loss = 0;        // mean over the counted targets
+  double grad_norm = 0;   // before clipping, unscaled
+  float grad_scale = 1;   // clipping coefficient applied
+  float loss_scale = 1;   // the loss was multiplied by this in backward
+  int64_t targets = 0;    // targets counted
+  bool applied = true;    // false: a gradient was not finite and the update was skipped
+  std::string nonfinite;  // when skipped: the first gradient tensor holding inf or NaN
 };
 
 // Zeroes the gradients, then runs forward and backward of every micro-batch, accumulating the
-// gradient of the global-batch mean loss. Sets loss and targets.
-StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches);
-// Global norm, clipping coefficient and the AdamW update. Sets grad_norm and grad_scale.
-void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats);
-// Both: one training step.
+// gradient of loss_scale times the global-batch mean loss. Sets loss, loss_scale and targets.
+StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches, float loss_scale = 1);
+// Global norm, clipping coefficient and the AdamW update, or a skipped step when a gradient is
+// not finite. Sets grad_norm, grad_scale, applied and nonfinite. With a scaler, reports the
+// outcome to it (which throws when the run has diverged); `step` is for its messages.
+void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats,
+                  LossScaler* scaler = nullptr, int64_t step = 0);
+// Both: one training step, with the scaler's current scale.
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
-                     float max_grad_norm);
+                     float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0);
 
 }  // namespace dt

@@ -61,6 +61,65 @@ TEST(TrainStep, TwoMicroBatchesOfFourEqualOneBatchOfEight) {
   EXPECT_LT(max_diff / max_abs, 1e-5);
 }
 
+// A power-of-two loss scale commutes with every rounding in backward and in the unscaling, so
+// a scaled step must give exactly the unscaled one: this checks that gradients are unscaled
+// before clipping and before AdamW, and nowhere twice.
+TEST(TrainStep, APowerOfTwoLossScaleGivesBitwiseTheUnscaledStep) {
+  const ModelConfig config = model_preset("gpt2-tiny");
+  constexpr int T = 16;
+  Buffer tok(8 * T * sizeof(int32_t), MemTag::workspace), tgt(8 * T * sizeof(int32_t), MemTag::workspace);
+  const Tensor tokens = tok.view(DType::i32, {8, T}), targets = tgt.view(DType::i32, {8, T});
+  fill_batch(tokens, targets, config.vocab_size);
+  const MicroBatch mb[] = {{tokens, targets}};
+  Transformer plain(config, 8, T), scaled(config, 8, T);
+  init_parameters(plain.params(), 5);
+  init_parameters(scaled.params(), 5);
+  AdamW plain_opt(plain.layout(), {}), scaled_opt(scaled.layout(), {});
+  LossScaler scaler({.initial_scale = 1024, .growth_interval = 1000});
+  for (int step = 1; step <= 2; ++step) {
+    // Clipping is active (max norm 0.1), so its coefficient must come from the unscaled norm.
+    const StepStats a = train_step(plain, plain_opt, mb, 1e-3f, 0.1f);
+    const StepStats b = train_step(scaled, scaled_opt, mb, 1e-3f, 0.1f, &scaler, step);
+    EXPECT_EQ(b.loss_scale, 1024);
+    EXPECT_EQ(a.grad_norm, b.grad_norm);
+    EXPECT_LT(a.grad_scale, 1);
+  }
+  EXPECT_EQ(std::memcmp(plain.params().all().data, scaled.params().all().data, plain.params().all().bytes()), 0);
+}
+
+TEST(TrainStep, ANonFiniteGradientSkipsTheUpdateAndNamesTheTensor) {
+  const ModelConfig config = model_preset("gpt2-tiny");
+  constexpr int T = 16;
+  Buffer tok(8 * T * sizeof(int32_t), MemTag::workspace), tgt(8 * T * sizeof(int32_t), MemTag::workspace);
+  const Tensor tokens = tok.view(DType::i32, {8, T}), targets = tgt.view(DType::i32, {8, T});
+  fill_batch(tokens, targets, config.vocab_size);
+  const MicroBatch mb[] = {{tokens, targets}};
+  Transformer model(config, 8, T);
+  init_parameters(model.params(), 5);
+  AdamW optimizer(model.layout(), {});
+  LossScaler scaler({.initial_scale = 256});
+  const std::vector<float> before(model.params().all().ptr<float>(),
+                                  model.params().all().ptr<float>() + model.params().all().numel());
+  StepStats stats = accumulate_gradients(model, mb, scaler.scale());
+  // Block 0's MLP and block 1's first norm overflowed; backward reaches block 1 first.
+  model.grads().shown("h.0.mlp.fc.bias").ptr<float>()[3] = INFINITY;
+  model.grads().shown("h.1.ln_1.weight").ptr<float>()[0] = NAN;
+  apply_update(model, optimizer, 1e-3f, 1.0f, stats, &scaler, 7);
+  EXPECT_FALSE(stats.applied);
+  EXPECT_EQ(stats.nonfinite, "h.1.ln_1.weight");
+  EXPECT_EQ(optimizer.steps_taken(), 0);
+  EXPECT_EQ(scaler.scale(), 128);
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+  EXPECT_EQ(std::memcmp(model.params().all().data, before.data(), before.size() * sizeof(float)), 0);
+  // Without a scaler (fp32, bf16) the step is skipped all the same.
+  stats = accumulate_gradients(model, mb);
+  model.grads().shown("wte").ptr<float>()[0] = NAN;
+  apply_update(model, optimizer, 1e-3f, 1.0f, stats);
+  EXPECT_FALSE(stats.applied);
+  EXPECT_EQ(stats.nonfinite, "wte");
+  EXPECT_EQ(std::memcmp(model.params().all().data, before.data(), before.size() * sizeof(float)), 0);
+}
+
 TEST(TrainStep, AllTargetsIgnoredIsAnError) {
   const ModelConfig config = model_preset("gpt2-tiny");
   Transformer model(config, 1, 4);

@@ -14,6 +14,7 @@ namespace dt {
 double run_training(const TrainOptions& o) {
   o.lr.validate();
   o.adamw.validate();
+  if (o.loss_scaler) o.loss_scaler->validate();
   if (o.micro_batches < 1) throw Error(str("micro-batches = ", o.micro_batches, " must be at least 1"));
   if (o.model.vocab_size != kByteVocabSize)
     throw Error(str("model.vocab_size = ", o.model.vocab_size, " but byte-level text has ", kByteVocabSize,
@@ -37,6 +38,8 @@ double run_training(const TrainOptions& o) {
               o.model.n_head, static_cast<long long>(model.layout().num_parameters()), o.batch_size, o.seq_len,
               o.micro_batches, o.text_path.c_str(), static_cast<long long>(text.size()));
 
+  std::optional<LossScaler> scaler;
+  if (o.loss_scaler) scaler.emplace(*o.loss_scaler);
   double loss = 0;
   int64_t sample = 0;
   const int64_t tokens_per_step = static_cast<int64_t>(o.batch_size) * o.seq_len * o.micro_batches;
@@ -47,14 +50,24 @@ double run_training(const TrainOptions& o) {
     }
     const auto start = std::chrono::steady_clock::now();
     const float lr = o.lr.at(step);
-    const StepStats stats = train_step(model, optimizer, micro_batches, lr, o.max_grad_norm);
+    const StepStats stats =
+        train_step(model, optimizer, micro_batches, lr, o.max_grad_norm, scaler ? &*scaler : nullptr, step + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     loss = stats.loss;
-    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s\n",
+    const std::string scale = scaler ? str(" | loss scale ", stats.loss_scale) : "";
+    if (!stats.applied) {
+      std::printf("step %5lld/%lld | loss %.4f | skipped: the gradient of %s is not finite%s\n",
+                  static_cast<long long>(step + 1), static_cast<long long>(o.lr.total_steps), stats.loss,
+                  stats.nonfinite.c_str(), scale.c_str());
+      continue;
+    }
+    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f%s | %.1f ms | %.0f tok/s\n",
                 static_cast<long long>(step + 1), static_cast<long long>(o.lr.total_steps), stats.loss, lr,
-                stats.grad_norm, seconds * 1e3, static_cast<double>(tokens_per_step) / seconds);
+                stats.grad_norm, scale.c_str(), seconds * 1e3, static_cast<double>(tokens_per_step) / seconds);
     std::fflush(stdout);
   }
+  if (scaler) std::printf("loss scaling: %lld steps skipped, final scale %g\n", static_cast<long long>(scaler->skipped_steps()),
+                          scaler->scale());
   std::printf("memory: %s\n", format_memory_stats(memory_stats(Device::cpu)).c_str());
   return loss;
 }

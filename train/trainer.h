@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "model/config.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 
 namespace dt {
@@ -25,6 +27,7 @@ struct TrainOptions {
   float max_grad_norm = 1.0f;
   uint64_t seed = 1337;
   Recompute recompute = Recompute::none;
+  std::optional<LossScalerConfig> loss_scaler;  // dynamic loss scaling (fp16); none by default
 };
 
 // Returns the loss of the last step.
