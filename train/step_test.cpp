@@ -25,15 +25,22 @@ void fill_batch(Tensor tokens, Tensor targets, int vocab_size) {
   }
 }
 
+// The 8 x 16 batch of fill_batch, owned.
+struct Batch {
+  static constexpr int T = 16;
+  Buffer token_memory{8 * T * sizeof(int32_t), MemTag::workspace}, target_memory{8 * T * sizeof(int32_t), MemTag::workspace};
+  Tensor tokens = token_memory.view(DType::i32, {8, T}), targets = target_memory.view(DType::i32, {8, T});
+  explicit Batch(const ModelConfig& config) { fill_batch(tokens, targets, config.vocab_size); }
+};
+
 // The trap: averaging each micro-batch's own mean weighs a token in a sparsely-labelled
 // micro-batch more than one in a dense micro-batch. The global-batch mean must not depend on
 // how the batch is split.
 TEST(TrainStep, TwoMicroBatchesOfFourEqualOneBatchOfEight) {
   const ModelConfig config = model_preset("gpt2-tiny");
-  constexpr int T = 16;
-  Buffer tok(8 * T * sizeof(int32_t), MemTag::workspace), tgt(8 * T * sizeof(int32_t), MemTag::workspace);
-  const Tensor tokens = tok.view(DType::i32, {8, T}), targets = tgt.view(DType::i32, {8, T});
-  fill_batch(tokens, targets, config.vocab_size);
+  constexpr int T = Batch::T;
+  const Batch batch(config);
+  const Tensor tokens = batch.tokens, targets = batch.targets;
 
   Transformer whole(config, 8, T), split(config, 4, T);
   init_parameters(whole.params(), 5);
@@ -66,10 +73,9 @@ TEST(TrainStep, TwoMicroBatchesOfFourEqualOneBatchOfEight) {
 // before clipping and before AdamW, and nowhere twice.
 TEST(TrainStep, APowerOfTwoLossScaleGivesBitwiseTheUnscaledStep) {
   const ModelConfig config = model_preset("gpt2-tiny");
-  constexpr int T = 16;
-  Buffer tok(8 * T * sizeof(int32_t), MemTag::workspace), tgt(8 * T * sizeof(int32_t), MemTag::workspace);
-  const Tensor tokens = tok.view(DType::i32, {8, T}), targets = tgt.view(DType::i32, {8, T});
-  fill_batch(tokens, targets, config.vocab_size);
+  constexpr int T = Batch::T;
+  const Batch batch(config);
+  const Tensor tokens = batch.tokens, targets = batch.targets;
   const MicroBatch mb[] = {{tokens, targets}};
   Transformer plain(config, 8, T), scaled(config, 8, T);
   init_parameters(plain.params(), 5);
@@ -89,10 +95,9 @@ TEST(TrainStep, APowerOfTwoLossScaleGivesBitwiseTheUnscaledStep) {
 
 TEST(TrainStep, ANonFiniteGradientSkipsTheUpdateAndNamesTheTensor) {
   const ModelConfig config = model_preset("gpt2-tiny");
-  constexpr int T = 16;
-  Buffer tok(8 * T * sizeof(int32_t), MemTag::workspace), tgt(8 * T * sizeof(int32_t), MemTag::workspace);
-  const Tensor tokens = tok.view(DType::i32, {8, T}), targets = tgt.view(DType::i32, {8, T});
-  fill_batch(tokens, targets, config.vocab_size);
+  constexpr int T = Batch::T;
+  const Batch batch(config);
+  const Tensor tokens = batch.tokens, targets = batch.targets;
   const MicroBatch mb[] = {{tokens, targets}};
   Transformer model(config, 8, T);
   init_parameters(model.params(), 5);
