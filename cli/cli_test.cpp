@@ -60,6 +60,16 @@ TEST(Cli, ModelInfoPrintsThePublishedParameterCounts) {
   EXPECT_NE(run_dtrain("model info gpt2-1558m").output.find("parameters: 1557611200"), std::string::npos);
 }
 
+// The benchmarks' figures are not asserted (they depend on the machine), but the commands run.
+TEST(Cli, BenchmarksRunOnATinyShape) {
+  for (const char* args : {"bench gemm --model gpt2-tiny --batch 1 --seq 8 --reps 1",
+                           "bench step --model llama-tiny --batch 1 --seq 8 --steps 1 --warmup 0 --recompute full"}) {
+    const auto result = run_dtrain(args);
+    EXPECT_EQ(result.status, 0) << args << "\n" << result.output;
+    EXPECT_NE(result.output.find("\nresult "), std::string::npos) << args << "\n" << result.output;
+  }
+}
+
 TEST(Cli, TrainPrintsAFallingLossEveryStep) {
   const auto result = run_dtrain(str("train --model gpt2-tiny --text ", DTRAIN_SOURCE_DIR,
                                      "/README.md --steps 4 --warmup 1 --batch 2 --seq 16"));

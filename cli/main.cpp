@@ -13,6 +13,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train        train a GPT-2 on the bytes of a text file\n"
     "  bench step   time training steps of a model shape, against this machine's sgemm peak\n"
+    "  bench gemm   time a step's matrix products: OpenBLAS fp32, oneDNN fp32 and bf16\n"
     "  model info   parameter count, bytes and parameter list of a model description\n";
 
 int run(int argc, char** argv) {
@@ -21,6 +22,7 @@ int run(int argc, char** argv) {
   const std::string sub = argc > 2 ? argv[2] : "";
   if (command == "train") return command_train(argc, argv, 2);
   if (command == "bench" && sub == "step") return command_bench_step(argc, argv, 3);
+  if (command == "bench" && sub == "gemm") return command_bench_gemm(argc, argv, 3);
   if (command == "model" && sub == "info") return command_model_info(argc, argv, 3);
   if (command.empty() || command == "--help" || command == "-h" || command == "help") {
     std::fputs(kUsage, stdout);

@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config   # compiler and build
   libopenblas-openmp-dev                          # sgemm for kernels/cpu; the OpenMP build shares our thread pool
+  libdnnl-dev                                     # oneDNN: bf16 matrix products on AMX / AVX-512 BF16
   libopenmpi-dev openmpi-bin                      # multi-rank launch and the MPI backend
   libgtest-dev                                    # unit tests (GoogleTest, built from source by CMake)
   nlohmann-json3-dev                              # JSON headers of safetensors and tokenizer.json
