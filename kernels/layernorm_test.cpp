@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
+#include <cstring>
 
 #include "tests/gradcheck.h"
 #include "tests/testing.h"
@@ -61,6 +64,31 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
   for (int64_t i = 0; i < dx.t.numel(); ++i) EXPECT_NEAR(element(dx2.t, i), 2 * element(dx.t, i), 1e-12);
   for (int64_t i = 0; i < C; ++i) EXPECT_NEAR(element(dw2.t, i), 2 * element(dw.t, i), 1e-12);
   for (int64_t i = 0; i < C; ++i) EXPECT_NEAR(element(db2.t, i), 2 * element(db.t, i), 1e-12);
+}
+
+// The weight gradients are sums over rows; their bits must not depend on the thread count, so
+// that a run on another machine, or resumed with other threads, repeats exactly.
+TEST(LayerNorm, BackwardHasTheSameBitsForAnyThreadCount) {
+  for (const int64_t rows : {N, int64_t{600}}) {  // fewer and more rows than row blocks
+    const auto x = random_normal(DType::f32, {rows, C}, 21, 1.5, 0.3), w = random_normal(DType::f32, {C}, 22),
+               b = random_normal(DType::f32, {C}, 23), dout = random_normal(DType::f32, {rows, C}, 24);
+    std::vector<std::vector<float>> results;
+    for (const int threads : {1, 3, 4}) {
+      auto out = zeros(DType::f32, {rows, C}), mean = zeros(DType::f32, {rows}), rstd = zeros(DType::f32, {rows});
+      auto dx = zeros(DType::f32, {rows, C}), dw = zeros(DType::f32, {C}), db = zeros(DType::f32, {C});
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      layernorm_forward(out.t, mean.t, rstd.t, x.t, w.t, b.t);
+      layernorm_backward(dx.t, dw.t, db.t, dout.t, x.t, w.t, mean.t, rstd.t);
+      omp_set_num_threads(saved);
+      std::vector<float> all(dx.ptr<float>(), dx.ptr<float>() + rows * C);
+      all.insert(all.end(), dw.ptr<float>(), dw.ptr<float>() + C);
+      all.insert(all.end(), db.ptr<float>(), db.ptr<float>() + C);
+      results.push_back(std::move(all));
+    }
+    for (size_t i = 1; i < results.size(); ++i)
+      EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)), 0) << rows << " rows";
+  }
 }
 
 }  // namespace

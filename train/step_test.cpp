@@ -1,6 +1,7 @@
 #include "train/step.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -123,6 +124,29 @@ TEST(TrainStep, ANonFiniteGradientSkipsTheUpdateAndNamesTheTensor) {
   EXPECT_FALSE(stats.applied);
   EXPECT_EQ(stats.nonfinite, "wte");
   EXPECT_EQ(std::memcmp(model.params().all().data, before.data(), before.size() * sizeof(float)), 0);
+}
+
+// Every kernel's reductions are fixed by the sizes alone, so a run repeats bit for bit whatever
+// the number of threads it is given (a resumed run on another machine included).
+TEST(TrainStep, StepsHaveTheSameBitsForAnyThreadCount) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    const ModelConfig config = model_preset(preset);
+    const Batch batch(config);
+    const MicroBatch mb[] = {{batch.tokens, batch.targets}};
+    std::vector<std::vector<float>> params;
+    const int saved = omp_get_max_threads();
+    for (const int threads : {1, 3}) {
+      omp_set_num_threads(threads);
+      Transformer model(config, 8, Batch::T);
+      init_parameters(model.params(), 5);
+      AdamW optimizer(model.layout(), {});
+      for (int step = 0; step < 2; ++step) train_step(model, optimizer, mb, 1e-3f, 0.5f);
+      const Tensor all = model.params().all();
+      params.emplace_back(all.ptr<float>(), all.ptr<float>() + all.numel());
+    }
+    omp_set_num_threads(saved);
+    EXPECT_EQ(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)), 0) << preset;
+  }
 }
 
 TEST(TrainStep, AllTargetsIgnoredIsAnError) {

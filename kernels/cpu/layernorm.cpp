@@ -1,9 +1,8 @@
-#include <omp.h>
-
 #include <cmath>
 
 #include "core/buffer.h"
 #include "kernels/cpu/float_type.h"
+#include "kernels/cpu/row_blocks.h"
 #include "kernels/layernorm.h"
 
 namespace dt::kernels::cpu {
@@ -40,16 +39,15 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
     const int64_t C = inp.dim(-1), N = inp.numel() / C;
     const T *x = inp.ptr<T>(), *w = weight.ptr<T>(), *dy = dout.ptr<T>(), *mu = mean.ptr<T>(), *rs = rstd.ptr<T>();
     T *dx = dinp.ptr<T>(), *dw = dweight.ptr<T>(), *db = dbias.ptr<T>();
-    // dweight and dbias are sums over rows: each thread sums a contiguous block of rows into its
-    // own partial, and the partials are added in thread order, so the result is deterministic.
-    const int threads = omp_get_max_threads();
-    Buffer partial_buffer(static_cast<size_t>(threads) * 2 * C * sizeof(T), MemTag::workspace);
+    // dweight and dbias are sums over rows, taken through fixed row blocks so that they have
+    // the same bits for any thread count (row_blocks.h).
+    const int64_t blocks = row_blocks(N);
+    Buffer partial_buffer(static_cast<size_t>(blocks * 2 * C) * sizeof(T), MemTag::workspace);
     T* partials = static_cast<T*>(partial_buffer.data());
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num();
-      const Range rows = split_range(N, omp_get_num_threads(), t);
-      T* pw = partials + 2 * C * t;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < blocks; ++k) {
+      const Range rows = split_range(N, static_cast<int>(blocks), static_cast<int>(k));
+      T* pw = partials + 2 * C * k;
       T* pb = pw + C;
       for (int64_t n = rows.begin; n < rows.end; ++n) {
         const T *xr = x + n * C, *dyr = dy + n * C;
@@ -73,12 +71,8 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
         }
       }
     }
-    for (int t = 0; t < threads; ++t)
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) {
-        dw[c] += partials[2 * C * t + c];
-        db[c] += partials[2 * C * t + C + c];
-      }
+    add_block_partials(dw, partials, blocks, C, 2 * C);
+    add_block_partials(db, partials + C, blocks, C, 2 * C);
   });
 }
 

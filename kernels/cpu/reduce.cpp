@@ -1,9 +1,8 @@
-#include <omp.h>
-
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/float_type.h"
+#include "kernels/cpu/row_blocks.h"
 #include "kernels/reduce.h"
 
 namespace dt::kernels::cpu {
@@ -12,15 +11,18 @@ double sum_of_squares(Tensor x) {
   return dispatch_float(x.dtype, [&]<typename T>() {
     const T* p = x.ptr<T>();
     const int64_t n = x.numel();
-    // Per-thread partial sums over contiguous ranges, added in thread order: deterministic.
-    std::vector<double> partial(static_cast<size_t>(omp_get_max_threads()), 0.0);
-#pragma omp parallel
-    {
-      const Range r = split_range(n, omp_get_num_threads(), omp_get_thread_num());
+    // Partial sums over a fixed number of contiguous blocks (it depends on n alone), added in
+    // block order: the same bits for every thread count, so the gradient norm, and with it
+    // clipping, does not change with the threads a run is given.
+    const int64_t blocks = row_blocks(n);
+    std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < blocks; ++k) {
+      const Range r = split_range(n, static_cast<int>(blocks), static_cast<int>(k));
       double sum = 0;
 #pragma omp simd reduction(+ : sum)
       for (int64_t i = r.begin; i < r.end; ++i) sum += static_cast<double>(p[i]) * p[i];
-      partial[omp_get_thread_num()] = sum;
+      partial[k] = sum;
     }
     double total = 0;
     for (double s : partial) total += s;

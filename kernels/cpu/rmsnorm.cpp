@@ -3,23 +3,10 @@
 
 #include "core/buffer.h"
 #include "kernels/cpu/float_type.h"
+#include "kernels/cpu/row_blocks.h"
 #include "kernels/rmsnorm.h"
 
 namespace dt::kernels::cpu {
-
-namespace {
-
-// dweight is a sum over rows. The rows are cut into min(N, kRowBlocks) contiguous blocks, a
-// number that depends on N alone; each block is summed in row order into its own partial, and
-// the partials are added in block order. So dweight has the same bits for every thread count,
-// not only from run to run (per-thread partials, as in layernorm_backward, would change with
-// the thread count). 256 blocks keep 16 or 32 threads evenly loaded and the partials at
-// 256 * C elements (2 MiB of f32 for C = 2048).
-constexpr int64_t kRowBlocks = 256;
-// Columns of dweight reduced together: a 64-element accumulator stays in registers.
-constexpr int64_t kColumnBlock = 64;
-
-}  // namespace
 
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
   dispatch_float(inp.dtype, [&]<typename T>() {
@@ -47,7 +34,8 @@ void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tens
     const int64_t C = inp.dim(-1), N = inp.numel() / C;
     const T *x = inp.ptr<T>(), *w = weight.ptr<T>(), *dy = dout.ptr<T>(), *rs = rstd.ptr<T>();
     T *dx = dinp.ptr<T>(), *dw = dweight.ptr<T>();
-    const int64_t blocks = std::min(N, kRowBlocks);
+    // dweight through fixed row blocks: the same bits for any thread count (row_blocks.h).
+    const int64_t blocks = row_blocks(N);
     Buffer partial_buffer(static_cast<size_t>(blocks * C) * sizeof(T), MemTag::workspace);
     T* partials = static_cast<T*>(partial_buffer.data());
 #pragma omp parallel for schedule(static)
@@ -72,19 +60,7 @@ void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tens
         for (int64_t c = 0; c < C; ++c) dxr[c] += s * (dyr[c] * w[c] - xr[c] * s * mean_dxhat_xhat);
       }
     }
-    // Each column sums the partials in block order and adds the total to dweight once.
-#pragma omp parallel for schedule(static)
-    for (int64_t c0 = 0; c0 < C; c0 += kColumnBlock) {
-      const int64_t width = std::min(kColumnBlock, C - c0);
-      T total[kColumnBlock] = {};
-      for (int64_t k = 0; k < blocks; ++k) {
-        const T* p = partials + k * C + c0;
-#pragma omp simd
-        for (int64_t j = 0; j < width; ++j) total[j] += p[j];
-      }
-#pragma omp simd
-      for (int64_t j = 0; j < width; ++j) dw[c0 + j] += total[j];
-    }
+    add_block_partials(dw, partials, blocks, C, C);
   });
 }
 
