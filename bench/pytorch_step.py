@@ -5,8 +5,9 @@ Usage: /usr/bin/python3 bench/pytorch_step.py --family gpt2 --n-layer 4 --d-mode
        (llama also takes --n-kv-head, --ffn-hidden, --tied, --rope-theta, --rope-scaling-factor)
 
 The model is tests/reference/transformer_reference.py's (the one the equivalence tests check),
-run as fast as PyTorch 1.13 on a CPU allows: fp32, foreach AdamW, gradients set to None instead
-of zeroed, the same thread count. (torch.compile and scaled_dot_product_attention arrived in
+run as fast as PyTorch 1.13 on a CPU allows: fp32, or with --precision bf16 under
+torch.autocast (bf16 matrix products through oneDNN, fp32 weights and optimizer), foreach AdamW,
+gradients set to None instead of zeroed, the same thread count. (torch.compile and scaled_dot_product_attention arrived in
 PyTorch 2.0; Debian's 1.13 has neither.) Prints one line per timed step and a final
 `result tokens_per_s=...` line.
 """
@@ -32,6 +33,8 @@ def main():
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--rope-theta", type=float, default=10000)
     p.add_argument("--rope-scaling-factor", type=float, default=0)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: torch.autocast on the CPU (bf16 matmuls, fp32 weights and optimizer)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -51,12 +54,13 @@ def main():
     n_tokens = a.batch * a.seq
     print(f"# pytorch {torch.__version__} step: {a.family} n_layer={a.n_layer} d_model={a.d_model} "
           f"n_head={a.n_head} n_kv_head={description.n_kv_head} vocab={a.vocab_size}, batch {a.batch} x seq {a.seq}, "
-          f"fp32, {torch.get_num_threads()} threads")
+          f"{a.precision}, {torch.get_num_threads()} threads")
     times = []
     for i in range(a.warmup + a.steps):
         start = time.perf_counter()
-        logits = model(tokens)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            logits = model(tokens)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
