@@ -28,4 +28,11 @@ void expect_float_dtype(std::string_view op, const Tensor& t) {
            "; the CPU kernels take f32 or f64");
 }
 
+void expect_storage_dtype(std::string_view op, const Tensor& t) {
+  DT_CHECK(t.dtype == DType::f32 || t.dtype == DType::f64 || t.dtype == DType::bf16 || t.dtype == DType::f16, op,
+           ": ", t.describe(), "; the CPU kernels store f32, f64, bf16 or f16");
+}
+
+DType accumulation_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
+
 }  // namespace dt::kernels

@@ -19,6 +19,10 @@ void expect_disjoint(std::string_view op, std::string_view a_name, const Tensor&
                      const Tensor& b);
 // Throws unless dtype is f32 or f64: the CPU kernels' float types.
 void expect_float_dtype(std::string_view op, const Tensor& t);
+// Throws unless dtype is f32, f64, bf16 or f16: the storage types (kernels/README.md).
+void expect_storage_dtype(std::string_view op, const Tensor& t);
+// The dtype of gradients accumulated for parameters stored as `storage`: f64 for f64, else f32.
+DType accumulation_dtype(DType storage);
 
 // Calls cpu(args...) for CPU tensors; a CUDA build adds the cuda branch here and nowhere else.
 #define DT_DISPATCH_DEVICE(op_name, device, ...)                                                  \
