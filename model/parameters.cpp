@@ -79,15 +79,17 @@ int64_t ParameterLayout::num_parameters() const {
   return n;
 }
 
-FlatTensors::FlatTensors(const ParameterLayout& layout, MemTag tag, Device device)
-    : layout_(&layout), buffer_(static_cast<size_t>(layout.total_elements()) * sizeof(float), tag, device) {}
+FlatTensors::FlatTensors(const ParameterLayout& layout, MemTag tag, Device device, DType dtype)
+    : layout_(&layout),
+      dtype_(dtype),
+      buffer_(static_cast<size_t>(layout.total_elements()) * dtype_size(dtype), tag, device) {}
 
 Tensor FlatTensors::stored(const ParamInfo& info) const {
-  return buffer_.view(DType::f32, info.stored_shape(), static_cast<size_t>(info.offset) * sizeof(float));
+  return buffer_.view(dtype_, info.stored_shape(), static_cast<size_t>(info.offset) * dtype_size(dtype_));
 }
 
 Tensor FlatTensors::shown(const ParamInfo& info) const {
-  return buffer_.view(DType::f32, info.shape, static_cast<size_t>(info.offset) * sizeof(float));
+  return buffer_.view(dtype_, info.shape, static_cast<size_t>(info.offset) * dtype_size(dtype_));
 }
 
 void init_parameters(FlatTensors& params, uint64_t seed) {

@@ -57,13 +57,15 @@ class ParameterLayout {
   int64_t total_elements_ = 0;
 };
 
-// One flat f32 buffer laid out by a ParameterLayout, with named views.
+// One flat buffer laid out by a ParameterLayout, with named views: f32 for master weights,
+// gradients and optimizer moments; bf16 or f16 for the compute copy of mixed precision.
 class FlatTensors {
  public:
-  FlatTensors(const ParameterLayout& layout, MemTag tag, Device device = Device::cpu);
+  FlatTensors(const ParameterLayout& layout, MemTag tag, Device device = Device::cpu, DType dtype = DType::f32);
 
   const ParameterLayout& layout() const { return *layout_; }
-  Tensor all() const { return buffer_.view(DType::f32, {layout_->total_elements()}); }
+  DType dtype() const { return dtype_; }
+  Tensor all() const { return buffer_.view(dtype_, {layout_->total_elements()}); }
   // The stored view, (stored_rows, ...): what kernels use.
   Tensor stored(const ParamInfo& info) const;
   Tensor stored(std::string_view name) const { return stored(layout_->find(name)); }
@@ -74,6 +76,7 @@ class FlatTensors {
 
  private:
   const ParameterLayout* layout_;
+  DType dtype_;
   Buffer buffer_;
 };
 

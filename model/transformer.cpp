@@ -22,55 +22,62 @@ namespace k = kernels;
 // Every activation is a (rows, width) view into one of two buffers, laid out for the largest
 // micro-batch (N_max rows) and viewed with the current N. `saved` holds what backward reads
 // (tag activations); `scratch` holds the backward's working gradients (tag workspace), shared
-// by all layers because backward visits one layer at a time.
+// by all layers because backward visits one layer at a time. Activations are stored in the
+// model's precision; per-row statistics (norm mean and rstd, attention lse, losses) in f32.
 struct Transformer::Activations {
+  struct Region {
+    int64_t offset = 0;  // bytes
+    int64_t width = 0;   // elements per row
+    DType dtype = DType::f32;
+  };
   struct Layer {
-    int64_t ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
+    Region ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
   };
   std::vector<Layer> layers;
-  int64_t encoded, lnf, lnf_mean, lnf_rstd, logits, losses;   // offsets into saved
-  int64_t dres, dtmp, dqkv, dfch, dact;                         // offsets into scratch
+  Region encoded, lnf, lnf_mean, lnf_rstd, logits, losses;  // in saved
+  Region dres, dtmp, dqkv, dfch, dact;                       // in scratch
   Buffer saved, scratch;
-  int64_t n_max;
 
-  Activations(const ModelConfig& c, int64_t n_max, Recompute recompute) : n_max(n_max) {
+  Activations(const ModelConfig& c, int64_t n_max, Recompute recompute, DType precision) {
     const int64_t C = c.d_model, F = c.ffn_hidden();
     const int64_t mean_width = c.family == ModelFamily::gpt2 ? 1 : 0;  // RMSNorm keeps no mean
-    int64_t saved_elems = 0, scratch_elems = 0;
-    // Each region is rounded to a cache line so that no two regions share one.
-    auto region = [n_max](int64_t& total, int64_t width) {
-      const int64_t at = total;
-      total += (n_max * width + 15) / 16 * 16;
-      return at;
+    int64_t saved_bytes = 0, scratch_bytes = 0;
+    // Each region starts on a cache line so that no two regions share one.
+    auto region = [n_max](int64_t& total, int64_t width, DType dtype) {
+      const Region r{.offset = total, .width = width, .dtype = dtype};
+      total += (n_max * width * static_cast<int64_t>(dtype_size(dtype)) + 63) / 64 * 64;
+      return r;
     };
-    auto s = [&](int64_t width) { return region(saved_elems, width); };
+    auto s = [&](int64_t width) { return region(saved_bytes, width, precision); };
+    auto stat = [&](int64_t width) { return region(saved_bytes, width, DType::f32); };
     encoded = s(C);
     // A recomputed activation has one region that every layer shares: backward rebuilds it for
     // the layer at hand. A kept one has a region per layer.
     const auto kept_layer = [&](bool recomputed) {
-      return [&, recomputed, shared = std::map<int, int64_t>{}](int key, int64_t width) mutable {
-        if (!recomputed) return s(width);
-        if (!shared.count(key)) shared[key] = s(width);
+      return [&, recomputed, shared = std::map<int, Region>{}](int key, int64_t width, bool is_stat = false) mutable {
+        if (!recomputed) return is_stat ? stat(width) : s(width);
+        if (!shared.count(key)) shared[key] = is_stat ? stat(width) : s(width);
         return shared[key];
       };
     };
-    auto block = kept_layer(recompute == Recompute::full);      // everything inside a block
-    auto core = kept_layer(recompute != Recompute::none);       // the attention core
+    auto block = kept_layer(recompute == Recompute::full);  // everything inside a block
+    auto core = kept_layer(recompute != Recompute::none);   // the attention core
     for (int l = 0; l < c.n_layer; ++l)
-      layers.push_back({.ln1 = block(0, C), .ln1_mean = block(1, mean_width), .ln1_rstd = block(2, 1),
-                        .qkv = block(3, c.qkv_width()), .atty = core(4, C), .lse = core(5, c.n_head),
-                        .res2 = block(6, C), .ln2 = block(7, C), .ln2_mean = block(8, mean_width),
-                        .ln2_rstd = block(9, 1), .fch = block(10, c.ffn_in_width()), .fch_act = block(11, F),
+      layers.push_back({.ln1 = block(0, C), .ln1_mean = block(1, mean_width, true), .ln1_rstd = block(2, 1, true),
+                        .qkv = block(3, c.qkv_width()), .atty = core(4, C), .lse = core(5, c.n_head, true),
+                        .res2 = block(6, C), .ln2 = block(7, C), .ln2_mean = block(8, mean_width, true),
+                        .ln2_rstd = block(9, 1, true), .fch = block(10, c.ffn_in_width()), .fch_act = block(11, F),
                         .res3 = s(C)});  // the next block's input: always kept
-    lnf = s(C), lnf_mean = s(mean_width), lnf_rstd = s(1), logits = s(c.padded_vocab_size()), losses = s(1);
-    auto w = [&](int64_t width) { return region(scratch_elems, width); };
+    lnf = s(C), lnf_mean = stat(mean_width), lnf_rstd = stat(1), logits = s(c.padded_vocab_size()), losses = stat(1);
+    auto w = [&](int64_t width) { return region(scratch_bytes, width, precision); };
     dres = w(C), dtmp = w(C), dqkv = w(c.qkv_width()), dfch = w(c.ffn_in_width()), dact = w(F);
-    saved = Buffer(static_cast<size_t>(saved_elems) * sizeof(float), MemTag::activations, Device::cpu, false);
-    scratch = Buffer(static_cast<size_t>(scratch_elems) * sizeof(float), MemTag::workspace, Device::cpu, false);
+    saved = Buffer(static_cast<size_t>(saved_bytes), MemTag::activations, Device::cpu, false);
+    scratch = Buffer(static_cast<size_t>(scratch_bytes), MemTag::workspace, Device::cpu, false);
   }
 
-  static Tensor view(const Buffer& b, int64_t offset, Shape shape) {
-    return b.view(DType::f32, shape, static_cast<size_t>(offset) * sizeof(float));
+  // Region r viewed as (N, width).
+  static Tensor view(const Buffer& b, const Region& r, int64_t N) {
+    return b.view(r.dtype, {N, r.width}, static_cast<size_t>(r.offset));
   }
 };
 
@@ -92,14 +99,17 @@ Recompute recompute_from_name(std::string_view name) {
   throw Error(str("unknown recomputation policy '", name, "'; valid policies are none, selective, full"));
 }
 
-Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute)
-    : layout_(validated(config, batch_size, seq_len)),  // before anything is allocated
-      params_(layout_, MemTag::parameters),
+Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                         DType precision)
+    : layout_(validated(config, batch_size, seq_len, precision)),  // before anything is allocated
+      params_(layout_, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state),
       grads_(layout_, MemTag::gradients),
       recompute_(recompute),
+      precision_(precision),
       batch_size_(batch_size),
       seq_len_(seq_len),
-      acts_(std::make_unique<Activations>(config, static_cast<int64_t>(batch_size) * seq_len, recompute)) {
+      acts_(std::make_unique<Activations>(config, static_cast<int64_t>(batch_size) * seq_len, recompute, precision)) {
+  if (precision != DType::f32) compute_weights_.emplace(layout_, MemTag::parameters, Device::cpu, precision);
   if (config.family != ModelFamily::llama) return;
   const int64_t half = config.head_size() / 2;
   rope_table_ = Buffer(static_cast<size_t>(2 * seq_len * half) * sizeof(float), MemTag::workspace);
@@ -119,8 +129,10 @@ Tensor Transformer::rope_sin() const {
 
 Transformer::~Transformer() = default;
 
-const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len) {
+const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len, DType precision) {
   validate_model_config(config);
+  if (precision != DType::f32 && precision != DType::bf16 && precision != DType::f16)
+    throw Error(str("precision ", dtype_name(precision), " is not one the model runs in; use f32, bf16 or f16"));
   if (batch_size < 1) throw Error(str("batch size ", batch_size, " must be at least 1"));
   if (seq_len < 1 || seq_len > config.max_seq_len)
     throw Error(str("sequence length ", seq_len, " must be in [1, model.max_seq_len = ", config.max_seq_len,
@@ -151,22 +163,39 @@ void Transformer::check_inputs(Tensor tokens, Tensor targets) const {
   }
 }
 
-Tensor Transformer::bias(FlatTensors& tensors, const std::string& name) const {
+void Transformer::refresh_compute_weights() {
+  if (!compute_weights_) return;
+  // Shown elements only: padding rows and alignment gaps stay zero from allocation.
+  for (const ParamInfo& p : layout_.params()) {
+    const float* master = params_.shown(p).ptr<float>();
+    uint16_t* copy = compute_weights_->shown(p).ptr<uint16_t>();
+    const int64_t n = p.numel();
+    if (precision_ == DType::bf16) {
+#pragma omp parallel for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) copy[i] = float_to_bf16(master[i]);
+    } else {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) copy[i] = float_to_f16(master[i]);
+    }
+  }
+}
+
+Tensor Transformer::bias(const FlatTensors& tensors, const std::string& name) const {
   return config().family == ModelFamily::gpt2 ? tensors.stored(name + ".bias") : Tensor{};
 }
 
 const char* Transformer::output_weight_name() const { return config().tied_embeddings ? "wte" : "lm_head"; }
 
 void Transformer::norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, const std::string& name) {
-  const Tensor weight = params_.stored(name + ".weight");
+  const Tensor weight = weights().stored(name + ".weight");
   if (config().family == ModelFamily::gpt2)
-    k::layernorm_forward(out, mean, rstd, inp, weight, bias(params_, name), config().norm_eps);
+    k::layernorm_forward(out, mean, rstd, inp, weight, bias(weights(), name), config().norm_eps);
   else
     k::rmsnorm_forward(out, rstd, inp, weight, config().norm_eps);
 }
 
 void Transformer::norm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor mean, Tensor rstd, const std::string& name) {
-  const Tensor weight = params_.stored(name + ".weight"), dweight = grads_.stored(name + ".weight");
+  const Tensor weight = weights().stored(name + ".weight"), dweight = grads_.stored(name + ".weight");
   if (config().family == ModelFamily::gpt2)
     k::layernorm_backward(dinp, dweight, bias(grads_, name), dout, inp, weight, mean, rstd);
   else
@@ -177,51 +206,52 @@ void Transformer::forward_blocks(Tensor tokens) {
   const ModelConfig& c = config();
   const int64_t B = tokens.dim(0), T = tokens.dim(1), N = B * T, C = c.d_model;
   Activations& a = *acts_;
-  auto act = [&](int64_t offset, int64_t width) { return Activations::view(a.saved, offset, {N, width}); };
+  auto act = [&](const Activations::Region& r) { return Activations::view(a.saved, r, N); };
   current_batch_ = static_cast<int>(B);
   current_seq_ = static_cast<int>(T);
+  refresh_compute_weights();  // the master weights may have changed since the last forward
 
-  Tensor x = act(a.encoded, C);
-  k::embedding_forward(x, tokens.reshape({N}), params_.stored("wte"));
-  if (c.family == ModelFamily::gpt2) k::position_embedding_forward(x.reshape({B, T, C}), params_.stored("wpe"));
+  Tensor x = act(a.encoded);
+  k::embedding_forward(x, tokens.reshape({N}), weights().stored("wte"));
+  if (c.family == ModelFamily::gpt2) k::position_embedding_forward(x.reshape({B, T, C}), weights().stored("wpe"));
   for (int l = 0; l < c.n_layer; ++l) block_forward(l, B, T);
-  Tensor lnf = act(a.lnf, C);
+  Tensor lnf = act(a.lnf);
   const bool gpt2 = c.family == ModelFamily::gpt2;
-  norm_forward(lnf, gpt2 ? act(a.lnf_mean, 1).reshape({N}) : Tensor{}, act(a.lnf_rstd, 1).reshape({N}),
-               c.n_layer > 0 ? act(a.layers.back().res3, C) : x, "ln_f");
+  norm_forward(lnf, gpt2 ? act(a.lnf_mean).reshape({N}) : Tensor{}, act(a.lnf_rstd).reshape({N}),
+               c.n_layer > 0 ? act(a.layers.back().res3) : x, "ln_f");
   // Padding rows of the output weight are zero, so padding columns of the logits are zero; the
   // loss never reads them and sets their gradient to zero.
-  k::linear_forward(act(a.logits, c.padded_vocab_size()), lnf, params_.stored(output_weight_name()), Tensor{});
+  k::linear_forward(act(a.logits), lnf, weights().stored(output_weight_name()), Tensor{});
 }
 
 void Transformer::block_forward(int l, int64_t B, int64_t T) {
   const ModelConfig& c = config();
-  const int64_t N = B * T, C = c.d_model, F = c.ffn_hidden(), QKV = c.qkv_width(), FI = c.ffn_in_width();
+  const int64_t N = B * T, C = c.d_model, QKV = c.qkv_width();
   const bool gpt2 = c.family == ModelFamily::gpt2;
   Activations& a = *acts_;
   const Activations::Layer& L = a.layers[l];
-  auto act = [&](int64_t offset, int64_t width) { return Activations::view(a.saved, offset, {N, width}); };
-  auto rows = [&](int64_t offset) { return Activations::view(a.saved, offset, {N}); };
-  auto mean_rows = [&](int64_t offset) { return gpt2 ? rows(offset) : Tensor{}; };  // RMSNorm has none
-  auto p = [&](std::string_view name) { return params_.stored(str("h.", l, ".", name)); };
-  auto b = [&](std::string_view name) { return bias(params_, str("h.", l, ".", name)); };
+  auto act = [&](const Activations::Region& r) { return Activations::view(a.saved, r, N); };
+  auto rows = [&](const Activations::Region& r) { return Activations::view(a.saved, r, N).reshape({N}); };
+  auto mean_rows = [&](const Activations::Region& r) { return gpt2 ? rows(r) : Tensor{}; };  // RMSNorm has none
+  auto p = [&](std::string_view name) { return weights().stored(str("h.", l, ".", name)); };
+  auto b = [&](std::string_view name) { return bias(weights(), str("h.", l, ".", name)); };
   const std::string h = str("h.", l, ".");
   // The branch outputs go through dtmp: free during forward, and free in backward when full
   // recomputation reruns a block (the previous block's backward has consumed it; dres is kept).
-  Tensor proj_out = Activations::view(a.scratch, a.dtmp, {N, C});
+  Tensor proj_out = Activations::view(a.scratch, a.dtmp, N);
 
-  Tensor x = l == 0 ? act(a.encoded, C) : act(a.layers[l - 1].res3, C);
-  Tensor ln1 = act(L.ln1, C), qkv = act(L.qkv, QKV), atty = act(L.atty, C), res2 = act(L.res2, C);
+  Tensor x = l == 0 ? act(a.encoded) : act(a.layers[l - 1].res3);
+  Tensor ln1 = act(L.ln1), qkv = act(L.qkv), atty = act(L.atty), res2 = act(L.res2);
   norm_forward(ln1, mean_rows(L.ln1_mean), rows(L.ln1_rstd), x, h + "ln_1");
   k::linear_forward(qkv, ln1, p("attn.qkv.weight"), b("attn.qkv"));
   // Rotated in place: attention and its backward need only the rotated q and k.
   if (!gpt2) k::rope_forward(qkv.reshape({B, T, QKV}), rope_cos(), rope_sin(), c.n_head, c.kv_heads());
-  k::attention_forward(atty.reshape({B, T, C}), Activations::view(a.saved, L.lse, {B, c.n_head, T}),
+  k::attention_forward(atty.reshape({B, T, C}), Activations::view(a.saved, L.lse, N).reshape({B, c.n_head, T}),
                        qkv.reshape({B, T, QKV}), c.n_head, c.kv_heads());
   k::linear_forward(proj_out, atty, p("attn.proj.weight"), b("attn.proj"));
   k::add_forward(res2, x, proj_out);
 
-  Tensor ln2 = act(L.ln2, C), fch = act(L.fch, FI), fch_act = act(L.fch_act, F), res3 = act(L.res3, C);
+  Tensor ln2 = act(L.ln2), fch = act(L.fch), fch_act = act(L.fch_act), res3 = act(L.res3);
   norm_forward(ln2, mean_rows(L.ln2_mean), rows(L.ln2_rstd), res2, h + "ln_2");
   k::linear_forward(fch, ln2, p("mlp.fc.weight"), b("mlp.fc"));
   if (gpt2)
@@ -237,8 +267,8 @@ double Transformer::forward(Tensor tokens, Tensor targets) {
   forward_blocks(tokens);
   if (!targets.defined()) return 0.0;
   const int64_t N = tokens.numel();
-  Tensor losses_n = Activations::view(acts_->saved, acts_->losses, {N});
-  k::cross_entropy_forward(losses_n, Activations::view(acts_->saved, acts_->logits, {N, config().padded_vocab_size()}),
+  Tensor losses_n = Activations::view(acts_->saved, acts_->losses, N).reshape({N});
+  k::cross_entropy_forward(losses_n, Activations::view(acts_->saved, acts_->logits, N),
                            targets.reshape({N}), config().vocab_size);
   double sum = 0;
   for (int64_t i = 0; i < N; ++i) sum += losses_n.ptr<float>()[i];
@@ -250,9 +280,9 @@ double Transformer::forward_backward(Tensor tokens, Tensor targets, float loss_s
   check_inputs(tokens, targets);
   forward_blocks(tokens);
   const int64_t N = tokens.numel();
-  Tensor losses_n = Activations::view(acts_->saved, acts_->losses, {N});
+  Tensor losses_n = Activations::view(acts_->saved, acts_->losses, N).reshape({N});
   k::cross_entropy_forward_backward(losses_n,
-                                    Activations::view(acts_->saved, acts_->logits, {N, config().padded_vocab_size()}),
+                                    Activations::view(acts_->saved, acts_->logits, N),
                                     targets.reshape({N}), config().vocab_size, loss_scale);
   backward_blocks(tokens);
   double sum = 0;
@@ -262,58 +292,57 @@ double Transformer::forward_backward(Tensor tokens, Tensor targets, float loss_s
 
 void Transformer::backward_blocks(Tensor tokens) {
   const ModelConfig& c = config();
-  const int64_t B = tokens.dim(0), T = tokens.dim(1), N = B * T, C = c.d_model, F = c.ffn_hidden();
-  const int64_t QKV = c.qkv_width(), FI = c.ffn_in_width();
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), N = B * T, C = c.d_model, QKV = c.qkv_width();
   const bool gpt2 = c.family == ModelFamily::gpt2;
   Activations& a = *acts_;
-  auto act = [&](int64_t offset, int64_t width) { return Activations::view(a.saved, offset, {N, width}); };
-  auto rows = [&](int64_t offset) { return Activations::view(a.saved, offset, {N}); };
-  auto mean_rows = [&](int64_t offset) { return gpt2 ? rows(offset) : Tensor{}; };  // RMSNorm has none
-  auto tmp = [&](int64_t offset, int64_t width) { return Activations::view(a.scratch, offset, {N, width}); };
-  auto p = [&](int l, std::string_view name) { return params_.stored(str("h.", l, ".", name)); };
+  auto act = [&](const Activations::Region& r) { return Activations::view(a.saved, r, N); };
+  auto rows = [&](const Activations::Region& r) { return Activations::view(a.saved, r, N).reshape({N}); };
+  auto mean_rows = [&](const Activations::Region& r) { return gpt2 ? rows(r) : Tensor{}; };  // RMSNorm has none
+  auto tmp = [&](const Activations::Region& r) { return Activations::view(a.scratch, r, N); };
+  auto p = [&](int l, std::string_view name) { return weights().stored(str("h.", l, ".", name)); };
   auto g = [&](int l, std::string_view name) { return grads_.stored(str("h.", l, ".", name)); };
   auto gb = [&](int l, std::string_view name) { return bias(grads_, str("h.", l, ".", name)); };
 
   // dres carries the gradient of the residual stream down through the blocks; each branch's
   // norm backward adds into it (kernels/layernorm.h and rmsnorm.h accumulate dinp).
-  Tensor dres = tmp(a.dres, C), dtmp = tmp(a.dtmp, C);
-  Tensor dlogits = act(a.logits, c.padded_vocab_size());
-  k::linear_backward_input(dtmp, dlogits, params_.stored(output_weight_name()));
-  k::linear_backward_weight(grads_.stored(output_weight_name()), Tensor{}, dlogits, act(a.lnf, C));
+  Tensor dres = tmp(a.dres), dtmp = tmp(a.dtmp);
+  Tensor dlogits = act(a.logits);
+  k::linear_backward_input(dtmp, dlogits, weights().stored(output_weight_name()));
+  k::linear_backward_weight(grads_.stored(output_weight_name()), Tensor{}, dlogits, act(a.lnf));
   std::memset(dres.data, 0, dres.bytes());
-  Tensor x_last = c.n_layer > 0 ? act(a.layers.back().res3, C) : act(a.encoded, C);
+  Tensor x_last = c.n_layer > 0 ? act(a.layers.back().res3) : act(a.encoded);
   norm_backward(dres, dtmp, x_last, mean_rows(a.lnf_mean), rows(a.lnf_rstd), "ln_f");
 
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const Activations::Layer& L = a.layers[l];
     const std::string h = str("h.", l, ".");
-    Tensor x = l == 0 ? act(a.encoded, C) : act(a.layers[l - 1].res3, C);
+    Tensor x = l == 0 ? act(a.encoded) : act(a.layers[l - 1].res3);
     if (recompute_ == Recompute::full) block_forward(l, B, T);
     // MLP branch: dres is d(res3) here.
-    Tensor dfch = tmp(a.dfch, FI), dact = tmp(a.dact, F);
+    Tensor dfch = tmp(a.dfch), dact = tmp(a.dact);
     k::linear_backward_input(dact, dres, p(l, "mlp.proj.weight"));
-    k::linear_backward_weight(g(l, "mlp.proj.weight"), gb(l, "mlp.proj"), dres, act(L.fch_act, F));
+    k::linear_backward_weight(g(l, "mlp.proj.weight"), gb(l, "mlp.proj"), dres, act(L.fch_act));
     if (gpt2)
-      k::gelu_backward(dfch, act(L.fch, FI), dact);
+      k::gelu_backward(dfch, act(L.fch), dact);
     else
-      k::swiglu_backward(dfch, dact, act(L.fch, FI));
+      k::swiglu_backward(dfch, dact, act(L.fch));
     k::linear_backward_input(dtmp, dfch, p(l, "mlp.fc.weight"));
-    k::linear_backward_weight(g(l, "mlp.fc.weight"), gb(l, "mlp.fc"), dfch, act(L.ln2, C));
-    norm_backward(dres, dtmp, act(L.res2, C), mean_rows(L.ln2_mean), rows(L.ln2_rstd), h + "ln_2");
+    k::linear_backward_weight(g(l, "mlp.fc.weight"), gb(l, "mlp.fc"), dfch, act(L.ln2));
+    norm_backward(dres, dtmp, act(L.res2), mean_rows(L.ln2_mean), rows(L.ln2_rstd), h + "ln_2");
     // Attention branch: dres is d(res2) now.
     if (recompute_ == Recompute::selective)
-      k::attention_forward(act(L.atty, C).reshape({B, T, C}), Activations::view(a.saved, L.lse, {B, c.n_head, T}),
-                           act(L.qkv, QKV).reshape({B, T, QKV}), c.n_head, c.kv_heads());
+      k::attention_forward(act(L.atty).reshape({B, T, C}), Activations::view(a.saved, L.lse, N).reshape({B, c.n_head, T}),
+                           act(L.qkv).reshape({B, T, QKV}), c.n_head, c.kv_heads());
     k::linear_backward_input(dtmp, dres, p(l, "attn.proj.weight"));
-    k::linear_backward_weight(g(l, "attn.proj.weight"), gb(l, "attn.proj"), dres, act(L.atty, C));
-    Tensor dqkv = tmp(a.dqkv, QKV);
-    k::attention_backward(dqkv.reshape({B, T, QKV}), dtmp.reshape({B, T, C}), act(L.qkv, QKV).reshape({B, T, QKV}),
-                          act(L.atty, C).reshape({B, T, C}), Activations::view(a.saved, L.lse, {B, c.n_head, T}),
+    k::linear_backward_weight(g(l, "attn.proj.weight"), gb(l, "attn.proj"), dres, act(L.atty));
+    Tensor dqkv = tmp(a.dqkv);
+    k::attention_backward(dqkv.reshape({B, T, QKV}), dtmp.reshape({B, T, C}), act(L.qkv).reshape({B, T, QKV}),
+                          act(L.atty).reshape({B, T, C}), Activations::view(a.saved, L.lse, N).reshape({B, c.n_head, T}),
                           c.n_head, c.kv_heads());
     if (!gpt2)
       k::rope_backward(dqkv.reshape({B, T, QKV}), rope_cos(), rope_sin(), c.n_head, c.kv_heads());
     k::linear_backward_input(dtmp, dqkv, p(l, "attn.qkv.weight"));
-    k::linear_backward_weight(g(l, "attn.qkv.weight"), gb(l, "attn.qkv"), dqkv, act(L.ln1, C));
+    k::linear_backward_weight(g(l, "attn.qkv.weight"), gb(l, "attn.qkv"), dqkv, act(L.ln1));
     norm_backward(dres, dtmp, x, mean_rows(L.ln1_mean), rows(L.ln1_rstd), h + "ln_1");
   }
   if (gpt2) k::position_embedding_backward(grads_.stored("wpe"), dres.reshape({B, T, C}));
@@ -324,13 +353,26 @@ void Transformer::copy_logits(Tensor out) const {
   const int64_t N = static_cast<int64_t>(current_batch_) * current_seq_;
   const int64_t V = config().vocab_size, Vp = config().padded_vocab_size();
   DT_CHECK(out.dtype == DType::f32 && out.numel() == N * V, "logits out ", out.describe());
-  const float* src = Activations::view(acts_->saved, acts_->logits, {N, Vp}).ptr<float>();
+  const Tensor logits = Activations::view(acts_->saved, acts_->logits, N);
   float* dst = out.ptr<float>();
-  for (int64_t n = 0; n < N; ++n) std::memcpy(dst + n * V, src + n * Vp, static_cast<size_t>(V) * sizeof(float));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < V; ++v) {
+      const int64_t i = n * Vp + v;
+      switch (logits.dtype) {
+        case DType::bf16:
+          dst[n * V + v] = bf16_to_float(logits.ptr<uint16_t>()[i]);
+          break;
+        case DType::f16:
+          dst[n * V + v] = f16_to_float(logits.ptr<uint16_t>()[i]);
+          break;
+        default:
+          dst[n * V + v] = logits.ptr<float>()[i];
+      }
+    }
 }
 
 Tensor Transformer::losses() const {
-  return Activations::view(acts_->saved, acts_->losses, {current_batch_, current_seq_});
+  return Activations::view(acts_->saved, acts_->losses, int64_t{current_batch_} * current_seq_).reshape({current_batch_, current_seq_});
 }
 
 int64_t Transformer::count_targets(Tensor targets) {

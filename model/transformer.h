@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "core/buffer.h"
 #include "core/tensor.h"
@@ -45,7 +46,12 @@ class Transformer {
  public:
   // Validates the config and the sizes, then allocates; parameters start at zero until
   // init_parameters() or a load fills them.
-  Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none);
+  // precision: how activations and the weights the kernels read are stored, f32, bf16 or f16.
+  // With bf16 or f16, params() stays the f32 master copy (tagged optimizer_state, as ZeRO
+  // counts it) that the optimizer updates, init fills and checkpoints save; every forward
+  // first rounds it into the 16-bit compute copy (tagged parameters). Gradients are f32.
+  Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
+              DType precision = DType::f32);
   ~Transformer();
 
   const ModelConfig& config() const { return layout_.config(); }
@@ -55,6 +61,7 @@ class Transformer {
   int batch_size() const { return batch_size_; }
   int seq_len() const { return seq_len_; }
   Recompute recompute() const { return recompute_; }
+  DType precision() const { return precision_; }
 
   // Runs the forward pass on tokens (B, T) and returns the sum of per-token losses over the
   // targets that are not ignore_index (kernels/cross_entropy.h). targets may be undefined:
@@ -75,7 +82,7 @@ class Transformer {
 
  private:
   struct Activations;
-  static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len);
+  static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len, DType precision);
   void check_inputs(Tensor tokens, Tensor targets) const;
   void forward_blocks(Tensor tokens);
   // Block l's forward from its kept input: writes the block's activations and its output.
@@ -85,7 +92,11 @@ class Transformer {
   void norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, const std::string& name);
   void norm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor mean, Tensor rstd, const std::string& name);
   // `name`.bias where the family has biases (gpt2), else an undefined tensor.
-  Tensor bias(FlatTensors& tensors, const std::string& name) const;
+  Tensor bias(const FlatTensors& tensors, const std::string& name) const;
+  // The weights the kernels read: the 16-bit compute copy, or the f32 parameters themselves.
+  const FlatTensors& weights() const { return compute_weights_ ? *compute_weights_ : params_; }
+  // Rounds params() into the compute copy (16-bit precision only).
+  void refresh_compute_weights();
   // llama's rotary tables, (seq_len, HS/2) each.
   Tensor rope_cos() const;
   Tensor rope_sin() const;
@@ -96,6 +107,8 @@ class Transformer {
   FlatTensors params_;
   FlatTensors grads_;
   Recompute recompute_;
+  DType precision_;
+  std::optional<FlatTensors> compute_weights_;
   int batch_size_;
   int seq_len_;
   int current_batch_ = 0;  // B and T of the last forward (at most batch_size_, seq_len_)
