@@ -17,6 +17,7 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "tests/gradcheck.h"
+#include "tests/reference_io.h"
 #include "tests/testing.h"
 #include "train/step.h"
 
@@ -92,21 +93,15 @@ TEST_P(ModelVsPyTorch, LogitsLossGradientsAndParametersMatchOverThreeSteps) {
       writer.add(str("s", s, ".mb", k, ".tokens"), tokens.back().t);
       writer.add(str("s", s, ".mb", k, ".targets"), targets.back().t);
     }
-  const std::pair<const char*, double> metadata[] = {
-      {"n_layer", config.n_layer}, {"d_model", config.d_model}, {"n_head", config.n_head},
-      {"n_kv_head", config.kv_heads()}, {"ffn_hidden", config.ffn_hidden()}, {"vocab_size", config.vocab_size},
-      {"max_seq_len", config.max_seq_len}, {"tied", config.tied_embeddings}, {"norm_eps", config.norm_eps},
-      {"rope_theta", config.rope_theta}, {"rope_scaling_factor", config.rope_scaling_factor},
-      {"rope_low_freq_factor", config.rope_low_freq_factor}, {"rope_high_freq_factor", config.rope_high_freq_factor},
-      {"rope_original_max_seq_len", config.rope_original_max_seq_len}, {"steps", kSteps},
-      {"micro_batches", kMicroBatches}, {"lr", kLr}, {"beta1", adamw_config.beta1}, {"beta2", adamw_config.beta2},
-      {"eps", adamw_config.eps}, {"weight_decay", adamw_config.weight_decay}, {"max_grad_norm", kMaxGradNorm}};
-  for (const auto& [key, value] : metadata) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%.17g", value);  // round-trips exactly
-    writer.set_metadata(key, text);
-  }
-  writer.set_metadata("family", std::string(model_family_name(config.family)));
+  testing::set_model_metadata(writer, config);
+  testing::set_numeric_metadata(writer, {{"steps", kSteps},
+                                         {"micro_batches", kMicroBatches},
+                                         {"lr", kLr},
+                                         {"beta1", adamw_config.beta1},
+                                         {"beta2", adamw_config.beta2},
+                                         {"eps", adamw_config.eps},
+                                         {"weight_decay", adamw_config.weight_decay},
+                                         {"max_grad_norm", kMaxGradNorm}});
   writer.write(dir.file("in.safetensors"));
   ASSERT_EQ(testing::run_reference_script("transformer_reference.py",
                                           dir.file("in.safetensors") + " " + dir.file("out.safetensors")),

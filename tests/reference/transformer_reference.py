@@ -55,7 +55,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x):
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        # As Hugging Face's LlamaRMSNorm: statistics in f32 whatever the storage type.
+        dtype = x.dtype
+        x = x.float()
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(dtype)
 
 
 class Attention(nn.Module):
@@ -74,9 +77,10 @@ class Attention(nn.Module):
         k = k.view(B, T, self.n_kv_head, HS).transpose(1, 2)
         v = v.view(B, T, self.n_kv_head, HS).transpose(1, 2)
         if rope is not None:
+            # In f32 and rounded once, whatever the storage type (a no-op for f32 models).
             cos, sin = rope
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q = (q.float() * cos + rotate_half(q.float()) * sin).to(q.dtype)
+            k = (k.float() * cos + rotate_half(k.float()) * sin).to(k.dtype)
         # Query head h reads key/value head h // (n_head / n_kv_head), as Hugging Face's repeat_kv.
         k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
         v = v.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
