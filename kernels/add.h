@@ -4,7 +4,9 @@
 //   accumulate:   dst += src      (the backward of a residual branch point, and summing gradients)
 //   scale:        x *= factor
 //
-// Shapes: any, all equal.
+// Shapes: any, all equal. Dtypes: one storage type for all (f32, f64, bf16 or f16); 16-bit
+// values are widened exactly, added or scaled in f32 (factor rounded to f32) and rounded once
+// when stored.
 #pragma once
 
 #include "core/tensor.h"

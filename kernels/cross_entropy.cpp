@@ -7,8 +7,8 @@ namespace dt::kernels {
 namespace {
 void check(std::string_view op, const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V,
            int32_t ignore_index) {
-  expect_float_dtype(op, logits);
-  expect_same_device_and_dtype(op, {logits, losses}, logits.dtype);
+  expect_storage_dtype(op, logits);
+  expect_dtype(op, "losses", losses, accumulation_dtype(logits.dtype), logits.device);
   DT_CHECK(logits.ndim() == 2 && V >= 1 && V <= logits.dim(1), op, ": logits ", logits.describe(),
            " must be (N, Vp) with 1 <= V = ", V, " <= Vp");
   const int64_t N = logits.dim(0);

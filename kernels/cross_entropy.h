@@ -9,7 +9,10 @@
 // loss_scale * sum_n losses[n]:
 //   dlogits[n, v] = loss_scale * (softmax(logits[n, :V])[v] - [v == targets[n]])  for v < V
 //   dlogits[n, v] = 0  for padding columns and for ignored rows
-// so no second (N, Vp) buffer exists. Both set losses (N), of the logits' dtype.
+// so no second (N, Vp) buffer exists. Both set losses (N).
+// Dtypes: logits f32, f64, bf16 or f16; losses f32 (f64 with f64). 16-bit logits are widened
+// exactly, the row's softmax and loss are computed in f32, and the gradient is rounded once
+// when written over them.
 // Each row takes three streaming passes over V: the maximum; exp(x - max) and its sum (written
 // in place when the gradient is wanted, so it is not recomputed); the scaling by 1 / sum.
 #pragma once

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tests/gradcheck.h"
+#include "tests/storage_testing.h"
 #include "tests/testing.h"
 
 namespace dt::kernels {
@@ -87,6 +88,35 @@ TEST(CrossEntropy, FusedBackwardMatchesFiniteDifferencesInPlace) {
                       real_grad.t.slice_rows(n, 1).reshape({V})});
   const auto r = testing::check_gradients(loss, inputs);
   EXPECT_LE(r.worst_error, 1e-7) << r.where;  // smooth, h = 1e-6: see layernorm_test
+}
+
+// 16-bit logits: the row runs the f32 loops on the widened logits, so the losses (f32) equal
+// the f32 kernel's exactly and the gradient has its bits rounded once. The padding holds 1e30
+// (bf16) or its overflow to infinity (f16), never read.
+TEST(CrossEntropy, SixteenBitLogitsAreTheF32KernelOnWidenedLogits) {
+  const auto t = targets();
+  for (const DType S : testing::kStorage16) {
+    SCOPED_TRACE(dtype_name(S));
+    const auto x = testing::rounded(logits(DType::f32, 111).t, S);
+    const auto x32 = testing::widened(x.t);
+    const auto stored = testing::widened(x.t);
+    auto losses = zeros(DType::f32, {N}), losses32 = zeros(DType::f32, {N});
+    cross_entropy_forward(losses.t, x.t, t.t, V);
+    cross_entropy_forward(losses32.t, x32.t, t.t, V);
+    EXPECT_EQ(testing::max_abs_difference(losses.t, losses32.t), 0);
+    EXPECT_EQ(testing::max_ulp_distance(x.t, testing::rounded(stored.t, S).t), 0);  // forward leaves them
+    cross_entropy_forward_backward(losses.t, x.t, t.t, V, 0.25f);
+    cross_entropy_forward_backward(losses32.t, x32.t, t.t, V, 0.25f);
+    EXPECT_EQ(testing::max_abs_difference(losses.t, losses32.t), 0);
+    EXPECT_EQ(testing::max_ulp_distance(x.t, testing::rounded(x32.t, S).t), 0);
+  }
+}
+
+TEST(CrossEntropy, SixteenBitLogitsNeedF32Losses) {
+  const auto t = targets();
+  const auto x = zeros(DType::f16, {N, Vp}), losses16 = zeros(DType::f16, {N});
+  const std::string m = testing::error_message([&] { cross_entropy_forward_backward(losses16.t, x.t, t.t, V, 1.0f); });
+  EXPECT_NE(m.find("cross_entropy_forward_backward: losses is f16"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -33,6 +33,11 @@ void expect_storage_dtype(std::string_view op, const Tensor& t) {
            ": ", t.describe(), "; the CPU kernels store f32, f64, bf16 or f16");
 }
 
+void expect_dtype(std::string_view op, std::string_view arg, const Tensor& t, DType dtype, Device device) {
+  DT_CHECK(t.dtype == dtype && t.device == device, op, ": ", arg, " is ", t.describe(), ", expected ",
+           dtype_name(dtype), " on ", device_name(device), " (kernels/README.md: which tensors are 16-bit)");
+}
+
 DType accumulation_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
 
 }  // namespace dt::kernels

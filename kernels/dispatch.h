@@ -21,6 +21,9 @@ void expect_disjoint(std::string_view op, std::string_view a_name, const Tensor&
 void expect_float_dtype(std::string_view op, const Tensor& t);
 // Throws unless dtype is f32, f64, bf16 or f16: the storage types (kernels/README.md).
 void expect_storage_dtype(std::string_view op, const Tensor& t);
+// Throws, naming the op and the argument, unless `t` has dtype `dtype` and is on `device`: for
+// ops whose tensors do not all share one dtype (16-bit activations with f32 statistics).
+void expect_dtype(std::string_view op, std::string_view arg, const Tensor& t, DType dtype, Device device);
 // The dtype of gradients accumulated for parameters stored as `storage`: f64 for f64, else f32.
 DType accumulation_dtype(DType storage);
 

@@ -15,8 +15,8 @@ void check_ids(std::string_view op, const Tensor& ids, int64_t rows) {
 
 void embedding_forward(Tensor out, Tensor ids, Tensor table) {
   constexpr std::string_view op = "embedding_forward";
-  expect_float_dtype(op, table);
-  expect_same_device_and_dtype(op, {table, out}, table.dtype);
+  expect_storage_dtype(op, table);
+  expect_dtype(op, "out", out, table.dtype, table.device);
   DT_CHECK(table.ndim() == 2, op, ": table ", table.describe());
   expect_shape(op, "out", out, {ids.numel(), table.dim(1)});
   check_ids(op, ids, table.dim(0));
@@ -25,18 +25,18 @@ void embedding_forward(Tensor out, Tensor ids, Tensor table) {
 
 void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) {
   constexpr std::string_view op = "embedding_backward";
-  expect_float_dtype(op, dtable);
-  expect_same_device_and_dtype(op, {dtable, dout}, dtable.dtype);
+  expect_storage_dtype(op, dout);
+  expect_dtype(op, "dtable", dtable, accumulation_dtype(dout.dtype), dout.device);
   DT_CHECK(dtable.ndim() == 2, op, ": dtable ", dtable.describe());
   expect_shape(op, "dout", dout, {ids.numel(), dtable.dim(1)});
   check_ids(op, ids, dtable.dim(0));
-  DT_DISPATCH_DEVICE(embedding_backward, dtable.device, dtable, ids, dout);
+  DT_DISPATCH_DEVICE(embedding_backward, dout.device, dtable, ids, dout);
 }
 
 void position_embedding_forward(Tensor out, Tensor wpe) {
   constexpr std::string_view op = "position_embedding_forward";
-  expect_float_dtype(op, wpe);
-  expect_same_device_and_dtype(op, {wpe, out}, wpe.dtype);
+  expect_storage_dtype(op, wpe);
+  expect_dtype(op, "out", out, wpe.dtype, wpe.device);
   DT_CHECK(out.ndim() == 3 && wpe.ndim() == 2 && out.dim(2) == wpe.dim(1) && out.dim(1) <= wpe.dim(0), op, ": out ",
            out.describe(), " needs (B, T, C) with T <= rows of wpe ", wpe.describe());
   DT_DISPATCH_DEVICE(position_embedding_forward, wpe.device, out, wpe);
@@ -44,11 +44,11 @@ void position_embedding_forward(Tensor out, Tensor wpe) {
 
 void position_embedding_backward(Tensor dwpe, Tensor dout) {
   constexpr std::string_view op = "position_embedding_backward";
-  expect_float_dtype(op, dwpe);
-  expect_same_device_and_dtype(op, {dwpe, dout}, dwpe.dtype);
+  expect_storage_dtype(op, dout);
+  expect_dtype(op, "dwpe", dwpe, accumulation_dtype(dout.dtype), dout.device);
   DT_CHECK(dout.ndim() == 3 && dwpe.ndim() == 2 && dout.dim(2) == dwpe.dim(1) && dout.dim(1) <= dwpe.dim(0), op,
            ": dout ", dout.describe(), " needs (B, T, C) with T <= rows of dwpe ", dwpe.describe());
-  DT_DISPATCH_DEVICE(position_embedding_backward, dwpe.device, dwpe, dout);
+  DT_DISPATCH_DEVICE(position_embedding_backward, dout.device, dwpe, dout);
 }
 
 }  // namespace dt::kernels

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/gradcheck.h"
+#include "tests/storage_testing.h"
 #include "tests/testing.h"
 
 namespace dt::kernels {
@@ -53,6 +54,50 @@ TEST(Embedding, BackwardMatchesFiniteDifferencesAndIsDeterministic) {
   auto again = zeros(DType::f64, {V, C});
   embedding_backward(again.t, ids.t, dout.t);
   EXPECT_EQ(std::memcmp(again.t.data, dwte.t.data, dwte.t.bytes()), 0);
+}
+
+// 16-bit storage: the lookup copies stored bits; the position add is elementwise, so the bits of
+// the f32 kernel on the widened inputs, rounded once; dwte and dwpe (f32) add the same widened
+// values in the same order as the f32 kernel, so they equal its results exactly.
+TEST(Embedding, SixteenBitStorageIsTheF32KernelOnWidenedInputs) {
+  using testing::widened;
+  const auto ids = repeating_ids();
+  for (const DType S : testing::kStorage16) {
+    SCOPED_TRACE(dtype_name(S));
+    const auto wte = testing::random_storage(S, {V, C}, 101), wpe = testing::random_storage(S, {L, C}, 102),
+               dout = testing::random_storage(S, {B * T, C}, 103);
+    const auto wte32 = widened(wte.t), wpe32 = widened(wpe.t), dout32 = widened(dout.t);
+    auto out = zeros(S, {B * T, C}), out32 = zeros(DType::f32, {B * T, C});
+    embedding_forward(out.t, ids.t, wte.t);
+    embedding_forward(out32.t, ids.t, wte32.t);
+    EXPECT_EQ(testing::max_ulp_distance(out.t, testing::rounded(out32.t, S).t), 0);
+    position_embedding_forward(out.t.reshape({B, T, C}), wpe.t);
+    position_embedding_forward(out32.t.reshape({B, T, C}), wpe32.t);
+    EXPECT_EQ(testing::max_ulp_distance(out.t, testing::rounded(out32.t, S).t), 0);
+
+    auto dwte = random_normal(DType::f32, {V, C}, 104), dwpe = random_normal(DType::f32, {L, C}, 105);
+    const auto dwte32 = testing::converted(dwte.t, DType::f32), dwpe32 = testing::converted(dwpe.t, DType::f32);
+    embedding_backward(dwte.t, ids.t, dout.t);
+    embedding_backward(dwte32.t, ids.t, dout32.t);
+    EXPECT_EQ(testing::max_abs_difference(dwte.t, dwte32.t), 0);
+    position_embedding_backward(dwpe.t, dout.t.reshape({B, T, C}));
+    position_embedding_backward(dwpe32.t, dout32.t.reshape({B, T, C}));
+    EXPECT_EQ(testing::max_abs_difference(dwpe.t, dwpe32.t), 0);
+  }
+}
+
+TEST(Embedding, WrongStorageCombinationsAreRejectedByName) {
+  const auto ids = repeating_ids();
+  const auto wte = zeros(DType::bf16, {V, C}), wpe = zeros(DType::bf16, {L, C}), dout = zeros(DType::bf16, {B * T, C});
+  const auto out32 = zeros(DType::f32, {B * T, C});
+  std::string m = testing::error_message([&] { embedding_forward(out32.t, ids.t, wte.t); });
+  EXPECT_NE(m.find("embedding_forward: out is f32"), std::string::npos) << m;
+  m = testing::error_message([&] { embedding_backward(wte.t, ids.t, dout.t); });
+  EXPECT_NE(m.find("embedding_backward: dtable is bf16"), std::string::npos) << m;
+  m = testing::error_message([&] { position_embedding_forward(out32.t.reshape({B, T, C}), wpe.t); });
+  EXPECT_NE(m.find("position_embedding_forward: out is f32"), std::string::npos) << m;
+  m = testing::error_message([&] { position_embedding_backward(wpe.t, dout.t.reshape({B, T, C})); });
+  EXPECT_NE(m.find("position_embedding_backward: dwpe is bf16"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 //   out = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))      (sets out; may alias inp)
 //   dinp = dout * d out / d x                                         (sets dinp; may alias dout)
 //
-// Shapes: any, all equal.
+// Shapes: any, all equal. Dtypes: one storage type for all (f32, f64, bf16 or f16); 16-bit
+// values are widened exactly, computed in f32 and rounded once when stored.
 #pragma once
 
 #include "core/tensor.h"

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tests/gradcheck.h"
+#include "tests/storage_testing.h"
 #include "tests/testing.h"
 
 namespace dt::kernels {
@@ -38,6 +39,38 @@ TEST(Gelu, BackwardMatchesFiniteDifferencesInPlace) {
   };
   const auto r = testing::check_gradients(loss, {{"inp", x.t, dx.t}});
   EXPECT_LE(r.worst_error, 1e-7) << r.where;  // smooth function, h = 1e-6: see layernorm_test
+}
+
+// 16-bit storage: elementwise, so the bits of the f32 kernel on the widened inputs, rounded once.
+// 1500 elements: chunks of the 16-bit path and a partial last chunk.
+TEST(Gelu, SixteenBitStorageIsTheF32KernelOnWidenedInputsRoundedOnce) {
+  for (const DType S : testing::kStorage16) {
+    SCOPED_TRACE(dtype_name(S));
+    const auto x = testing::random_storage(S, {3, 500}, 61, 4.0), dout = testing::random_storage(S, {3, 500}, 62);
+    const auto x32 = testing::widened(x.t), dout32 = testing::widened(dout.t);
+    auto out = zeros(S, {3, 500}), out32 = zeros(DType::f32, {3, 500});
+    gelu_forward(out.t, x.t);
+    gelu_forward(out32.t, x32.t);
+    EXPECT_EQ(testing::max_ulp_distance(out.t, testing::rounded(out32.t, S).t), 0);
+    auto dx = zeros(S, {3, 500}), dx32 = zeros(DType::f32, {3, 500});
+    gelu_backward(dx.t, x.t, dout.t);
+    gelu_backward(dx32.t, x32.t, dout32.t);
+    EXPECT_EQ(testing::max_ulp_distance(dx.t, testing::rounded(dx32.t, S).t), 0);
+    // In place, as the contract allows: out over inp, dinp over dout.
+    gelu_forward(x.t, x.t);
+    EXPECT_EQ(testing::max_ulp_distance(x.t, out.t), 0);
+    const auto x_again = testing::rounded(x32.t, S);  // x was just overwritten
+    gelu_backward(dout.t, x_again.t, dout.t);
+    EXPECT_EQ(testing::max_ulp_distance(dout.t, dx.t), 0);
+  }
+}
+
+TEST(Gelu, WrongStorageCombinationsAreRejectedByName) {
+  const auto x = zeros(DType::bf16, {4, 8}), out = zeros(DType::f16, {4, 8}), x64 = zeros(DType::f64, {4, 8});
+  std::string m = testing::error_message([&] { gelu_forward(out.t, x.t); });
+  EXPECT_NE(m.find("gelu_forward: out is f16"), std::string::npos) << m;
+  m = testing::error_message([&] { gelu_backward(x.t, x.t, x64.t); });
+  EXPECT_NE(m.find("gelu_backward: dout is f64"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -7,8 +7,12 @@ namespace dt::kernels {
 namespace {
 // Returns C after checking every tensor against inp (N, C).
 int64_t check(std::string_view op, const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
-  expect_float_dtype(op, inp);
+  expect_storage_dtype(op, inp);
   DT_CHECK(inp.ndim() >= 1, op, ": inp ", inp.describe());
+  const DType stats = accumulation_dtype(inp.dtype);
+  expect_dtype(op, "weight", weight, inp.dtype, inp.device);
+  expect_dtype(op, "mean", mean, stats, inp.device);
+  expect_dtype(op, "rstd", rstd, stats, inp.device);
   const int64_t C = inp.dim(-1), N = inp.numel() / C;
   expect_shape(op, "weight", weight, {C});
   expect_shape(op, "mean", mean, {N});
@@ -20,7 +24,8 @@ int64_t check(std::string_view op, const Tensor& inp, const Tensor& weight, cons
 void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias, float eps) {
   constexpr std::string_view op = "layernorm_forward";
   const int64_t C = check(op, inp, weight, mean, rstd);
-  expect_same_device_and_dtype(op, {inp, out, mean, rstd, weight, bias}, inp.dtype);
+  expect_dtype(op, "out", out, inp.dtype, inp.device);
+  expect_dtype(op, "bias", bias, inp.dtype, inp.device);
   expect_shape(op, "out", out, inp.shape);
   expect_shape(op, "bias", bias, {C});
   DT_CHECK(out.data != inp.data, op, ": out must not alias inp");
@@ -31,7 +36,10 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
                         Tensor mean, Tensor rstd) {
   constexpr std::string_view op = "layernorm_backward";
   const int64_t C = check(op, inp, weight, mean, rstd);
-  expect_same_device_and_dtype(op, {inp, dinp, dweight, dbias, dout, weight, mean, rstd}, inp.dtype);
+  expect_dtype(op, "dinp", dinp, inp.dtype, inp.device);
+  expect_dtype(op, "dout", dout, inp.dtype, inp.device);
+  expect_dtype(op, "dweight", dweight, accumulation_dtype(inp.dtype), inp.device);
+  expect_dtype(op, "dbias", dbias, accumulation_dtype(inp.dtype), inp.device);
   expect_shape(op, "dinp", dinp, inp.shape);
   expect_shape(op, "dout", dout, inp.shape);
   expect_shape(op, "dweight", dweight, {C});

@@ -8,6 +8,10 @@
 // Backward accumulates: dinp += , dweight += , dbias += (dinp is usually the residual stream's
 // gradient, which the other branch also adds into).
 // Shapes: inp, out, dinp, dout (N, C); weight, bias, dweight, dbias (C); mean, rstd (N).
+// Dtypes: inp, out, weight, bias, dinp, dout share one storage type (f32, f64, bf16 or f16);
+// mean, rstd, dweight and dbias are f32 (f64 with f64). With 16-bit storage the statistics and
+// the gradients are computed in f32 from the exactly widened inputs, and out and dinp are
+// rounded once when stored (dinp += is a load, an f32 add and a rounding).
 // out must not alias inp.
 #pragma once
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "tests/gradcheck.h"
+#include "tests/storage_testing.h"
 #include "tests/testing.h"
 
 namespace dt::kernels {
@@ -89,6 +90,53 @@ TEST(LayerNorm, BackwardHasTheSameBitsForAnyThreadCount) {
     for (size_t i = 1; i < results.size(); ++i)
       EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)), 0) << rows << " rows";
   }
+}
+
+// 16-bit storage: the same f32 loops run on the widened rows, so out and dinp have the bits of
+// the f32 kernel on the widened inputs, rounded once, and mean, rstd, dweight and dbias (f32)
+// equal its f32 results exactly: the reductions are the same loops over the same f32 values.
+TEST(LayerNorm, SixteenBitStorageIsTheF32KernelOnWidenedInputsRoundedOnce) {
+  using testing::max_abs_difference;
+  using testing::max_ulp_distance;
+  using testing::rounded;
+  using testing::widened;
+  for (const DType S : testing::kStorage16) {
+    SCOPED_TRACE(dtype_name(S));
+    const int64_t rows = 40;
+    const auto x = testing::random_storage(S, {rows, C}, 41, 2.0, 0.5), w = testing::random_storage(S, {C}, 42),
+               b = testing::random_storage(S, {C}, 43), dout = testing::random_storage(S, {rows, C}, 44),
+               dinp = testing::random_storage(S, {rows, C}, 45);
+    const auto x32 = widened(x.t), w32 = widened(w.t), b32 = widened(b.t), dout32 = widened(dout.t),
+               dinp32 = widened(dinp.t);
+
+    auto out = zeros(S, {rows, C}), mean = zeros(DType::f32, {rows}), rstd = zeros(DType::f32, {rows});
+    auto out32 = zeros(DType::f32, {rows, C}), mean32 = zeros(DType::f32, {rows}), rstd32 = zeros(DType::f32, {rows});
+    layernorm_forward(out.t, mean.t, rstd.t, x.t, w.t, b.t);
+    layernorm_forward(out32.t, mean32.t, rstd32.t, x32.t, w32.t, b32.t);
+    EXPECT_EQ(max_ulp_distance(out.t, rounded(out32.t, S).t), 0);
+    EXPECT_EQ(max_abs_difference(mean.t, mean32.t), 0);
+    EXPECT_EQ(max_abs_difference(rstd.t, rstd32.t), 0);
+
+    const auto dw = random_normal(DType::f32, {C}, 46), db = random_normal(DType::f32, {C}, 47);
+    const auto dw32 = testing::converted(dw.t, DType::f32), db32 = testing::converted(db.t, DType::f32);
+    layernorm_backward(dinp.t, dw.t, db.t, dout.t, x.t, w.t, mean.t, rstd.t);
+    layernorm_backward(dinp32.t, dw32.t, db32.t, dout32.t, x32.t, w32.t, mean32.t, rstd32.t);
+    EXPECT_EQ(max_ulp_distance(dinp.t, rounded(dinp32.t, S).t), 0);
+    EXPECT_EQ(max_abs_difference(dw.t, dw32.t), 0);
+    EXPECT_EQ(max_abs_difference(db.t, db32.t), 0);
+  }
+}
+
+TEST(LayerNorm, WrongStorageCombinationsAreRejectedByName) {
+  const auto x = zeros(DType::bf16, {N, C}), w = zeros(DType::bf16, {C}), b = zeros(DType::bf16, {C});
+  const auto out = zeros(DType::bf16, {N, C}), stats16 = zeros(DType::bf16, {N}), stats = zeros(DType::f32, {N});
+  const auto w32 = zeros(DType::f32, {C});
+  std::string m = testing::error_message([&] { layernorm_forward(out.t, stats16.t, stats.t, x.t, w.t, b.t); });
+  EXPECT_NE(m.find("layernorm_forward: mean is bf16"), std::string::npos) << m;
+  m = testing::error_message([&] { layernorm_forward(out.t, stats.t, stats.t, x.t, w32.t, b.t); });
+  EXPECT_NE(m.find("layernorm_forward: weight is f32"), std::string::npos) << m;
+  m = testing::error_message([&] { layernorm_backward(out.t, w.t, w32.t, out.t, x.t, w.t, stats.t, stats.t); });
+  EXPECT_NE(m.find("layernorm_backward: dweight is bf16"), std::string::npos) << m;
 }
 
 }  // namespace

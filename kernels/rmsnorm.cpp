@@ -7,8 +7,10 @@ namespace dt::kernels {
 namespace {
 // Returns C after checking every tensor against inp (N, C).
 int64_t check(std::string_view op, const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
-  expect_float_dtype(op, inp);
+  expect_storage_dtype(op, inp);
   DT_CHECK(inp.ndim() >= 1 && inp.dim(-1) > 0, op, ": inp ", inp.describe(), ", expected (N, C) with C > 0");
+  expect_dtype(op, "weight", weight, inp.dtype, inp.device);
+  expect_dtype(op, "rstd", rstd, accumulation_dtype(inp.dtype), inp.device);
   const int64_t C = inp.dim(-1), N = inp.numel() / C;
   expect_shape(op, "weight", weight, {C});
   expect_shape(op, "rstd", rstd, {N});
@@ -19,7 +21,7 @@ int64_t check(std::string_view op, const Tensor& inp, const Tensor& weight, cons
 void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
   constexpr std::string_view op = "rmsnorm_forward";
   check(op, inp, weight, rstd);
-  expect_same_device_and_dtype(op, {inp, out, rstd, weight}, inp.dtype);
+  expect_dtype(op, "out", out, inp.dtype, inp.device);
   expect_shape(op, "out", out, inp.shape);
   DT_CHECK(out.data != inp.data, op, ": out must not alias inp");
   DT_CHECK(eps >= 0, op, ": eps = ", eps, ", expected eps >= 0");
@@ -29,7 +31,9 @@ void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float e
 void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd) {
   constexpr std::string_view op = "rmsnorm_backward";
   const int64_t C = check(op, inp, weight, rstd);
-  expect_same_device_and_dtype(op, {inp, dinp, dweight, dout, weight, rstd}, inp.dtype);
+  expect_dtype(op, "dinp", dinp, inp.dtype, inp.device);
+  expect_dtype(op, "dout", dout, inp.dtype, inp.device);
+  expect_dtype(op, "dweight", dweight, accumulation_dtype(inp.dtype), inp.device);
   expect_shape(op, "dinp", dinp, inp.shape);
   expect_shape(op, "dout", dout, inp.shape);
   expect_shape(op, "dweight", dweight, {C});

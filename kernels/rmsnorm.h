@@ -8,6 +8,10 @@
 // residual stream's gradient, which the other branch also adds into). dweight's sum over rows
 // runs in an order fixed by N alone, so its bits do not depend on the thread count.
 // Shapes: inp, out, dinp, dout (N, C); weight, dweight (C); rstd (N). out must not alias inp.
+// Dtypes: inp, out, weight, dinp, dout share one storage type (f32, f64, bf16 or f16); rstd and
+// dweight are f32 (f64 with f64). With 16-bit storage rstd and the gradients are computed in
+// f32 from the exactly widened inputs, and out and dinp are rounded once when stored (dinp +=
+// is a load, an f32 add and a rounding).
 #pragma once
 
 #include "core/tensor.h"

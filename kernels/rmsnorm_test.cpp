@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "tests/gradcheck.h"
+#include "tests/storage_testing.h"
 #include "tests/testing.h"
 
 namespace dt::kernels {
@@ -140,6 +141,47 @@ TEST(RmsNorm, RejectsBadShapesAndAliasing) {
   EXPECT_THROW(rmsnorm_backward(dx.t.reshape({C, N}), dw.t, dout.t, x.t, w.t, rstd.t), Error);
   EXPECT_THROW(rmsnorm_backward(dx.t, dw.t, dout.t.reshape({C, N}), x.t, w.t, rstd.t), Error);
   EXPECT_THROW(rmsnorm_backward(dx.t, dw.t, dout.t, x.t, w.t, short_rstd.t), Error);
+}
+
+// 16-bit storage: the same f32 loops run on the widened rows, so out and dinp have the bits of
+// the f32 kernel on the widened inputs, rounded once, and rstd and dweight (f32) equal its f32
+// results exactly: the reductions are the same loops over the same f32 values.
+TEST(RmsNorm, SixteenBitStorageIsTheF32KernelOnWidenedInputsRoundedOnce) {
+  using testing::max_abs_difference;
+  using testing::max_ulp_distance;
+  using testing::rounded;
+  using testing::widened;
+  for (const DType S : testing::kStorage16) {
+    SCOPED_TRACE(dtype_name(S));
+    const auto x = testing::random_storage(S, {N, C}, 51, 2.0, 0.5), w = testing::random_storage(S, {C}, 52),
+               dout = testing::random_storage(S, {N, C}, 53), dinp = testing::random_storage(S, {N, C}, 54);
+    const auto x32 = widened(x.t), w32 = widened(w.t), dout32 = widened(dout.t), dinp32 = widened(dinp.t);
+
+    auto out = zeros(S, {N, C}), rstd = zeros(DType::f32, {N});
+    auto out32 = zeros(DType::f32, {N, C}), rstd32 = zeros(DType::f32, {N});
+    rmsnorm_forward(out.t, rstd.t, x.t, w.t, kEps);
+    rmsnorm_forward(out32.t, rstd32.t, x32.t, w32.t, kEps);
+    EXPECT_EQ(max_ulp_distance(out.t, rounded(out32.t, S).t), 0);
+    EXPECT_EQ(max_abs_difference(rstd.t, rstd32.t), 0);
+
+    const auto dw = random_normal(DType::f32, {C}, 55);
+    const auto dw32 = testing::converted(dw.t, DType::f32);
+    rmsnorm_backward(dinp.t, dw.t, dout.t, x.t, w.t, rstd.t);
+    rmsnorm_backward(dinp32.t, dw32.t, dout32.t, x32.t, w32.t, rstd32.t);
+    EXPECT_EQ(max_ulp_distance(dinp.t, rounded(dinp32.t, S).t), 0);
+    EXPECT_EQ(max_abs_difference(dw.t, dw32.t), 0);
+  }
+}
+
+TEST(RmsNorm, WrongStorageCombinationsAreRejectedByName) {
+  const auto x = zeros(DType::f16, {N, C}), w = zeros(DType::f16, {C}), out = zeros(DType::f16, {N, C});
+  const auto rstd16 = zeros(DType::f16, {N}), rstd = zeros(DType::f32, {N}), w32 = zeros(DType::f32, {C});
+  std::string m = testing::error_message([&] { rmsnorm_forward(out.t, rstd16.t, x.t, w.t, kEps); });
+  EXPECT_NE(m.find("rmsnorm_forward: rstd is f16"), std::string::npos) << m;
+  m = testing::error_message([&] { rmsnorm_backward(out.t, w.t, out.t, x.t, w.t, rstd.t); });
+  EXPECT_NE(m.find("rmsnorm_backward: dweight is f16"), std::string::npos) << m;
+  m = testing::error_message([&] { rmsnorm_backward(rstd.t, w32.t, out.t, x.t, w.t, rstd.t); });
+  EXPECT_NE(m.find("rmsnorm_backward: dinp is f32"), std::string::npos) << m;
 }
 
 }  // namespace

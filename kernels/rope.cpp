@@ -12,7 +12,7 @@ namespace {
 // Checks qkv (B, T, (NH + 2*NKV) * HS) and the tables against it; returns HS.
 int64_t check(std::string_view op, const Tensor& qkv, const Tensor& cos, const Tensor& sin, int n_head,
               int n_kv_head) {
-  expect_float_dtype(op, qkv);
+  expect_storage_dtype(op, qkv);
   DT_CHECK(qkv.ndim() == 3, op, ": qkv is ", qkv.describe(), ", expected (B, T, (NH + 2*NKV) * HS)");
   DT_CHECK(n_head > 0 && n_kv_head > 0, op, ": n_head = ", n_head, ", n_kv_head = ", n_kv_head,
            "; both must be positive");
@@ -22,7 +22,9 @@ int64_t check(std::string_view op, const Tensor& qkv, const Tensor& cos, const T
   const int64_t HS = qkv.dim(2) / heads;
   DT_CHECK(HS % 2 == 0, op, ": head size HS = ", HS, " (qkv ", qkv.describe(), " with NH = ", n_head, ", NKV = ",
            n_kv_head, ") is odd; rotary embedding pairs element i with i + HS/2, so HS must be even");
-  expect_same_device_and_dtype(op, {qkv, cos, sin}, qkv.dtype);
+  // The table stays f32 when qkv is 16-bit: its angles need more than 8 or 11 bits.
+  expect_dtype(op, "cos", cos, accumulation_dtype(qkv.dtype), qkv.device);
+  expect_dtype(op, "sin", sin, accumulation_dtype(qkv.dtype), qkv.device);
   DT_CHECK(cos.ndim() == 2 && cos.dim(0) >= qkv.dim(1) && cos.dim(1) == HS / 2, op, ": cos is ", cos.describe(),
            ", expected (T_max, HS/2) with T_max >= T = ", qkv.dim(1), " and HS/2 = ", HS / 2);
   expect_shape(op, "sin", sin, cos.shape);

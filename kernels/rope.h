@@ -12,8 +12,10 @@
 // rope_backward applies the inverse rotation (s -> -s) in place to dqkv: the gradient of a
 // rotation is the transposed rotation. The table holds cos and sin of t * inv_freq[i] for
 // t < T_max; rope_table() fills it.
-// Shapes: qkv, dqkv (B, T, (NH + 2*NKV) * HS) with T <= T_max; cos, sin (T_max, HS/2) f32 or
-// f64 like qkv. HS must be even.
+// Shapes: qkv, dqkv (B, T, (NH + 2*NKV) * HS) with T <= T_max; cos, sin (T_max, HS/2). HS must
+// be even. Dtypes: qkv, dqkv f32, f64, bf16 or f16; cos, sin f32 (f64 with f64). 16-bit heads
+// are widened exactly, rotated in f32 and rounded once when stored; the value heads are not
+// touched.
 #pragma once
 
 #include <vector>

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/gradcheck.h"
+#include "tests/storage_testing.h"
 #include "tests/testing.h"
 
 namespace dt::kernels {
@@ -251,6 +252,39 @@ TEST(Rope, RejectsOddHeadSizeAndBadShapes) {
   EXPECT_THROW(rope_inverse_frequencies(64, 500000, {.factor = 32, .low_freq_factor = 4, .high_freq_factor = 4}),
                Error);
   EXPECT_THROW(rope_inverse_frequencies(64, 500000, {.factor = -1}), Error);
+}
+
+// 16-bit storage with the f32 table: each pair's rotation is the f32 rotation of the widened
+// pair, so the bits of the f32 kernel on the widened qkv, rounded once; the value heads keep
+// their bits.
+TEST(Rope, SixteenBitStorageIsTheF32KernelOnWidenedInputsRoundedOnce) {
+  const auto tab = table(DType::f32);
+  for (const DType S : testing::kStorage16) {
+    SCOPED_TRACE(dtype_name(S));
+    const auto qkv = testing::random_storage(S, {B, T, W}, 91);
+    const auto before = testing::widened(qkv.t);
+    const auto qkv32 = testing::widened(qkv.t);
+    rope_forward(qkv.t, tab.cos.t, tab.sin.t, NH, NKV);
+    rope_forward(qkv32.t, tab.cos.t, tab.sin.t, NH, NKV);
+    EXPECT_EQ(testing::max_ulp_distance(qkv.t, testing::rounded(qkv32.t, S).t), 0);
+    const auto after = testing::widened(qkv.t);
+    for (int64_t n = 0; n < B * T; ++n)
+      for (int64_t i = (NH + NKV) * HS; i < W; ++i)
+        ASSERT_EQ(after.ptr<float>()[n * W + i], before.ptr<float>()[n * W + i]);
+    rope_backward(qkv.t, tab.cos.t, tab.sin.t, NH, NKV);
+    rope_backward(after.t, tab.cos.t, tab.sin.t, NH, NKV);  // the reference starts from the stored values
+    EXPECT_EQ(testing::max_ulp_distance(qkv.t, testing::rounded(after.t, S).t), 0);
+  }
+}
+
+TEST(Rope, SixteenBitQkvNeedsAnF32Table) {
+  const auto tab16 = zeros(DType::bf16, {T_max, HS / 2});
+  const auto tab64 = table(DType::f64);
+  const auto qkv = zeros(DType::bf16, {B, T, W});
+  std::string m = testing::error_message([&] { rope_forward(qkv.t, tab16.t, tab16.t, NH, NKV); });
+  EXPECT_NE(m.find("rope_forward: cos is bf16"), std::string::npos) << m;
+  m = testing::error_message([&] { rope_backward(qkv.t, tab64.cos.t, tab64.sin.t, NH, NKV); });
+  EXPECT_NE(m.find("rope_backward: cos is f64"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ namespace {
 
 // Checks inp (N, 2F) and returns out's shape (N, F).
 Shape out_shape(std::string_view op, const Tensor& inp) {
-  expect_float_dtype(op, inp);
+  expect_storage_dtype(op, inp);
   DT_CHECK(inp.ndim() >= 1 && inp.dim(-1) > 0 && inp.dim(-1) % 2 == 0, op, ": inp is ", inp.describe(),
            ", expected (N, 2F): the gate projection then the up projection, so an even, positive last dim");
   Shape shape(inp.shape.begin(), inp.shape.end() - 1);
@@ -21,7 +21,7 @@ Shape out_shape(std::string_view op, const Tensor& inp) {
 void swiglu_forward(Tensor out, Tensor inp) {
   constexpr std::string_view op = "swiglu_forward";
   const Shape shape = out_shape(op, inp);
-  expect_same_device_and_dtype(op, {inp, out}, inp.dtype);
+  expect_dtype(op, "out", out, inp.dtype, inp.device);
   expect_shape(op, "out", out, shape);
   expect_disjoint(op, "out", out, "inp", inp);
   DT_DISPATCH_DEVICE(swiglu_forward, inp.device, out, inp);
@@ -30,7 +30,8 @@ void swiglu_forward(Tensor out, Tensor inp) {
 void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) {
   constexpr std::string_view op = "swiglu_backward";
   const Shape shape = out_shape(op, inp);
-  expect_same_device_and_dtype(op, {inp, dinp, dout}, inp.dtype);
+  expect_dtype(op, "dinp", dinp, inp.dtype, inp.device);
+  expect_dtype(op, "dout", dout, inp.dtype, inp.device);
   expect_shape(op, "dinp", dinp, inp.shape);
   expect_shape(op, "dout", dout, shape);
   expect_disjoint(op, "dinp", dinp, "inp", inp);

@@ -8,6 +8,8 @@
 // Forward sets out (N, F). Backward sets dinp (N, 2F) from dout (N, F) and the saved inp:
 //   dgate = dout * up * sigmoid(gate) * (1 + gate * (1 - sigmoid(gate))),   dup = dout * silu(gate)
 // out must not alias inp; dinp must not alias inp or dout.
+// Dtypes: one storage type for all (f32, f64, bf16 or f16); 16-bit values are widened exactly,
+// computed in f32 and rounded once when stored.
 #pragma once
 
 #include "core/tensor.h"

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "tests/gradcheck.h"
+#include "tests/storage_testing.h"
 #include "tests/testing.h"
 
 namespace dt::kernels {
@@ -87,6 +88,33 @@ TEST(SwiGlu, RejectsBadShapesAndAliasing) {
   EXPECT_THROW(swiglu_backward(out.t, dout.t, x.t), Error);  // dinp (N, F)
   EXPECT_THROW(swiglu_backward(x.t, dout.t, x.t), Error);    // dinp aliases inp
   EXPECT_THROW(swiglu_backward(dx.t, inside(dx), x.t), Error);  // dinp overlaps dout
+}
+
+// 16-bit storage: elementwise within a row, so the bits of the f32 kernel on the widened
+// inputs, rounded once.
+TEST(SwiGlu, SixteenBitStorageIsTheF32KernelOnWidenedInputsRoundedOnce) {
+  for (const DType S : testing::kStorage16) {
+    SCOPED_TRACE(dtype_name(S));
+    const auto x = testing::random_storage(S, {N, 2 * F}, 71, 3.0), dout = testing::random_storage(S, {N, F}, 72);
+    const auto x32 = testing::widened(x.t), dout32 = testing::widened(dout.t);
+    auto out = zeros(S, {N, F}), out32 = zeros(DType::f32, {N, F});
+    swiglu_forward(out.t, x.t);
+    swiglu_forward(out32.t, x32.t);
+    EXPECT_EQ(testing::max_ulp_distance(out.t, testing::rounded(out32.t, S).t), 0);
+    auto dx = zeros(S, {N, 2 * F}), dx32 = zeros(DType::f32, {N, 2 * F});
+    swiglu_backward(dx.t, dout.t, x.t);
+    swiglu_backward(dx32.t, dout32.t, x32.t);
+    EXPECT_EQ(testing::max_ulp_distance(dx.t, testing::rounded(dx32.t, S).t), 0);
+  }
+}
+
+TEST(SwiGlu, WrongStorageCombinationsAreRejectedByName) {
+  const auto x = zeros(DType::f16, {N, 2 * F}), out = zeros(DType::bf16, {N, F}), dout = zeros(DType::f16, {N, F});
+  const auto dx32 = zeros(DType::f32, {N, 2 * F});
+  std::string m = testing::error_message([&] { swiglu_forward(out.t, x.t); });
+  EXPECT_NE(m.find("swiglu_forward: out is bf16"), std::string::npos) << m;
+  m = testing::error_message([&] { swiglu_backward(dx32.t, dout.t, x.t); });
+  EXPECT_NE(m.find("swiglu_backward: dinp is f32"), std::string::npos) << m;
 }
 
 }  // namespace

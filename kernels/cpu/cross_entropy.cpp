@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/float_type.h"
+#include "kernels/cpu/storage_rows.h"
 #include "kernels/cpu/vec_exp.h"
 #include "kernels/cross_entropy.h"
 
@@ -41,29 +43,46 @@ T row_loss(T* x, int64_t V, int64_t Vp, int32_t target, int32_t ignore_index, co
   return std::log(sum) + max - target_logit;
 }
 
-template <typename T>
+template <typename S>
 void cross_entropy(Tensor losses, Tensor logits, Tensor targets, int64_t V, int32_t ignore_index,
                    const float* loss_scale) {
+  using T = compute_t<S>;
   const int64_t N = logits.dim(0), Vp = logits.dim(1);
-  T* x = logits.ptr<T>();
+  S* x = storage_ptr<S>(logits);
   T* loss = losses.ptr<T>();
   const int32_t* t = targets.ptr<int32_t>();
   const T scale = loss_scale ? static_cast<T>(*loss_scale) : T{0};
+  const T* grad_scale = loss_scale ? &scale : nullptr;
+  if constexpr (!is_16bit<S>) {
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) loss[n] = row_loss<T>(x + n * Vp, V, Vp, t[n], ignore_index, loss_scale ? &scale : nullptr);
+    for (int64_t n = 0; n < N; ++n) loss[n] = row_loss<T>(x + n * Vp, V, Vp, t[n], ignore_index, grad_scale);
+  } else {
+    // Each row widened into f32 (V columns; padding is never read), the f32 row loss, and with
+    // the gradient the whole row (padding zeroed) rounded once over the logits.
+#pragma omp parallel
+    {
+      std::vector<float> row(static_cast<size_t>(Vp));
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < N; ++n) {
+        load_row(x + n * Vp, row.data(), V);
+        loss[n] = row_loss<T>(row.data(), V, Vp, t[n], ignore_index, grad_scale);
+        if (grad_scale) store_row(x + n * Vp, row.data(), Vp);
+      }
+    }
+  }
 }
 
 }  // namespace
 
 void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t vocab_size, int32_t ignore_index) {
-  dispatch_float(logits.dtype,
-                 [&]<typename T>() { cross_entropy<T>(losses, logits, targets, vocab_size, ignore_index, nullptr); });
+  dispatch_storage(logits.dtype,
+                   [&]<typename S>() { cross_entropy<S>(losses, logits, targets, vocab_size, ignore_index, nullptr); });
 }
 
 void cross_entropy_forward_backward(Tensor losses, Tensor logits, Tensor targets, int64_t vocab_size,
                                     float loss_scale, int32_t ignore_index) {
-  dispatch_float(logits.dtype, [&]<typename T>() {
-    cross_entropy<T>(losses, logits, targets, vocab_size, ignore_index, &loss_scale);
+  dispatch_storage(logits.dtype, [&]<typename S>() {
+    cross_entropy<S>(losses, logits, targets, vocab_size, ignore_index, &loss_scale);
   });
 }
 

@@ -1,63 +1,114 @@
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/buffer.h"
 #include "kernels/cpu/float_type.h"
 #include "kernels/cpu/row_blocks.h"
+#include "kernels/cpu/storage_rows.h"
 #include "kernels/rmsnorm.h"
 
 namespace dt::kernels::cpu {
 
-void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
-  dispatch_float(inp.dtype, [&]<typename T>() {
-    const int64_t C = inp.dim(-1), N = inp.numel() / C;
-    const T *x = inp.ptr<T>(), *w = weight.ptr<T>();
-    T *o = out.ptr<T>(), *rstd_out = rstd.ptr<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xr = x + n * C;
-      T sq = 0;
+namespace {
+
+// One row: sets orow and rstd.
+template <typename T>
+inline void forward_row(T* orow, T* rstd, const T* xr, const T* w, int64_t C, float eps) {
+  T sq = 0;
 #pragma omp simd reduction(+ : sq)
-      for (int64_t c = 0; c < C; ++c) sq += xr[c] * xr[c];
-      const T s = T{1} / std::sqrt(sq / static_cast<T>(C) + static_cast<T>(eps));
-      T* orow = o + n * C;
-      // (x * rstd) * weight, in Hugging Face's LlamaRMSNorm order.
+  for (int64_t c = 0; c < C; ++c) sq += xr[c] * xr[c];
+  const T s = T{1} / std::sqrt(sq / static_cast<T>(C) + static_cast<T>(eps));
+  // (x * rstd) * weight, in Hugging Face's LlamaRMSNorm order.
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) orow[c] = xr[c] * s * w[c];
-      rstd_out[n] = s;
+  for (int64_t c = 0; c < C; ++c) orow[c] = xr[c] * s * w[c];
+  *rstd = s;
+}
+
+// One row: dxr +=, and the row's terms added into the block partial pw.
+template <typename T>
+inline void backward_row(T* dxr, T* pw, const T* xr, const T* dyr, const T* w, T s, int64_t C) {
+  // xhat = x * s, dxhat = dy * w; d(rstd)/dx = -rstd^3 x / C gives
+  // dx = s * (dxhat - xhat * mean(dxhat * xhat)).
+  T sum_dxhat_xhat = 0;
+#pragma omp simd reduction(+ : sum_dxhat_xhat)
+  for (int64_t c = 0; c < C; ++c) {
+    const T xhat = xr[c] * s;
+    sum_dxhat_xhat += dyr[c] * w[c] * xhat;
+    pw[c] += dyr[c] * xhat;
+  }
+  const T mean_dxhat_xhat = sum_dxhat_xhat / static_cast<T>(C);
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) dxr[c] += s * (dyr[c] * w[c] - xr[c] * s * mean_dxhat_xhat);
+}
+
+}  // namespace
+
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
+  dispatch_storage(inp.dtype, [&]<typename S>() {
+    using T = compute_t<S>;
+    const int64_t C = inp.dim(-1), N = inp.numel() / C;
+    const S* x = storage_ptr<S>(inp);
+    S* o = storage_ptr<S>(out);
+    const Widened<S> w(weight);
+    T* rstd_out = rstd.ptr<T>();
+    if constexpr (!is_16bit<S>) {
+#pragma omp parallel for schedule(static)
+      for (int64_t n = 0; n < N; ++n) forward_row<T>(o + n * C, rstd_out + n, x + n * C, w.p, C, eps);
+    } else {
+      // Each row widened into f32, normalized by the f32 loops, rounded once into out.
+#pragma omp parallel
+      {
+        std::vector<float> xbuf(static_cast<size_t>(C)), obuf(static_cast<size_t>(C));
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < N; ++n) {
+          load_row(x + n * C, xbuf.data(), C);
+          forward_row<T>(obuf.data(), rstd_out + n, xbuf.data(), w.p, C, eps);
+          store_row(o + n * C, obuf.data(), C);
+        }
+      }
     }
   });
 }
 
 void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd) {
-  dispatch_float(inp.dtype, [&]<typename T>() {
+  dispatch_storage(inp.dtype, [&]<typename S>() {
+    using T = compute_t<S>;
     const int64_t C = inp.dim(-1), N = inp.numel() / C;
-    const T *x = inp.ptr<T>(), *w = weight.ptr<T>(), *dy = dout.ptr<T>(), *rs = rstd.ptr<T>();
-    T *dx = dinp.ptr<T>(), *dw = dweight.ptr<T>();
-    // dweight through fixed row blocks: the same bits for any thread count (row_blocks.h).
+    const S *x = storage_ptr<S>(inp), *dy = storage_ptr<S>(dout);
+    S* dx = storage_ptr<S>(dinp);
+    const Widened<S> w(weight);
+    const T* rs = rstd.ptr<T>();
+    T* dw = dweight.ptr<T>();
+    // dweight through fixed row blocks: the same bits for any thread count (row_blocks.h). The
+    // partials are f32 (f64 with f64) whatever the storage.
     const int64_t blocks = row_blocks(N);
     Buffer partial_buffer(static_cast<size_t>(blocks * C) * sizeof(T), MemTag::workspace);
     T* partials = static_cast<T*>(partial_buffer.data());
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < blocks; ++k) {
-      const Range rows = split_range(N, static_cast<int>(blocks), static_cast<int>(k));
-      T* pw = partials + k * C;
-      for (int64_t n = rows.begin; n < rows.end; ++n) {
-        const T *xr = x + n * C, *dyr = dy + n * C;
-        const T s = rs[n];
-        // xhat = x * s, dxhat = dy * w; d(rstd)/dx = -rstd^3 x / C gives
-        // dx = s * (dxhat - xhat * mean(dxhat * xhat)).
-        T sum_dxhat_xhat = 0;
-#pragma omp simd reduction(+ : sum_dxhat_xhat)
-        for (int64_t c = 0; c < C; ++c) {
-          const T xhat = xr[c] * s;
-          sum_dxhat_xhat += dyr[c] * w[c] * xhat;
-          pw[c] += dyr[c] * xhat;
+#pragma omp parallel
+    {
+      // 16-bit rows of inp, dout and dinp widened into f32 (unused for f32 and f64).
+      std::vector<T> xbuf, dybuf, dxbuf;
+      if constexpr (is_16bit<S>) {
+        xbuf.resize(static_cast<size_t>(C));
+        dybuf.resize(static_cast<size_t>(C));
+        dxbuf.resize(static_cast<size_t>(C));
+      }
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < blocks; ++k) {
+        const Range rows = split_range(N, static_cast<int>(blocks), static_cast<int>(k));
+        T* pw = partials + k * C;
+        for (int64_t n = rows.begin; n < rows.end; ++n) {
+          if constexpr (!is_16bit<S>) {
+            backward_row<T>(dx + n * C, pw, x + n * C, dy + n * C, w.p, rs[n], C);
+          } else {
+            load_row(x + n * C, xbuf.data(), C);
+            load_row(dy + n * C, dybuf.data(), C);
+            load_row(dx + n * C, dxbuf.data(), C);
+            backward_row<T>(dxbuf.data(), pw, xbuf.data(), dybuf.data(), w.p, rs[n], C);
+            store_row(dx + n * C, dxbuf.data(), C);
+          }
         }
-        const T mean_dxhat_xhat = sum_dxhat_xhat / static_cast<T>(C);
-        T* dxr = dx + n * C;
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) dxr[c] += s * (dyr[c] * w[c] - xr[c] * s * mean_dxhat_xhat);
       }
     }
     add_block_partials(dw, partials, blocks, C, C);

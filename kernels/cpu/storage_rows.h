@@ -1,0 +1,67 @@
+// Rows of 16-bit storage widened to f32 and rounded back, for kernels whose f32 inner loops run
+// unchanged on a small buffer (kernels/README.md, "Storage precision").
+//
+//   load_row(src, dst, n)    dst[i] = load(src[i]), exact
+//   store_row(dst, src, n)   dst[i] = src[i] rounded to nearest even (store)
+//
+// f16 goes through F16C eight at a time where the target has it (the same rounding as the
+// scalar _cvtss_sh); bf16 is bit shifts that GCC vectorizes.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/storage.h"
+
+namespace dt::kernels::cpu {
+
+// Elements converted per step by the elementwise kernels: 2 KiB of f32 on the stack.
+constexpr int64_t kStorageChunk = 512;
+
+template <typename S>
+void load_row(const S* src, compute_t<S>* dst, int64_t n) {
+  int64_t i = 0;
+#ifdef __F16C__
+  if constexpr (std::is_same_v<S, f16_t>) {
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+#endif
+#pragma omp simd
+  for (int64_t j = i; j < n; ++j) dst[j] = load(src[j]);
+}
+
+template <typename S>
+void store_row(S* dst, const compute_t<S>* src, int64_t n) {
+  int64_t i = 0;
+#ifdef __F16C__
+  if constexpr (std::is_same_v<S, f16_t>) {
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+#endif
+#pragma omp simd
+  for (int64_t j = i; j < n; ++j) store(dst + j, src[j]);
+}
+
+// A small tensor's elements (a (C) parameter) as compute_t<S>: the tensor itself for f32 and
+// f64, else a widened copy made once.
+template <typename S>
+struct Widened {
+  std::vector<compute_t<S>> copy;
+  const compute_t<S>* p;
+  explicit Widened(const Tensor& t) {
+    if constexpr (is_16bit<S>) {
+      copy.resize(static_cast<size_t>(t.numel()));
+      load_row(storage_ptr<S>(t), copy.data(), t.numel());
+      p = copy.data();
+    } else {
+      p = storage_ptr<S>(t);
+    }
+  }
+};
+
+}  // namespace dt::kernels::cpu
