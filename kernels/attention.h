@@ -15,6 +15,13 @@
 //   dq = dS @ k,  dk = dS^T @ q,  dv = P^T @ dout
 // Neither pass ever holds more than one tile of the T x T scores per thread; nothing of size
 // T x T is saved between forward and backward. Deterministic (no floating-point atomics).
+//
+// Storage (kernels/README.md): qkv, out, dout and dqkv are f32, f64, bf16 or f16, one dtype per
+// call; lse is f32 (f64 when the rest is f64). With 16-bit storage the scores, the softmax and
+// every product accumulate in f32, and, as flash-attention GPU kernels do, two intermediates
+// are rounded to the storage type before their products: P before P.V and P^T.dout, and
+// dS = P * (dP - D) (before the 1 / sqrt(HS), from the f32 P) before dS.K and dS^T.Q. out and
+// dqkv are rounded once when stored. The row sums of the softmax use the f32 P.
 #pragma once
 
 #include "core/tensor.h"

@@ -9,6 +9,13 @@
 // parallelism overlap a bucket's reduction with the rest of backward, and what zero-bubble
 // pipeline schedules reorder. bias / dbias may be undefined tensors (no bias).
 // inp and out may have any leading shape whose product is N.
+//
+// Storage (kernels/README.md): inp, out, weight, bias, dinp and dout are all f32, f64, bf16 or
+// f16, one dtype per call; dweight and dbias are f32 (f64 when the rest is f64). With 16-bit
+// storage the products accumulate in fp32 and each 16-bit output is rounded to nearest even
+// once: out = round(inp @ weight^T + bias), the bias added in fp32 before the rounding (as a
+// cuBLASLt bias epilogue does); dinp = round(dout @ weight); dweight and dbias accumulate the
+// fp32 products and column sums of the exactly loaded 16-bit values.
 #pragma once
 
 #include "core/tensor.h"

@@ -15,6 +15,15 @@
 // to gain parallelism we do not need: B * NKV units (96 for GPT-2 small at B = 8) keep a few
 // CPU cores busy. It falls short only when B * NKV < threads (batch-1 multi-query training).
 //
+// 16-bit storage (bf16, f16): qkv, out, dout and dqkv are S, lse is f32, and everything inside
+// is f32. Each q, k, v and dout tile is widened into the thread's scratch where it is read;
+// as flash-attention GPU kernels do, the probabilities P are rounded to S before the products
+// P.V (forward) and P^T.dout (dv), and dS before dS.K (dq) and dS^T.Q (dk); the row sums and
+// dS itself use the unrounded f32 P. dq, dk and dv accumulate in f32 scratch (dk and dv for one
+// key tile, dq for the whole unit: group * T * HS floats per thread) and are rounded once when
+// stored, as out is. The order of every sum is the f32 kernel's, so the 16-bit results are as
+// deterministic. For f32 and f64 none of this runs: the tiles are read in place as before.
+//
 // Tile products use tile_gemm (kernels/cpu/tile_gemm.h), not cblas_sgemm (see there why).
 // Operands that tile_gemm needs row-major along N (K^T, V^T) are copied once per key tile into
 // per-thread scratch; everything else is read in place from qkv and dout.
@@ -33,6 +42,7 @@
 #include <limits>
 
 #include "core/buffer.h"
+#include "kernels/cpu/storage.h"
 #include "kernels/cpu/tile_gemm.h"
 #include "kernels/cpu/vec_exp.h"
 
@@ -88,11 +98,49 @@ Buffer allocate_scratch(const ScratchLayout& layout, int threads) {
                 /*zero=*/false);
 }
 
-// dst(cols, rows) = src(rows, cols)^T; src rows are ld apart, dst rows dst_ld apart.
-template <typename T>
-void transpose(const T* src, int rows, int cols, int64_t ld, T* dst, int64_t dst_ld) {
+// dst(cols, rows) = src(rows, cols)^T, loaded into the compute type; src rows are ld apart, dst
+// rows dst_ld apart.
+template <typename S, typename T>
+void transpose(const S* src, int rows, int cols, int64_t ld, T* dst, int64_t dst_ld) {
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) dst[c * dst_ld + r] = src[r * ld + c];
+    for (int c = 0; c < cols; ++c) dst[c * dst_ld + r] = load(src[r * ld + c]);
+}
+
+// A (rows, cols) tile of storage S, ld apart, as tile_gemm reads it: in place for f32 and f64;
+// for 16-bit S, widened into scratch (rows cols apart) and read there.
+template <typename S>
+struct TileView {
+  const compute_t<S>* data;
+  int64_t ld;
+};
+template <typename S>
+TileView<S> tile_of(const S* src, int rows, int cols, int64_t ld, compute_t<S>* scratch) {
+  if constexpr (is_16bit<S>) {
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) scratch[int64_t{r} * cols + c] = load(src[r * ld + c]);
+    return {scratch, cols};
+  } else {
+    (void)rows, (void)cols, (void)scratch;
+    return {src, ld};
+  }
+}
+
+// Rounds the f32 tile (rows, cols), ld apart, to S in place; nothing for f32 and f64.
+template <typename S>
+void round_tile(compute_t<S>* tile, int rows, int cols, int64_t ld) {
+  if constexpr (is_16bit<S>) {
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) tile[r * ld + c] = round_to<S>(tile[r * ld + c]);
+  } else {
+    (void)tile, (void)rows, (void)cols, (void)ld;
+  }
+}
+
+// Stores the f32 tile (rows, cols), src_ld apart, into S rows dst_ld apart.
+template <typename S>
+void store_tile(const float* src, int64_t rows, int cols, int64_t src_ld, S* dst, int64_t dst_ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) store(dst + r * dst_ld + c, src[r * src_ld + c]);
 }
 
 // Causal mask: how many of the n keys starting at j0 query i may see, between 0 and n.
@@ -101,8 +149,9 @@ int visible_keys(int64_t i, int64_t j0, int n) { return static_cast<int>(std::cl
 // The forward works on S^T (keys x queries): then q^T is the operand tile_gemm wants row-major,
 // transposed once per unit rather than k once per key tile, and the softmax's per-query max and
 // sum run down the columns, vectorized across queries with no horizontal reductions.
-template <typename T>
-void forward_impl(const Dims& d, T* out, T* lse, const T* qkv) {
+template <typename S>
+void forward_impl(const Dims& d, S* out, compute_t<S>* lse, const S* qkv) {
+  using T = compute_t<S>;
   constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
   const T scale = T(1) / std::sqrt(T(d.HS));
   const int64_t n_qtiles = (d.T + kQueryTile - 1) / kQueryTile;
@@ -110,6 +159,9 @@ void forward_impl(const Dims& d, T* out, T* lse, const T* qkv) {
   const int64_t qt_at = layout.add(int64_t{d.HS} * kQueryTile), st_at = layout.add(kKeyTile * kQueryTile),
                 o_at = layout.add(int64_t{kQueryTile} * d.HS), max_at = layout.add(kQueryTile),
                 sum_at = layout.add(kQueryTile), new_max_at = layout.add(kQueryTile);
+  // Widened k and v tiles (16-bit storage only).
+  const int64_t kw_at = is_16bit<S> ? layout.add(int64_t{kKeyTile} * d.HS) : 0,
+                vw_at = is_16bit<S> ? layout.add(int64_t{kKeyTile} * d.HS) : 0;
   const int threads = omp_get_max_threads();
   const Buffer scratch = allocate_scratch<T>(layout, threads);
 
@@ -118,6 +170,7 @@ void forward_impl(const Dims& d, T* out, T* lse, const T* qkv) {
     T* base = static_cast<T*>(scratch.data()) + omp_get_thread_num() * layout.per_thread();
     T *qt = base + qt_at, *st = base + st_at, *o = base + o_at;
     T *row_max = base + max_at, *row_sum = base + sum_at, *new_max = base + new_max_at;
+    T *kw = base + kw_at, *vw = base + vw_at;
     // Static schedule, query tiles fastest: a thread takes consecutive tiles of one head, whose
     // keys and values are then still in its cache.
 #pragma omp for schedule(static)
@@ -134,9 +187,9 @@ void forward_impl(const Dims& d, T* out, T* lse, const T* qkv) {
       // key tile, is visible to every query, so each row max is finite from then on.
       for (int64_t j0 = 0; j0 < i0 + M; j0 += kKeyTile) {
         const int N = static_cast<int>(std::min<int64_t>(kKeyTile, i0 + M - j0));
-        const T* k = qkv + (b * d.T + j0) * d.qkv_row + d.k_col(g);
-        const T* v = qkv + (b * d.T + j0) * d.qkv_row + d.v_col(g);
-        tile_gemm(N, M, d.HS, scale, k, d.qkv_row, 1, qt, kQueryTile, st, kQueryTile, Store::set);
+        const TileView<S> k = tile_of(qkv + (b * d.T + j0) * d.qkv_row + d.k_col(g), N, d.HS, d.qkv_row, kw);
+        const TileView<S> v = tile_of(qkv + (b * d.T + j0) * d.qkv_row + d.v_col(g), N, d.HS, d.qkv_row, vw);
+        tile_gemm(N, M, d.HS, scale, k.data, k.ld, 1, qt, kQueryTile, st, kQueryTile, Store::set);
         std::copy_n(row_max, M, new_max);
         for (int j = 0; j < N; ++j) {
           T* st_row = st + int64_t{j} * kQueryTile;
@@ -158,26 +211,37 @@ void forward_impl(const Dims& d, T* out, T* lse, const T* qkv) {
             row_sum[i] += p_row[i];
           }
         }
-        tile_gemm(M, d.HS, N, T(1), st, 1, kQueryTile, v, d.qkv_row, o, d.HS, Store::add);
+        round_tile<S>(st, N, M, kQueryTile);  // P to S for P.V; row_sum has the f32 P
+        tile_gemm(M, d.HS, N, T(1), st, 1, kQueryTile, v.data, v.ld, o, d.HS, Store::add);
       }
       for (int i = 0; i < M; ++i) {
         const T inv_sum = T(1) / row_sum[i];
-        T* out_row = out + (b * d.T + i0 + i) * d.out_row + d.q_col(h);
-        for (int c = 0; c < d.HS; ++c) out_row[c] = o[int64_t{i} * d.HS + c] * inv_sum;
+        S* out_row = out + (b * d.T + i0 + i) * d.out_row + d.q_col(h);
+        for (int c = 0; c < d.HS; ++c) store(out_row + c, o[int64_t{i} * d.HS + c] * inv_sum);
         lse[(b * d.NH + h) * d.T + i0 + i] = row_max[i] + std::log(row_sum[i]);
       }
     }
   }
 }
 
-template <typename T>
-void backward_impl(const Dims& d, T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse) {
+template <typename S>
+void backward_impl(const Dims& d, S* dqkv, const S* dout, const S* qkv, const S* out, const compute_t<S>* lse) {
+  using T = compute_t<S>;
+  constexpr bool k16 = is_16bit<S>;
   const T scale = T(1) / std::sqrt(T(d.HS));
   const int group = d.group();
   ScratchLayout layout;
   const int64_t kt_at = layout.add(int64_t{d.HS} * kKeyTile), vt_at = layout.add(int64_t{d.HS} * kKeyTile),
                 p_at = layout.add(kQueryTile * kKeyTile), ds_at = layout.add(kQueryTile * kKeyTile),
                 delta_at = layout.add(group * d.T);
+  // 16-bit storage only: widened k, q and dout tiles, and the f32 accumulators of dk and dv (one
+  // key tile) and dq (every query row of the unit's heads).
+  const int64_t kw_at = k16 ? layout.add(int64_t{kKeyTile} * d.HS) : 0,
+                qw_at = k16 ? layout.add(int64_t{kQueryTile} * d.HS) : 0,
+                dow_at = k16 ? layout.add(int64_t{kQueryTile} * d.HS) : 0,
+                dk_at = k16 ? layout.add(int64_t{kKeyTile} * d.HS) : 0,
+                dv_at = k16 ? layout.add(int64_t{kKeyTile} * d.HS) : 0,
+                dq_at = k16 ? layout.add(group * d.T * d.HS) : 0;
   const int threads = omp_get_max_threads();
   const Buffer scratch = allocate_scratch<T>(layout, threads);
 
@@ -185,48 +249,67 @@ void backward_impl(const Dims& d, T* dqkv, const T* dout, const T* qkv, const T*
   {
     T* base = static_cast<T*>(scratch.data()) + omp_get_thread_num() * layout.per_thread();
     T *kt = base + kt_at, *vt = base + vt_at, *p = base + p_at, *ds = base + ds_at, *delta = base + delta_at;
+    T *kw = base + kw_at, *qw = base + qw_at, *dow = base + dow_at;
+    T *dk_acc = base + dk_at, *dv_acc = base + dv_at, *dq_acc = base + dq_at;
 #pragma omp for schedule(dynamic)
     for (int64_t unit = 0; unit < d.B * d.NKV; ++unit) {
       const int64_t b = unit / d.NKV;
       const int g = static_cast<int>(unit % d.NKV), h0 = g * group;
-      const T* qkv_b = qkv + b * d.T * d.qkv_row;
-      T* dqkv_b = dqkv + b * d.T * d.qkv_row;
-      const T* dout_b = dout + b * d.T * d.out_row;
+      const S* qkv_b = qkv + b * d.T * d.qkv_row;
+      S* dqkv_b = dqkv + b * d.T * d.qkv_row;
+      const S* dout_b = dout + b * d.T * d.out_row;
       // delta[hh, i] = D = dout . out, the softmax backward's row term for query head h0 + hh.
-      // The unit's slice of dqkv (its query heads, then k and v) starts at zero: every
-      // gradient below accumulates.
+      // The unit's gradients (its query heads, then k and v; in dqkv, or in the f32
+      // accumulators for 16-bit storage) start at zero: every gradient below accumulates.
       for (int64_t i = 0; i < d.T; ++i) {
         for (int hh = 0; hh < group; ++hh) {
-          const T* dout_row = dout_b + i * d.out_row + d.q_col(h0 + hh);
-          const T* out_row = out + (b * d.T + i) * d.out_row + d.q_col(h0 + hh);
+          const S* dout_row = dout_b + i * d.out_row + d.q_col(h0 + hh);
+          const S* out_row = out + (b * d.T + i) * d.out_row + d.q_col(h0 + hh);
           T dot = 0;
 #pragma omp simd reduction(+ : dot)
-          for (int c = 0; c < d.HS; ++c) dot += dout_row[c] * out_row[c];
+          for (int c = 0; c < d.HS; ++c) dot += load(dout_row[c]) * load(out_row[c]);
           delta[hh * d.T + i] = dot;
         }
-        T* dqkv_row = dqkv_b + i * d.qkv_row;
-        std::fill_n(dqkv_row + d.q_col(h0), int64_t{group} * d.HS, T(0));
-        std::fill_n(dqkv_row + d.k_col(g), d.HS, T(0));
-        std::fill_n(dqkv_row + d.v_col(g), d.HS, T(0));
+        if constexpr (!k16) {
+          T* dqkv_row = dqkv_b + i * d.qkv_row;
+          std::fill_n(dqkv_row + d.q_col(h0), int64_t{group} * d.HS, T(0));
+          std::fill_n(dqkv_row + d.k_col(g), d.HS, T(0));
+          std::fill_n(dqkv_row + d.v_col(g), d.HS, T(0));
+        }
       }
+      if constexpr (k16) std::fill_n(dq_acc, group * d.T * d.HS, T(0));
       for (int64_t j0 = 0; j0 < d.T; j0 += kKeyTile) {
         const int N = static_cast<int>(std::min<int64_t>(kKeyTile, d.T - j0));
-        const T* k = qkv_b + j0 * d.qkv_row + d.k_col(g);
-        T* dk = dqkv_b + j0 * d.qkv_row + d.k_col(g);
-        T* dv = dqkv_b + j0 * d.qkv_row + d.v_col(g);
-        transpose(k, N, d.HS, d.qkv_row, kt, kKeyTile);
+        const TileView<S> k = tile_of(qkv_b + j0 * d.qkv_row + d.k_col(g), N, d.HS, d.qkv_row, kw);
+        // Where dk and dv of this key tile accumulate.
+        T *dk, *dv;
+        int64_t dkv_ld;
+        if constexpr (k16) {
+          dk = dk_acc, dv = dv_acc, dkv_ld = d.HS;
+          std::fill_n(dk_acc, int64_t{N} * d.HS, T(0));
+          std::fill_n(dv_acc, int64_t{N} * d.HS, T(0));
+        } else {
+          dk = dqkv_b + j0 * d.qkv_row + d.k_col(g), dv = dqkv_b + j0 * d.qkv_row + d.v_col(g), dkv_ld = d.qkv_row;
+        }
+        transpose(qkv_b + j0 * d.qkv_row + d.k_col(g), N, d.HS, d.qkv_row, kt, kKeyTile);
         transpose(qkv_b + j0 * d.qkv_row + d.v_col(g), N, d.HS, d.qkv_row, vt, kKeyTile);
         for (int hh = 0; hh < group; ++hh) {
           const int h = h0 + hh;
           // Query tiles wholly above this key tile see none of it.
           for (int64_t i0 = j0 / kQueryTile * kQueryTile; i0 < d.T; i0 += kQueryTile) {
             const int M = static_cast<int>(std::min<int64_t>(kQueryTile, d.T - i0));
-            const T* q = qkv_b + i0 * d.qkv_row + d.q_col(h);
-            T* dq = dqkv_b + i0 * d.qkv_row + d.q_col(h);
-            const T* dout_tile = dout_b + i0 * d.out_row + d.q_col(h);
+            const TileView<S> q = tile_of(qkv_b + i0 * d.qkv_row + d.q_col(h), M, d.HS, d.qkv_row, qw);
+            const TileView<S> dout_tile = tile_of(dout_b + i0 * d.out_row + d.q_col(h), M, d.HS, d.out_row, dow);
+            T* dq;
+            int64_t dq_ld;
+            if constexpr (k16) {
+              dq = dq_acc + (hh * d.T + i0) * d.HS, dq_ld = d.HS;
+            } else {
+              dq = dqkv_b + i0 * d.qkv_row + d.q_col(h), dq_ld = d.qkv_row;
+            }
             const T* lse_tile = lse + (b * d.NH + h) * d.T + i0;
             const T* delta_tile = delta + hh * d.T + i0;
-            tile_gemm(M, N, d.HS, scale, q, d.qkv_row, 1, kt, kKeyTile, p, kKeyTile, Store::set);
+            tile_gemm(M, N, d.HS, scale, q.data, q.ld, 1, kt, kKeyTile, p, kKeyTile, Store::set);
             for (int i = 0; i < M; ++i) {
               T* p_row = p + int64_t{i} * kKeyTile;
               const int visible = visible_keys(i0 + i, j0, N);
@@ -236,19 +319,29 @@ void backward_impl(const Dims& d, T* dqkv, const T* dout, const T* qkv, const T*
               for (int j = 0; j < N; ++j) p_row[j] = vec_exp(p_row[j] - row_lse);
               std::fill(p_row + visible, p_row + N, T(0));
             }
-            tile_gemm(N, d.HS, M, T(1), p, 1, kKeyTile, dout_tile, d.out_row, dv, d.qkv_row, Store::add);
-            tile_gemm(M, N, d.HS, T(1), dout_tile, d.out_row, 1, vt, kKeyTile, ds, kKeyTile, Store::set);
+            tile_gemm(M, N, d.HS, T(1), dout_tile.data, dout_tile.ld, 1, vt, kKeyTile, ds, kKeyTile, Store::set);
             for (int i = 0; i < M; ++i) {
               const T* p_row = p + int64_t{i} * kKeyTile;
               T* ds_row = ds + int64_t{i} * kKeyTile;
               for (int j = 0; j < N; ++j) ds_row[j] = p_row[j] * (ds_row[j] - delta_tile[i]);
             }
+            // P and dS to S for their products (16-bit storage); dS above used the f32 P.
+            round_tile<S>(p, M, N, kKeyTile);
+            round_tile<S>(ds, M, N, kKeyTile);
+            tile_gemm(N, d.HS, M, T(1), p, 1, kKeyTile, dout_tile.data, dout_tile.ld, dv, dkv_ld, Store::add);
             // dS above holds P * (dP - D); the 1 / sqrt(HS) of S = q.k * scale goes in alpha.
-            tile_gemm(N, d.HS, M, scale, ds, 1, kKeyTile, q, d.qkv_row, dk, d.qkv_row, Store::add);
-            tile_gemm(M, d.HS, N, scale, ds, kKeyTile, 1, k, d.qkv_row, dq, d.qkv_row, Store::add);
+            tile_gemm(N, d.HS, M, scale, ds, 1, kKeyTile, q.data, q.ld, dk, dkv_ld, Store::add);
+            tile_gemm(M, d.HS, N, scale, ds, kKeyTile, 1, k.data, k.ld, dq, dq_ld, Store::add);
           }
         }
+        if constexpr (k16) {
+          store_tile(dk_acc, N, d.HS, d.HS, dqkv_b + j0 * d.qkv_row + d.k_col(g), d.qkv_row);
+          store_tile(dv_acc, N, d.HS, d.HS, dqkv_b + j0 * d.qkv_row + d.v_col(g), d.qkv_row);
+        }
       }
+      if constexpr (k16)
+        for (int hh = 0; hh < group; ++hh)
+          store_tile(dq_acc + hh * d.T * d.HS, d.T, d.HS, d.HS, dqkv_b + d.q_col(h0 + hh), d.qkv_row);
     }
   }
 }
@@ -257,24 +350,17 @@ void backward_impl(const Dims& d, T* dqkv, const T* dout, const T* qkv, const T*
 
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) {
   const Dims d = dims_of(qkv, n_head, n_kv_head);
-  switch (qkv.dtype) {
-    case DType::f32: return forward_impl(d, out.ptr<float>(), lse.ptr<float>(), qkv.ptr<const float>());
-    case DType::f64: return forward_impl(d, out.ptr<double>(), lse.ptr<double>(), qkv.ptr<const double>());
-    default: DT_CHECK(false, "attention_forward: no CPU kernel for ", qkv.describe());
-  }
+  dispatch_storage(qkv.dtype, [&]<typename S>() {
+    forward_impl<S>(d, storage_ptr<S>(out), lse.ptr<compute_t<S>>(), storage_ptr<S>(qkv));
+  });
 }
 
 void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head) {
   const Dims d = dims_of(qkv, n_head, n_kv_head);
-  switch (qkv.dtype) {
-    case DType::f32:
-      return backward_impl(d, dqkv.ptr<float>(), dout.ptr<const float>(), qkv.ptr<const float>(),
-                           out.ptr<const float>(), lse.ptr<const float>());
-    case DType::f64:
-      return backward_impl(d, dqkv.ptr<double>(), dout.ptr<const double>(), qkv.ptr<const double>(),
-                           out.ptr<const double>(), lse.ptr<const double>());
-    default: DT_CHECK(false, "attention_backward: no CPU kernel for ", qkv.describe());
-  }
+  dispatch_storage(qkv.dtype, [&]<typename S>() {
+    backward_impl<S>(d, storage_ptr<S>(dqkv), storage_ptr<S>(dout), storage_ptr<S>(qkv), storage_ptr<S>(out),
+                     lse.ptr<compute_t<S>>());
+  });
 }
 
 }  // namespace dt::kernels::cpu

@@ -1,6 +1,7 @@
 #include "kernels/cpu/onednn_matmul.h"
 
 #include <dnnl.hpp>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -34,7 +35,7 @@ dnnl::memory::desc matrix(int64_t rows, int64_t cols, const MatmulOperand& x, DT
 }  // namespace
 
 void onednn_matmul(int64_t M, int64_t N, int64_t K, MatmulOperand a, MatmulOperand b, DType ab_dtype, void* c,
-                   int64_t ldc, DType c_dtype, bool accumulate) {
+                   int64_t ldc, DType c_dtype, bool accumulate, const void* bias) {
   try {
     const auto a_md = matrix(M, K, a, ab_dtype), b_md = matrix(K, N, b, ab_dtype);
     const auto c_md = matrix(M, N, {c, ldc, false}, c_dtype);
@@ -45,11 +46,17 @@ void onednn_matmul(int64_t M, int64_t N, int64_t K, MatmulOperand a, MatmulOpera
       attr.set_post_ops(ops);
     }
     dnnl::engine& engine = cpu_engine();
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
+    const dnnl::memory::desc bias_md =
+        bias ? dnnl::memory::desc({1, N}, onednn_type(ab_dtype), dnnl::memory::dims{N, 1}) : dnnl::memory::desc();
+    const dnnl::matmul::primitive_desc pd(
+        bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md) : dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
     dnnl::stream stream(engine);
-    dnnl::matmul(pd).execute(stream, {{DNNL_ARG_SRC, dnnl::memory(a_md, engine, const_cast<void*>(a.data))},
-                                      {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, engine, const_cast<void*>(b.data))},
-                                      {DNNL_ARG_DST, dnnl::memory(c_md, engine, c)}});
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(a_md, engine, const_cast<void*>(a.data))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, engine, const_cast<void*>(b.data))},
+        {DNNL_ARG_DST, dnnl::memory(c_md, engine, c)}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bias_md, engine, const_cast<void*>(bias)));
+    dnnl::matmul(pd).execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     throw Error(str("oneDNN matmul of (", M, " x ", K, ") by (", K, " x ", N, "), ", dtype_name(ab_dtype), " -> ",
