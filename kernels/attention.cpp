@@ -1,6 +1,5 @@
 #include "kernels/attention.h"
 
-#include <initializer_list>
 #include <string_view>
 
 #include "kernels/dispatch.h"
@@ -19,26 +18,14 @@ int64_t head_size(std::string_view op, const Tensor& qkv, int n_head, int n_kv_h
   return qkv.dim(2) / heads;
 }
 
-// Throws, naming the op and the argument, unless each tensor has dtype and is on device.
-struct Named {
-  const char* name;
-  const Tensor& t;
-};
-void expect_dtype(std::string_view op, std::initializer_list<Named> ts, DType dtype, Device device) {
-  for (const auto& [name, t] : ts) {
-    DT_CHECK(t.dtype == dtype, op, ": ", name, " is ", t.describe(), ", expected ", dtype_name(dtype));
-    DT_CHECK(t.device == device, op, ": ", name, " is ", t.describe(), ", expected on ", device_name(device));
-  }
-}
-
 }  // namespace
 
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) {
   constexpr std::string_view op = "attention_forward";
   expect_storage_dtype(op, qkv);
   const int64_t HS = head_size(op, qkv, n_head, n_kv_head), B = qkv.dim(0), T = qkv.dim(1);
-  expect_dtype(op, {{"out", out}}, qkv.dtype, qkv.device);
-  expect_dtype(op, {{"lse", lse}}, accumulation_dtype(qkv.dtype), qkv.device);
+  expect_dtype(op, "out", out, qkv.dtype, qkv.device);
+  expect_dtype(op, "lse", lse, accumulation_dtype(qkv.dtype), qkv.device);
   expect_shape(op, "out", out, {B, T, n_head * HS});
   expect_shape(op, "lse", lse, {B, n_head, T});
   expect_disjoint(op, "out", out, "qkv", qkv);
@@ -50,8 +37,10 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
   constexpr std::string_view op = "attention_backward";
   expect_storage_dtype(op, qkv);
   const int64_t HS = head_size(op, qkv, n_head, n_kv_head), B = qkv.dim(0), T = qkv.dim(1);
-  expect_dtype(op, {{"dqkv", dqkv}, {"dout", dout}, {"out", out}}, qkv.dtype, qkv.device);
-  expect_dtype(op, {{"lse", lse}}, accumulation_dtype(qkv.dtype), qkv.device);
+  expect_dtype(op, "dqkv", dqkv, qkv.dtype, qkv.device);
+  expect_dtype(op, "dout", dout, qkv.dtype, qkv.device);
+  expect_dtype(op, "out", out, qkv.dtype, qkv.device);
+  expect_dtype(op, "lse", lse, accumulation_dtype(qkv.dtype), qkv.device);
   expect_shape(op, "dqkv", dqkv, qkv.shape);
   expect_shape(op, "dout", dout, {B, T, n_head * HS});
   expect_shape(op, "out", out, {B, T, n_head * HS});
