@@ -50,13 +50,14 @@ double measure_sgemm_peak_gflop_per_s() {
   return best;
 }
 
-size_t measure_activation_bytes_per_layer(const ModelConfig& model, int batch_size, int seq_len, Recompute policy) {
+size_t measure_activation_bytes_per_layer(const ModelConfig& model, int batch_size, int seq_len, Recompute policy,
+                                          DType precision) {
   const auto activation_bytes = [&](int n_layer) {
     ModelConfig shape = model;
     shape.n_layer = n_layer;
     const auto current = [] { return memory_stats(Device::cpu).current_bytes[static_cast<int>(MemTag::activations)]; };
     const size_t before = current();
-    const Transformer probe(shape, batch_size, seq_len, policy);
+    const Transformer probe(shape, batch_size, seq_len, policy, precision);
     return current() - before;
   };
   return activation_bytes(2) - activation_bytes(1);
@@ -70,15 +71,17 @@ namespace {
 void print_activation_bytes(const StepBenchOptions& o) {
   const double sbh = static_cast<double>(o.seq_len) * o.batch_size * o.model.d_model;
   const double a = o.model.n_head, s = o.seq_len, h = o.model.d_model;
-  std::printf("# activation bytes per layer (fp32 storage; measured through the allocator's activations tag):\n");
+  std::printf("# activation bytes per layer (%s storage; measured through the allocator's activations tag):\n",
+              std::string(dtype_name(o.precision)).c_str());
   std::printf("#%10s %12s %11s %18s %22s\n", "policy", "measured", "per s*b*h", "same at 2 bytes", "published (16-bit)");
   const std::pair<Recompute, double> estimates[] = {
       {Recompute::none, 34 + 5 * a * s / h}, {Recompute::selective, 34}, {Recompute::full, 2}};
   for (const auto& [policy, estimate] : estimates) {
-    const size_t bytes = measure_activation_bytes_per_layer(o.model, o.batch_size, o.seq_len, policy);
+    const size_t bytes = measure_activation_bytes_per_layer(o.model, o.batch_size, o.seq_len, policy, o.precision);
     const double per_sbh = static_cast<double>(bytes) / sbh;
     std::printf(" %10s %12s %11.2f %18.2f %22.2f\n", std::string(recompute_name(policy)).c_str(),
-                format_bytes(static_cast<double>(bytes)).c_str(), per_sbh, per_sbh / 2, estimate);
+                format_bytes(static_cast<double>(bytes)).c_str(), per_sbh,
+                per_sbh * 2 / static_cast<double>(dtype_size(o.precision)), estimate);
   }
 }
 
@@ -87,7 +90,7 @@ void print_activation_bytes(const StepBenchOptions& o) {
 StepBenchResult run_step_bench(const StepBenchOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   if (o.steps < 1 || o.warmup < 0) throw Error(str("bench step: --steps must be >= 1 and --warmup >= 0"));
-  Transformer model(o.model, o.batch_size, o.seq_len, o.recompute);
+  Transformer model(o.model, o.batch_size, o.seq_len, o.recompute, o.precision);
   init_parameters(model.params(), 1);
   AdamW optimizer(model.layout(), AdamWConfig{});
   const size_t bytes = static_cast<size_t>(o.batch_size) * o.seq_len * sizeof(int32_t);
@@ -107,9 +110,9 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
               std::string(model_family_name(o.model.family)).c_str(), o.model.n_layer, o.model.d_model,
               o.model.n_head, o.model.vocab_size, o.model.padded_vocab_size(),
               static_cast<long long>(model.layout().num_parameters()));
-  std::printf("# batch %d x seq %d = %.0f tokens/step, fp32, recompute %s, %d threads, %d warm-up + %d timed steps\n",
-              o.batch_size, o.seq_len, tokens, std::string(recompute_name(o.recompute)).c_str(), omp_get_max_threads(),
-              o.warmup, o.steps);
+  std::printf("# batch %d x seq %d = %.0f tokens/step, %s, recompute %s, %d threads, %d warm-up + %d timed steps\n",
+              o.batch_size, o.seq_len, tokens, std::string(dtype_name(o.precision)).c_str(),
+              std::string(recompute_name(o.recompute)).c_str(), omp_get_max_threads(), o.warmup, o.steps);
   std::printf("# sgemm peak (2048^3, same threads): %.1f GFLOP/s; %.3f GFLOP per step\n", peak, flops / 1e9);
   std::printf("#%6s %12s %14s %10s %10s\n", "step", "time_ms", "tokens_per_s", "GFLOP/s", "of_peak");
 

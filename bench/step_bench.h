@@ -21,6 +21,7 @@ struct StepBenchOptions {
   int warmup = 2;   // untimed steps first
   int threads = 0;  // 0: OpenMP's default
   Recompute recompute = Recompute::none;
+  DType precision = DType::f32;
 };
 
 struct StepBenchResult {
@@ -35,7 +36,8 @@ double step_flops(const ModelConfig& model, int64_t num_parameters, int batch_si
 double measure_sgemm_peak_gflop_per_s();
 // Bytes of the activations tag that one more block adds under `policy`: the difference between
 // models of 2 and 1 layers of this shape, measured through the allocator.
-size_t measure_activation_bytes_per_layer(const ModelConfig& model, int batch_size, int seq_len, Recompute policy);
+size_t measure_activation_bytes_per_layer(const ModelConfig& model, int batch_size, int seq_len, Recompute policy,
+                                          DType precision);
 // Prints a table of the timed steps and a summary, then the activation bytes per layer under
 // every recomputation policy beside Korthikanti et al.'s estimates; returns the summary.
 StepBenchResult run_step_bench(const StepBenchOptions& options);

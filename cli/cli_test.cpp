@@ -51,6 +51,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "invalid loss scaler settings:\n  initial_scale = -4: must be finite and above 0"},
         Mistake{"unknown_recompute", "train --model gpt2-tiny --recompute partial", 1,
                 "unknown recomputation policy 'partial'; valid policies are none, selective, full"},
+        Mistake{"unknown_precision", "train --model gpt2-tiny --precision fp8", 1,
+                "unknown precision 'fp8'; valid precisions are f32, bf16"},
         Mistake{"bad_schedule", "train --model gpt2-tiny --steps 5 --warmup 9", 1,
                 "warmup_steps = 9: must be in [0, steps = 5]"}),
     [](const auto& info) { return std::string(info.param.name); });

@@ -99,6 +99,13 @@ Recompute recompute_from_name(std::string_view name) {
   throw Error(str("unknown recomputation policy '", name, "'; valid policies are none, selective, full"));
 }
 
+DType precision_from_name(std::string_view name) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    if (dtype_name(dtype) == name) return dtype;
+  throw Error(str("unknown precision '", name, "'; valid precisions are f32, bf16 (bf16 storage, f32 master weights and "
+                  "gradients) and f16 (the same in fp16; use a loss scale)"));
+}
+
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                          DType precision)
     : layout_(validated(config, batch_size, seq_len, precision)),  // before anything is allocated

@@ -41,6 +41,8 @@ enum class Recompute { none, selective, full };
 std::string_view recompute_name(Recompute policy);
 // Parses "none", "selective" or "full"; throws dt::Error naming the valid values.
 Recompute recompute_from_name(std::string_view name);
+// Parses a model precision: "f32", "bf16" or "f16"; throws dt::Error naming the valid values.
+DType precision_from_name(std::string_view name);
 
 class Transformer {
  public:

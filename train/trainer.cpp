@@ -20,7 +20,7 @@ double run_training(const TrainOptions& o) {
     throw Error(str("model.vocab_size = ", o.model.vocab_size, " but byte-level text has ", kByteVocabSize,
                     " tokens; set --vocab-size ", kByteVocabSize));
   const ByteText text(o.text_path, o.seq_len);
-  Transformer model(o.model, o.batch_size, o.seq_len, o.recompute);
+  Transformer model(o.model, o.batch_size, o.seq_len, o.recompute, o.precision);
   init_parameters(model.params(), o.seed);
   AdamW optimizer(model.layout(), o.adamw);
 

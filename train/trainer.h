@@ -27,6 +27,7 @@ struct TrainOptions {
   float max_grad_norm = 1.0f;
   uint64_t seed = 1337;
   Recompute recompute = Recompute::none;
+  DType precision = DType::f32;  // storage of activations and compute weights (model/transformer.h)
   std::optional<LossScalerConfig> loss_scaler;  // dynamic loss scaling (fp16); none by default
 };
 
