@@ -1,5 +1,6 @@
 // `dtrain bench step`: times full training steps (forward, backward, clip, AdamW) of a model
-// shape on the CPU and relates them to this machine's sgemm peak, measured in the same run.
+// shape on the CPU and relates them to this machine's GEMM peak in the run's precision (sgemm
+// for f32, oneDNN's bf16 GEMM for bf16), measured in the same run.
 //
 // FLOPs per step = 6 * parameters * tokens + 12 * n_layer * d_model * seq_len * tokens
 // (PaLM's convention: the second term is attention's QK^T and PV, counted for the full T x T
@@ -28,12 +29,12 @@ struct StepBenchResult {
   double median_step_ms = 0;
   double tokens_per_s = 0;
   double gflop_per_s = 0;
-  double sgemm_peak_gflop_per_s = 0;
+  double gemm_peak_gflop_per_s = 0;
 };
 
 double step_flops(const ModelConfig& model, int64_t num_parameters, int batch_size, int seq_len);
-// Best of several runs of a 2048^3 GEMM through kernels::linear_forward, in GFLOP/s.
-double measure_sgemm_peak_gflop_per_s();
+// Best of several runs of a 2048^3 product through kernels::linear_forward in `precision`.
+double measure_gemm_peak_gflop_per_s(DType precision);
 // Bytes of the activations tag that one more block adds under `policy`: the difference between
 // models of 2 and 1 layers of this shape, measured through the allocator.
 size_t measure_activation_bytes_per_layer(const ModelConfig& model, int batch_size, int seq_len, Recompute policy,

@@ -5,13 +5,15 @@
 #   bash bench/step_vs_pytorch.sh [--family gpt2 --n-layer 4 --d-model 768 --n-head 12
 #                                  --batch 8 --seq 256 --steps 10 --threads 2]
 #   bash bench/step_vs_pytorch.sh --family llama --n-kv-head 4 --ffn-hidden 2048
+#   bash bench/step_vs_pytorch.sh --precision bf16    (dtrain's bf16 storage against PyTorch's
+#                                                       CPU autocast to bf16)
 #
 # gpt2 starts from dtrain's gpt2-124m preset (vocabulary 50257), llama from llama3.2-1b
 # (vocabulary 128256, tied embeddings, rotary theta 500000 with Llama 3 scaling); the flags
 # override its sizes on both sides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-declare -A o=([family]=gpt2 [n-layer]=4 [d-model]=768 [n-head]=12 [n-kv-head]=0 [ffn-hidden]=0 [vocab-size]=0
+declare -A o=([precision]=f32 [family]=gpt2 [n-layer]=4 [d-model]=768 [n-head]=12 [n-kv-head]=0 [ffn-hidden]=0 [vocab-size]=0
               [max-seq-len]=1024 [batch]=8 [seq]=256 [steps]=10 [warmup]=2 [threads]=$(nproc))
 while [ $# -gt 0 ]; do
   key=${1#--}
@@ -37,8 +39,13 @@ peer_env=()
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512bw /proc/cpuinfo; then peer_env=(OPENBLAS_CORETYPE=SkylakeX); fi
 # Each side's full output goes to stderr as it runs (tee >(cat >&2), not tee /dev/stderr, which
 # would reopen and truncate a log file that stderr is redirected to).
-ours=$(./build/dtrain bench step --model "$preset" "${common[@]}" | tee >(cat >&2) |
+case ${o[precision]} in
+  f32) peer_precision=fp32 ;;
+  bf16) peer_precision=bf16 ;;
+  *) echo "step_vs_pytorch.sh: --precision is f32 or bf16 (PyTorch 1.13 has no CPU fp16 autocast)" >&2; exit 2 ;;
+esac
+ours=$(./build/dtrain bench step --model "$preset" --precision "${o[precision]}" "${common[@]}" | tee >(cat >&2) |
        sed -n 's/^result tokens_per_s=\([0-9.]*\).*/\1/p')
-peer=$(env "${peer_env[@]}" /usr/bin/python3 bench/pytorch_step.py --family "${o[family]}" "${common[@]}" \
+peer=$(env "${peer_env[@]}" /usr/bin/python3 bench/pytorch_step.py --family "${o[family]}" --precision "$peer_precision" "${common[@]}" \
          "${peer_model[@]}" | tee >(cat >&2) | sed -n 's/^result tokens_per_s=\([0-9.]*\).*/\1/p')
 awk -v a="$ours" -v b="$peer" 'BEGIN { printf "dtrain %.1f tokens/s, pytorch %.1f tokens/s: ratio %.2fx\n", a, b, a / b }'

@@ -12,7 +12,7 @@ constexpr const char* kUsage =
     "usage: dtrain <command> [flags]   (dtrain <command> --help for its flags)\n"
     "commands:\n"
     "  train        train a GPT-2 on the bytes of a text file\n"
-    "  bench step   time training steps of a model shape, against this machine's sgemm peak\n"
+    "  bench step   time training steps of a model shape, against this machine's GEMM peak\n"
     "  bench gemm   time a step's matrix products: OpenBLAS fp32, oneDNN fp32 and bf16\n"
     "  model info   parameter count, bytes and parameter list of a model description\n";
 
