@@ -53,6 +53,11 @@ INSTANTIATE_TEST_SUITE_P(
                 "unknown recomputation policy 'partial'; valid policies are none, selective, full"},
         Mistake{"unknown_precision", "train --model gpt2-tiny --precision fp8", 1,
                 "unknown precision 'fp8'; valid precisions are f32, bf16"},
+        Mistake{"fp16_diverges",
+                "train --model gpt2-tiny --batch 2 --seq 16 --warmup 1 --steps 10 --precision f16 --loss-scale 1e9 "
+                "--loss-scale-min 1e8",
+                1,
+                "training diverged at step 4: gradients were not finite even with the loss scale at 1.25e+08"},
         Mistake{"bad_schedule", "train --model gpt2-tiny --steps 5 --warmup 9", 1,
                 "warmup_steps = 9: must be in [0, steps = 5]"}),
     [](const auto& info) { return std::string(info.param.name); });

@@ -59,6 +59,7 @@ double run_training(const TrainOptions& o) {
       std::printf("step %5lld/%lld | loss %.4f | skipped: the gradient of %s is not finite%s\n",
                   static_cast<long long>(step + 1), static_cast<long long>(o.lr.total_steps), stats.loss,
                   stats.nonfinite.c_str(), scale.c_str());
+      std::fflush(stdout);
       continue;
     }
     std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f%s | %.1f ms | %.0f tok/s\n",
