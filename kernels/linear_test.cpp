@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -206,24 +205,6 @@ TEST(Linear16, RejectsMixedDtypes) {
                       "linear_backward_weight", "dbias");
   expect_error_naming([&] { linear_backward_weight(dw32.t, db32.t, dout.t32(), x.t16()); },
                       "linear_backward_weight", "dout");
-}
-
-// Not a check: prints forward times for GPT-2 small's MLP up-projection, f32 against bf16 and
-// f16. Run with --gtest_also_run_disabled_tests --gtest_filter=LinearTiming.*
-TEST(LinearTiming, DISABLED_ForwardF32VsBf16) {
-  constexpr int64_t n = 2048, c = 768, oc = 3072;
-  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    auto x = zeros(dtype, {n, c}), w = zeros(dtype, {oc, c}), b = zeros(dtype, {oc}), out = zeros(dtype, {n, oc});
-    double best = 1e30;
-    for (int r = 0; r < 5; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      linear_forward(out.t, x.t, w.t, b.t);
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::printf("linear_forward %s (%lld x %lld) x (%lld x %lld) + bias: %.2f ms, %.0f GFLOP/s\n",
-                std::string(dtype_name(dtype)).c_str(), static_cast<long long>(n), static_cast<long long>(c),
-                static_cast<long long>(c), static_cast<long long>(oc), best * 1e3, 2.0 * n * c * oc / best / 1e9);
-  }
 }
 
 }  // namespace

@@ -14,8 +14,9 @@
 // rounding. The scratch (4 * N * OC bytes, 25 MB at 2048 x 3072) and the widened copies of the
 // operands live for the call only.
 //
-// linear_forward (2048 x 768) @ (768 x 3072) + bias, 2 threads, best of 5, four runs of the
-// LinearTiming test (this shared machine's timings vary 2x between runs; the ratios hold):
+// linear_forward (2048 x 768) @ (768 x 3072) + bias, 2 threads, best of 5, four runs of a
+// timing loop during development (this shared machine's timings vary 2x between runs; the
+// ratios hold; `dtrain bench gemm` measures the bf16 and f32 products reproducibly):
 //   f32   sgemm                           25-64 ms   (150-385 GFLOP/s)
 //   bf16  oneDNN brg:avx512_core_amx_bf16  3.6-8 ms  (1,200-2,700 GFLOP/s), ~7x f32
 //   f16   widened to f32, sgemm            28-61 ms  (f32 plus ~10% for widening and rounding)
