@@ -68,12 +68,13 @@ void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor 
       // Each row widened into f32, normalized by the f32 loops, rounded once into out.
 #pragma omp parallel
       {
-        std::vector<float> xbuf(static_cast<size_t>(C)), obuf(static_cast<size_t>(C));
+        RowBuffers<S, 2> rows_f32(C);
+        T *xbuf = rows_f32[0], *obuf = rows_f32[1];
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < N; ++n) {
-          load_row(x + n * C, xbuf.data(), C);
-          forward_row<T>(obuf.data(), mean_out + n, rstd_out + n, xbuf.data(), w.p, b.p, C, eps);
-          store_row(o + n * C, obuf.data(), C);
+          load_row(x + n * C, xbuf, C);
+          forward_row<T>(obuf, mean_out + n, rstd_out + n, xbuf, w.p, b.p, C, eps);
+          store_row(o + n * C, obuf, C);
         }
       }
     }
@@ -99,12 +100,8 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
 #pragma omp parallel
     {
       // 16-bit rows of inp, dout and dinp widened into f32 (unused for f32 and f64).
-      std::vector<T> xbuf, dybuf, dxbuf;
-      if constexpr (is_16bit<S>) {
-        xbuf.resize(static_cast<size_t>(C));
-        dybuf.resize(static_cast<size_t>(C));
-        dxbuf.resize(static_cast<size_t>(C));
-      }
+      RowBuffers<S, 3> rows_f32(C);
+      T *xbuf = rows_f32[0], *dybuf = rows_f32[1], *dxbuf = rows_f32[2];
 #pragma omp for schedule(static)
       for (int64_t k = 0; k < blocks; ++k) {
         const Range rows = split_range(N, static_cast<int>(blocks), static_cast<int>(k));
@@ -114,11 +111,11 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
           if constexpr (!is_16bit<S>) {
             backward_row<T>(dx + n * C, pw, pb, x + n * C, dy + n * C, w.p, mu[n], rs[n], C);
           } else {
-            load_row(x + n * C, xbuf.data(), C);
-            load_row(dy + n * C, dybuf.data(), C);
-            load_row(dx + n * C, dxbuf.data(), C);
-            backward_row<T>(dxbuf.data(), pw, pb, xbuf.data(), dybuf.data(), w.p, mu[n], rs[n], C);
-            store_row(dx + n * C, dxbuf.data(), C);
+            load_row(x + n * C, xbuf, C);
+            load_row(dy + n * C, dybuf, C);
+            load_row(dx + n * C, dxbuf, C);
+            backward_row<T>(dxbuf, pw, pb, xbuf, dybuf, w.p, mu[n], rs[n], C);
+            store_row(dx + n * C, dxbuf, C);
           }
         }
       }

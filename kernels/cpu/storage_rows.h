@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -46,6 +47,18 @@ void store_row(S* dst, const compute_t<S>* src, int64_t n) {
 #pragma omp simd
   for (int64_t j = i; j < n; ++j) store(dst + j, src[j]);
 }
+
+// Per-thread f32 rows for widening 16-bit rows of width `width`: K of them, allocated only for
+// 16-bit storage (f32 and f64 rows are used in place).
+template <typename S, int K>
+struct RowBuffers {
+  std::array<std::vector<compute_t<S>>, K> rows;
+  explicit RowBuffers(int64_t width) {
+    if constexpr (is_16bit<S>)
+      for (auto& row : rows) row.resize(static_cast<size_t>(width));
+  }
+  compute_t<S>* operator[](int i) { return rows[i].data(); }
+};
 
 // A small tensor's elements (a (C) parameter) as compute_t<S>: the tensor itself for f32 and
 // f64, else a widened copy made once.
