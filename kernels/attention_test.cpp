@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "kernels/cpu/storage.h"
+#include "tests/storage_testing.h"
 #include "tests/testing.h"
 
 namespace dt::kernels {
@@ -342,18 +343,6 @@ TEST(AttentionDeterminism, Bf16SameBitsAcrossThreadCounts) {
   }
 }
 
-// The message names the op and the offending argument.
-template <typename Fn>
-void expect_error_naming(Fn&& fn, const std::string& op, const std::string& arg) {
-  try {
-    fn();
-    ADD_FAILURE() << op << " accepted a wrong " << arg;
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find(op + ": " + arg + " is "), std::string::npos) << what;
-  }
-}
-
 TEST(AttentionArguments, RejectMixedDtypes) {
   std::vector<cpu::bf16_t> qkv(2 * 3 * 24), out(2 * 3 * 12), dqkv(2 * 3 * 24), dout(2 * 3 * 12);
   std::vector<cpu::f16_t> out_f16(2 * 3 * 12);
@@ -362,15 +351,15 @@ TEST(AttentionArguments, RejectMixedDtypes) {
   const Tensor q = view16(qkv, {2, 3, 24}), o = view16(out, {2, 3, 12}), l = view(lse, {2, 4, 3});
   EXPECT_NO_THROW(attention_forward(o, l, q, 4, 2));
   EXPECT_NO_THROW(attention_backward(view16(dqkv, {2, 3, 24}), view16(dout, {2, 3, 12}), q, o, l, 4, 2));
-  expect_error_naming([&] { attention_forward(view(out32, {2, 3, 12}), l, q, 4, 2); }, "attention_forward", "out");
-  expect_error_naming([&] { attention_forward(view16(out_f16, {2, 3, 12}), l, q, 4, 2); }, "attention_forward",
+  testing::expect_error_naming([&] { attention_forward(view(out32, {2, 3, 12}), l, q, 4, 2); }, "attention_forward", "out");
+  testing::expect_error_naming([&] { attention_forward(view16(out_f16, {2, 3, 12}), l, q, 4, 2); }, "attention_forward",
                       "out");
-  expect_error_naming([&] { attention_forward(o, view16(lse16, {2, 4, 3}), q, 4, 2); }, "attention_forward", "lse");
-  expect_error_naming(
+  testing::expect_error_naming([&] { attention_forward(o, view16(lse16, {2, 4, 3}), q, 4, 2); }, "attention_forward", "lse");
+  testing::expect_error_naming(
       [&] { attention_backward(view16(dqkv, {2, 3, 24}), view16(out_f16, {2, 3, 12}), q, o, l, 4, 2); },
       "attention_backward", "dout");
   const Tensor dq = view16(dqkv, {2, 3, 24}), lse_bf16 = view16(lse16, {2, 4, 3});
-  expect_error_naming([&] { attention_backward(dq, view16(dout, {2, 3, 12}), q, o, lse_bf16, 4, 2); },
+  testing::expect_error_naming([&] { attention_backward(dq, view16(dout, {2, 3, 12}), q, o, lse_bf16, 4, 2); },
                       "attention_backward", "lse");
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/storage.h"
 #include "tests/gradcheck.h"
+#include "tests/storage_testing.h"
 #include "tests/testing.h"
 
 namespace dt::kernels {
@@ -170,18 +171,6 @@ TYPED_TEST(Linear16, WeightGradientsAreF32AndAccumulate) {
               dw_error);
 }
 
-// The message names the op and the offending argument.
-template <typename Fn>
-void expect_error_naming(Fn&& fn, const std::string& op, const std::string& arg) {
-  try {
-    fn();
-    ADD_FAILURE() << op << " accepted a wrong " << arg;
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find(op + ": " + arg + " is "), std::string::npos) << what;
-  }
-}
-
 TEST(Linear16, RejectsMixedDtypes) {
   Stored<cpu::bf16_t> x({kRows, kC}, 1), w({kOC, kC}, 2), b({kOC}, 3), dout({kRows, kOC}, 4);
   Stored<cpu::f16_t> w16({kOC, kC}, 2);
@@ -192,18 +181,18 @@ TEST(Linear16, RejectsMixedDtypes) {
   auto dw32 = zeros(DType::f32, {kOC, kC}), db32 = zeros(DType::f32, {kOC});
   auto dw16 = zeros(DType::bf16, {kOC, kC}), db64 = zeros(DType::f64, {kOC});
   EXPECT_NO_THROW(linear_forward(out_t, x.t16(), w.t16(), b.t16()));
-  expect_error_naming([&] { linear_forward(out_t, x.t32(), w.t16(), b.t16()); }, "linear_forward", "inp");
-  expect_error_naming([&] { linear_forward(out_t, x.t16(), w.t16(), b.t32()); }, "linear_forward", "bias");
-  expect_error_naming([&] { linear_forward(out32.t, x.t16(), w.t16(), b.t16()); }, "linear_forward", "out");
-  expect_error_naming([&] { linear_forward(out_t, x.t16(), w16.t16(), Tensor{}); }, "linear_forward", "out");
-  expect_error_naming([&] { linear_backward_input(dx_t, dout.t16(), w16.t16()); }, "linear_backward_input", "dinp");
-  expect_error_naming([&] { linear_backward_input(dx_t, dout.t32(), w.t16()); }, "linear_backward_input", "dout");
+  testing::expect_error_naming([&] { linear_forward(out_t, x.t32(), w.t16(), b.t16()); }, "linear_forward", "inp");
+  testing::expect_error_naming([&] { linear_forward(out_t, x.t16(), w.t16(), b.t32()); }, "linear_forward", "bias");
+  testing::expect_error_naming([&] { linear_forward(out32.t, x.t16(), w.t16(), b.t16()); }, "linear_forward", "out");
+  testing::expect_error_naming([&] { linear_forward(out_t, x.t16(), w16.t16(), Tensor{}); }, "linear_forward", "out");
+  testing::expect_error_naming([&] { linear_backward_input(dx_t, dout.t16(), w16.t16()); }, "linear_backward_input", "dinp");
+  testing::expect_error_naming([&] { linear_backward_input(dx_t, dout.t32(), w.t16()); }, "linear_backward_input", "dout");
   EXPECT_NO_THROW(linear_backward_weight(dw32.t, db32.t, dout.t16(), x.t16()));
-  expect_error_naming([&] { linear_backward_weight(dw16.t, Tensor{}, dout.t16(), x.t16()); },
+  testing::expect_error_naming([&] { linear_backward_weight(dw16.t, Tensor{}, dout.t16(), x.t16()); },
                       "linear_backward_weight", "dweight");
-  expect_error_naming([&] { linear_backward_weight(dw32.t, db64.t, dout.t16(), x.t16()); },
+  testing::expect_error_naming([&] { linear_backward_weight(dw32.t, db64.t, dout.t16(), x.t16()); },
                       "linear_backward_weight", "dbias");
-  expect_error_naming([&] { linear_backward_weight(dw32.t, db32.t, dout.t32(), x.t16()); },
+  testing::expect_error_naming([&] { linear_backward_weight(dw32.t, db32.t, dout.t32(), x.t16()); },
                       "linear_backward_weight", "dout");
 }
 

@@ -1,5 +1,7 @@
 #include "tests/storage_testing.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -81,6 +83,14 @@ std::string error_message(const std::function<void()>& fn) {
     return e.what();
   }
   return "";
+}
+
+void expect_error_naming(const std::function<void()>& fn, const std::string& op, const std::string& arg) {
+  const std::string what = error_message(fn);
+  EXPECT_FALSE(what.empty()) << op << " accepted a wrong " << arg;
+  if (!what.empty()) {
+    EXPECT_NE(what.find(op + ": " + arg + " is "), std::string::npos) << what;
+  }
 }
 
 }  // namespace dt::testing

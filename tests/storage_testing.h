@@ -30,5 +30,8 @@ double max_abs_difference(const Tensor& a, const Tensor& b);
 
 // The message of the dt::Error that fn throws; "" if it throws none.
 std::string error_message(const std::function<void()>& fn);
+// Expects fn to throw a dt::Error whose message names the op and the offending argument
+// ("op: arg is ...").
+void expect_error_naming(const std::function<void()>& fn, const std::string& op, const std::string& arg);
 
 }  // namespace dt::testing
