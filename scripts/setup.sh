@@ -12,7 +12,7 @@ packages=(
   libgtest-dev                                    # unit tests (GoogleTest, built from source by CMake)
   nlohmann-json3-dev                              # JSON headers of safetensors and tokenizer.json
   python3 python3-torch python3-numpy             # PyTorch reference for equivalence tests and bench/
-  python3-pip python3-yaml python3-requests python3-typing-extensions  # pip, and what the PyPI packages import
+  python3-pip python3-yaml python3-requests python3-typing-extensions python3-six  # pip, and what the PyPI packages import
 )
 
 missing=()
