@@ -15,10 +15,6 @@
 
 namespace dt {
 
-// CRC-32C (Castagnoli), and the masked form TFRecord stores.
-uint32_t crc32c(const void* data, size_t bytes);
-uint32_t masked_crc32c(const void* data, size_t bytes);
-
 class TensorBoardWriter {
  public:
   // Creates events.out.tfevents.<seconds>.<host>.<pid>.dtrain in `directory` (which must exist)

@@ -11,11 +11,6 @@
 namespace dt {
 namespace {
 
-TEST(TensorBoard, Crc32cMatchesTheStandardCheckValue) {
-  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);  // the CRC-32C check value (RFC 3720)
-  EXPECT_EQ(crc32c("", 0), 0u);
-}
-
 TEST(TensorBoard, TheTensorboardPackageReadsEveryScalarBack) {
   testing::TempDir dir;
   std::string expected;
