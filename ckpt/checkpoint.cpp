@@ -1,0 +1,188 @@
+#include "ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/buffer.h"
+#include "core/checksum.h"
+#include "core/error.h"
+
+namespace dt::ckpt {
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kTensors = "tensors.safetensors";
+constexpr const char* kLatest = "latest";
+
+std::string step_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%09lld", static_cast<long long>(step));
+  return name;
+}
+
+void fsync_path(const std::filesystem::path& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const std::string reason = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw Error(str("cannot sync '", path.string(), "': ", reason));
+  }
+  ::close(fd);
+}
+
+// Writes `text` to `path` through a temporary file, fsync and rename.
+void write_file_durably(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw Error(str("cannot write '", temporary.string(), "': ", std::strerror(errno), " (is the disk full?)"));
+  }
+  fsync_path(temporary, O_RDONLY);
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) {
+    std::filesystem::remove(temporary, ec);
+    throw Error(str("cannot write '", path.string(), "': rename failed"));
+  }
+}
+
+// Step directories under root, oldest first (temporary ones excluded).
+std::vector<std::filesystem::path> step_directories(const std::filesystem::path& root) {
+  std::vector<std::filesystem::path> steps;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.starts_with("step_") && !name.ends_with(".tmp")) steps.push_back(entry.path());
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+uint32_t checksum_of(const Tensor& t) { return crc32c(t.data, t.bytes()); }
+
+}  // namespace
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& root, const CheckpointContent& content,
+                                      int keep_last) {
+  DT_CHECK(keep_last >= 1, "keep_last = ", keep_last);
+  return with_context(str("saving checkpoint of step ", content.step, " under '", root.string(), "'"), [&] {
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    if (ec) throw Error(str("cannot create the checkpoint directory: ", ec.message()));
+    const std::string name = step_name(content.step);
+    const std::filesystem::path final_dir = root / name, temporary = root / (name + ".tmp");
+    std::filesystem::remove_all(temporary, ec);  // left by a crash during an earlier save
+    if (!std::filesystem::create_directory(temporary, ec) || ec)
+      throw Error(str("cannot create '", temporary.string(), "': ", ec ? ec.message() : "it exists"));
+
+    SafetensorsWriter writer;
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+    for (const auto& [tensor_name, tensor] : content.tensors) {
+      writer.add(tensor_name, tensor);
+      tensors.push_back({{"name", tensor_name},
+                         {"dtype", dtype_name(tensor.dtype)},
+                         {"shape", std::vector<int64_t>(tensor.shape.begin(), tensor.shape.end())},
+                         {"file", kTensors},
+                         {"crc32c", checksum_of(tensor)}});
+    }
+    writer.write(temporary / kTensors);
+    const nlohmann::ordered_json manifest = {{"format_version", kCheckpointFormatVersion},
+                                             {"step", content.step},
+                                             {"model", content.model},
+                                             {"state", content.state},
+                                             {"tensors", tensors}};
+    write_file_durably(temporary / kManifest, manifest.dump(2) + "\n");
+    fsync_path(temporary, O_RDONLY | O_DIRECTORY);
+
+    std::filesystem::remove_all(final_dir, ec);  // the same step saved again
+    std::filesystem::rename(temporary, final_dir, ec);
+    if (ec) throw Error(str("cannot rename '", temporary.string(), "' into place: ", ec.message()));
+    fsync_path(root, O_RDONLY | O_DIRECTORY);
+    // Only now does the new checkpoint become the one a resume finds.
+    write_file_durably(root / kLatest, name + "\n");
+    fsync_path(root, O_RDONLY | O_DIRECTORY);
+
+    std::vector<std::filesystem::path> steps = step_directories(root);
+    for (size_t i = 0; i + static_cast<size_t>(keep_last) < steps.size(); ++i)
+      if (steps[i] != final_dir) std::filesystem::remove_all(steps[i], ec);
+    return final_dir;
+  });
+}
+
+std::filesystem::path Checkpoint::latest(const std::filesystem::path& root) {
+  std::ifstream in(root / kLatest);
+  std::string name;
+  if (!(in >> name))
+    throw Error(str("no checkpoint under '", root.string(), "' (no readable '", kLatest,
+                    "' file); start without resuming, or point to the run's checkpoint directory"));
+  if (!std::filesystem::is_directory(root / name))
+    throw Error(str("'", (root / kLatest).string(), "' names '", name, "', which does not exist under '",
+                    root.string(), "'; the directory was edited by hand"));
+  return root / name;
+}
+
+Checkpoint::Checkpoint(std::filesystem::path directory)
+    : directory_(std::move(directory)), tensors_(directory_ / kTensors) {
+  const std::filesystem::path path = directory_ / kManifest;
+  std::ifstream in(path);
+  if (!in) throw Error(str("checkpoint manifest '", path.string(), "' cannot be read: ", std::strerror(errno)));
+  try {
+    manifest_ = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str("checkpoint manifest '", path.string(), "' is not valid JSON: ", e.what()));
+  }
+  for (const char* key : {"format_version", "step", "model", "state", "tensors"})
+    if (!manifest_.contains(key)) throw Error(str("checkpoint manifest '", path.string(), "' has no '", key, "'"));
+  if (manifest_["format_version"] != kCheckpointFormatVersion)
+    throw Error(str("checkpoint manifest '", path.string(), "' has format_version ", manifest_["format_version"].dump(),
+                    "; this dtrain reads version ", kCheckpointFormatVersion));
+}
+
+std::vector<std::string> Checkpoint::tensor_names() const {
+  std::vector<std::string> names;
+  for (const auto& t : manifest_.at("tensors")) names.push_back(t.at("name").get<std::string>());
+  return names;
+}
+
+void Checkpoint::checksum_failed(const std::string& name, uint32_t stored, uint32_t computed) const {
+  // The checkpoint before this one, if any, is where to resume from.
+  std::string previous;
+  for (const auto& step : step_directories(directory_.parent_path()))
+    if (step < directory_) previous = step.string();
+  throw Error(str("checkpoint '", directory_.string(), "': tensor '", name, "' fails its checksum (stored ", stored,
+                  ", computed ", computed, "): the file is corrupt. ",
+                  previous.empty() ? std::string("No earlier checkpoint is kept; restart the run")
+                                   : str("Resume from the previous checkpoint '", previous, "'")));
+}
+
+void Checkpoint::read_into(const std::string& name, const Tensor& destination) const {
+  const auto& entries = manifest_.at("tensors");
+  const auto entry = std::find_if(entries.begin(), entries.end(), [&](const auto& t) { return t.at("name") == name; });
+  if (entry == entries.end())
+    throw Error(str("checkpoint '", directory_.string(), "' has no tensor '", name,
+                    "'; it was saved by a different model or configuration"));
+  tensors_.read_into(name, destination);
+  const uint32_t computed = checksum_of(destination), stored = entry->at("crc32c").get<uint32_t>();
+  if (computed != stored) checksum_failed(name, stored, computed);
+}
+
+void Checkpoint::verify() const {
+  for (const std::string& name : tensor_names()) {
+    const LoadedTensor t = tensors_.read(name, MemTag::workspace);
+    const auto& entries = manifest_.at("tensors");
+    const auto entry = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.at("name") == name; });
+    if (const uint32_t computed = checksum_of(t.tensor), stored = entry->at("crc32c").get<uint32_t>(); computed != stored)
+      checksum_failed(name, stored, computed);
+  }
+}
+
+}  // namespace dt::ckpt

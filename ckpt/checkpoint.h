@@ -1,0 +1,68 @@
+// Training checkpoints: one directory per saved step, written so that a crash at any moment
+// leaves the last good checkpoint loadable.
+//
+//   ROOT/step_000001200/manifest.json        format version, step, model description, the small
+//                                            state (data loader, RNG, loss scaler, ...), and for
+//                                            every tensor its name, dtype, shape, file and CRC-32C
+//   ROOT/step_000001200/tensors.safetensors  the tensors (parameters, master weights, moments)
+//   ROOT/latest                              the name of the newest complete step directory
+//
+// Saving writes ROOT/step_N.tmp, syncs every file and the directory, renames it into place,
+// then replaces ROOT/latest atomically (temporary file, fsync, rename) and removes all but the
+// newest keep_last step directories. Loading verifies each tensor's checksum as it is read and
+// names the tensor and the previous checkpoint when one fails.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/safetensors.h"
+#include "core/tensor.h"
+
+namespace dt::ckpt {
+
+constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointContent {
+  int64_t step = 0;
+  nlohmann::json model;  // the model description, to refuse loading into another model
+  nlohmann::json state;  // small state: data loader position, RNG, loss scale, ...
+  std::vector<std::pair<std::string, Tensor>> tensors;
+};
+
+// Saves `content` under root (created if needed); returns the step directory.
+std::filesystem::path save_checkpoint(const std::filesystem::path& root, const CheckpointContent& content,
+                                      int keep_last);
+
+class Checkpoint {
+ public:
+  // The newest complete checkpoint under root; throws dt::Error when there is none.
+  static std::filesystem::path latest(const std::filesystem::path& root);
+
+  // Reads and checks the manifest of a step directory.
+  explicit Checkpoint(std::filesystem::path directory);
+
+  const std::filesystem::path& directory() const { return directory_; }
+  int64_t step() const { return manifest_.at("step").get<int64_t>(); }
+  const nlohmann::json& model() const { return manifest_.at("model"); }
+  const nlohmann::json& state() const { return manifest_.at("state"); }
+  const nlohmann::json& manifest() const { return manifest_; }
+  std::vector<std::string> tensor_names() const;
+
+  // Reads tensor `name` into destination (same dtype and shape) and verifies its checksum.
+  void read_into(const std::string& name, const Tensor& destination) const;
+  // Verifies every tensor's checksum; throws on the first that fails.
+  void verify() const;
+
+ private:
+  [[noreturn]] void checksum_failed(const std::string& name, uint32_t stored, uint32_t computed) const;
+  std::filesystem::path directory_;
+  nlohmann::json manifest_;
+  SafetensorsReader tensors_;
+};
+
+}  // namespace dt::ckpt

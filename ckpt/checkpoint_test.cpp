@@ -1,0 +1,113 @@
+#include "ckpt/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+
+#include "core/error.h"
+#include "tests/gradcheck.h"
+#include "tests/testing.h"
+
+namespace dt::ckpt {
+namespace {
+
+using testing::OwnedTensor;
+using testing::TempDir;
+
+struct State {
+  OwnedTensor weights = testing::random_normal(DType::f32, {17, 5}, 1);
+  OwnedTensor moments = testing::random_normal(DType::f32, {85}, 2);
+  CheckpointContent content(int64_t step) const {
+    return {.step = step,
+            .model = {{"family", "gpt2"}, {"n_layer", 2}},
+            .state = {{"loader", {{"epoch", 1}, {"position", step * 8}}}},
+            .tensors = {{"param.w", weights.t}, {"adamw.m", moments.t}}};
+  }
+};
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Checkpoint, SavesLoadsAndKeepsTheNewestK) {
+  TempDir dir;
+  State state;
+  for (int64_t step : {100, 200, 300}) {
+    state.weights.ptr<float>()[0] = static_cast<float>(step);
+    save_checkpoint(dir.path(), state.content(step), /*keep_last=*/2);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "step_000000100"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "step_000000200"));
+  const Checkpoint latest(Checkpoint::latest(dir.path()));
+  EXPECT_EQ(latest.step(), 300);
+  EXPECT_EQ(latest.model()["n_layer"], 2);
+  EXPECT_EQ(latest.state()["loader"]["position"], 2400);
+  OwnedTensor w = testing::zeros(DType::f32, {17, 5}), m = testing::zeros(DType::f32, {85});
+  latest.read_into("param.w", w.t);
+  latest.read_into("adamw.m", m.t);
+  EXPECT_EQ(std::memcmp(w.t.data, state.weights.t.data, w.t.bytes()), 0);
+  EXPECT_EQ(std::memcmp(m.t.data, state.moments.t.data, m.t.bytes()), 0);
+  latest.verify();
+}
+
+TEST(Checkpoint, AFlippedByteNamesTheTensorAndThePreviousCheckpoint) {
+  TempDir dir;
+  const State state;
+  save_checkpoint(dir.path(), state.content(1), 3);
+  const auto second = save_checkpoint(dir.path(), state.content(2), 3);
+  {
+    // Flip one byte of adamw.m's data (the last tensor: the end of the file).
+    std::fstream file(second / "tensors.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-3, std::ios::end);
+    const char byte = static_cast<char>(file.get());
+    file.seekp(-3, std::ios::end);
+    file.put(static_cast<char>(byte ^ 0x10));
+  }
+  const Checkpoint broken(second);
+  const std::string message = error_of([&] { broken.verify(); });
+  EXPECT_NE(message.find("tensor 'adamw.m' fails its checksum"), std::string::npos) << message;
+  EXPECT_NE(message.find("Resume from the previous checkpoint '" + (dir.path() / "step_000000001").string()),
+            std::string::npos)
+      << message;
+}
+
+TEST(Checkpoint, AFailedSaveLeavesTheLastGoodCheckpointTheLatest) {
+  TempDir dir;
+  const State state;
+  save_checkpoint(dir.path(), state.content(1), 3);
+  // A crash mid-save leaves a temporary directory behind; it must not be mistaken for a step.
+  std::filesystem::create_directories(dir.path() / "step_000000002.tmp");
+  std::ofstream(dir.path() / "step_000000002.tmp" / "tensors.safetensors") << "partial";
+  EXPECT_EQ(Checkpoint(Checkpoint::latest(dir.path())).step(), 1);
+  // A failure while replacing the pointer (injected: its temporary path is taken by a
+  // non-empty directory) leaves the pointer on the previous checkpoint.
+  std::filesystem::create_directories(dir.path() / "latest.tmp" / "occupied");
+  EXPECT_THROW(save_checkpoint(dir.path(), state.content(2), 3), Error);
+  EXPECT_EQ(Checkpoint(Checkpoint::latest(dir.path())).step(), 1);
+  Checkpoint(Checkpoint::latest(dir.path())).verify();
+  // Once the obstacle is gone, saving works and cleans up.
+  std::filesystem::remove_all(dir.path() / "latest.tmp");
+  save_checkpoint(dir.path(), state.content(2), 3);
+  EXPECT_EQ(Checkpoint(Checkpoint::latest(dir.path())).step(), 2);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "step_000000002.tmp"));
+}
+
+TEST(Checkpoint, MissingCheckpointsAndTensorsAreNamed) {
+  TempDir dir;
+  EXPECT_NE(error_of([&] { Checkpoint::latest(dir.path()); }).find("no checkpoint under"), std::string::npos);
+  const State state;
+  const Checkpoint saved(save_checkpoint(dir.path(), state.content(5), 1));
+  OwnedTensor x = testing::zeros(DType::f32, {3});
+  const std::string message = error_of([&] { saved.read_into("param.v", x.t); });
+  EXPECT_NE(message.find("has no tensor 'param.v'; it was saved by a different model"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace dt::ckpt
