@@ -1,9 +1,12 @@
 // The dtrain command as a user meets it: exit status and the message for each mistake.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
+#include "tests/gradcheck.h"
 #include "tests/testing.h"
 
 namespace dt {
@@ -75,6 +78,26 @@ TEST(Cli, BenchmarksRunOnATinyShape) {
     EXPECT_EQ(result.status, 0) << args << "\n" << result.output;
     EXPECT_NE(result.output.find("\nresult "), std::string::npos) << args << "\n" << result.output;
   }
+}
+
+TEST(Cli, CkptInspectPrintsTheManifestAndCatchesACorruptTensor) {
+  testing::TempDir dir;
+  const auto weights = testing::random_normal(DType::f32, {4, 3}, 1);
+  const auto step = ckpt::save_checkpoint(
+      dir.path(), {.step = 7, .model = {{"family", "llama"}}, .state = {}, .tensors = {{"param.w", weights.t}}}, 2);
+  auto result = run_dtrain(str("ckpt inspect ", dir.path().string()));  // the root: its latest step
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("step 7, format version 1"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("param.w"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("all 1 checksums verified"), std::string::npos) << result.output;
+  {
+    std::fstream file(step / "tensors.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(-1, std::ios::end);
+    file.put('\x7f');
+  }
+  result = run_dtrain(str("ckpt inspect ", step.string()));
+  EXPECT_EQ(result.status, 1) << result.output;
+  EXPECT_NE(result.output.find("tensor 'param.w' fails its checksum"), std::string::npos) << result.output;
 }
 
 TEST(Cli, TrainPrintsAFallingLossEveryStep) {

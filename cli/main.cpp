@@ -14,7 +14,8 @@ constexpr const char* kUsage =
     "  train        train a GPT-2 on the bytes of a text file\n"
     "  bench step   time training steps of a model shape, against this machine's GEMM peak\n"
     "  bench gemm   time a step's matrix products: OpenBLAS fp32, oneDNN fp32 and bf16\n"
-    "  model info   parameter count, bytes and parameter list of a model description\n";
+    "  model info   parameter count, bytes and parameter list of a model description\n"
+    "  ckpt inspect print a checkpoint's manifest and verify its checksums\n";
 
 int run(int argc, char** argv) {
   using namespace dt::cli;
@@ -24,6 +25,7 @@ int run(int argc, char** argv) {
   if (command == "bench" && sub == "step") return command_bench_step(argc, argv, 3);
   if (command == "bench" && sub == "gemm") return command_bench_gemm(argc, argv, 3);
   if (command == "model" && sub == "info") return command_model_info(argc, argv, 3);
+  if (command == "ckpt" && sub == "inspect") return command_ckpt_inspect(argc, argv, 3);
   if (command.empty() || command == "--help" || command == "-h" || command == "help") {
     std::fputs(kUsage, stdout);
     return command.empty() ? 2 : 0;
