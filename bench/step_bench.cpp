@@ -13,6 +13,7 @@
 #include "kernels/linear.h"
 #include "model/transformer.h"
 #include "train/step.h"
+#include "train/throughput.h"
 
 namespace dt {
 
@@ -28,25 +29,6 @@ double median(std::vector<double> v) {
 }
 
 }  // namespace
-
-double step_flops(const ModelConfig& m, int64_t num_parameters, int batch_size, int seq_len) {
-  const double tokens = static_cast<double>(batch_size) * seq_len;
-  return 6.0 * static_cast<double>(num_parameters) * tokens + 12.0 * m.n_layer * m.d_model * seq_len * tokens;
-}
-
-double measure_gemm_peak_gflop_per_s(DType precision) {
-  constexpr int64_t n = 2048;
-  const size_t bytes = n * n * dtype_size(precision);
-  Buffer a(bytes, MemTag::workspace), b(bytes, MemTag::workspace), c(bytes, MemTag::workspace);
-  // Values do not change the speed; zeros are valid in every precision.
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    kernels::linear_forward(c.view(precision, {n, n}), a.view(precision, {n, n}), b.view(precision, {n, n}), Tensor{});
-    best = std::max(best, 2.0 * n * n * n / seconds_since(start) / 1e9);
-  }
-  return best;
-}
 
 size_t measure_activation_bytes_per_layer(const ModelConfig& model, int batch_size, int seq_len, Recompute policy,
                                           DType precision) {

@@ -2,9 +2,7 @@
 // shape on the CPU and relates them to this machine's GEMM peak in the run's precision (sgemm
 // for f32, oneDNN's bf16 GEMM for bf16), measured in the same run.
 //
-// FLOPs per step = 6 * parameters * tokens + 12 * n_layer * d_model * seq_len * tokens
-// (PaLM's convention: the second term is attention's QK^T and PV, counted for the full T x T
-// matrix although the causal half is skipped — the convention MFU figures are quoted in).
+// FLOPs are counted as train/throughput.h says.
 #pragma once
 
 #include <cstdint>
@@ -32,9 +30,6 @@ struct StepBenchResult {
   double gemm_peak_gflop_per_s = 0;
 };
 
-double step_flops(const ModelConfig& model, int64_t num_parameters, int batch_size, int seq_len);
-// Best of several runs of a 2048^3 product through kernels::linear_forward in `precision`.
-double measure_gemm_peak_gflop_per_s(DType precision);
 // Bytes of the activations tag that one more block adds under `policy`: the difference between
 // models of 2 and 1 layers of this shape, measured through the allocator.
 size_t measure_activation_bytes_per_layer(const ModelConfig& model, int batch_size, int seq_len, Recompute policy,

@@ -100,9 +100,10 @@ TEST(Cli, CkptInspectPrintsTheManifestAndCatchesACorruptTensor) {
   EXPECT_NE(result.output.find("tensor 'param.w' fails its checksum"), std::string::npos) << result.output;
 }
 
-TEST(Cli, TrainPrintsAFallingLossEveryStep) {
+TEST(Cli, TrainPrintsAFallingLossEveryStepAndRecordsMetrics) {
+  testing::TempDir run;
   const auto result = run_dtrain(str("train --model gpt2-tiny --text ", DTRAIN_SOURCE_DIR,
-                                     "/README.md --steps 4 --warmup 1 --batch 2 --seq 16"));
+                                     "/README.md --steps 4 --warmup 1 --batch 2 --seq 16 --run-dir ", run.file("run")));
   ASSERT_EQ(result.status, 0) << result.output;
   std::vector<double> losses;
   for (size_t at = 0; (at = result.output.find("/4 | loss ", at)) != std::string::npos; at += 10)
@@ -110,6 +111,28 @@ TEST(Cli, TrainPrintsAFallingLossEveryStep) {
   ASSERT_EQ(losses.size(), 4u) << result.output;
   EXPECT_LT(losses.back(), losses.front()) << result.output;
   EXPECT_NE(result.output.find("memory: parameters"), std::string::npos) << result.output;
+
+  // metrics.jsonl: one object per step with every documented field.
+  std::ifstream metrics(run.file("run/metrics.jsonl"));
+  std::string line;
+  int lines = 0;
+  while (std::getline(metrics, line)) {
+    ++lines;
+    for (const char* key : {"\"step\":", "\"loss\":", "\"lr\":", "\"grad_norm\":", "\"tokens\":32", "\"tokens_per_s\":",
+                            "\"step_ms\":", "\"mfu\":", "\"loss_scale\":", "\"skipped\":false", "\"peak_bytes\":{\"parameters\":"})
+      EXPECT_NE(line.find(key), std::string::npos) << key << " missing from " << line;
+  }
+  EXPECT_EQ(lines, 4);
+  // The TensorBoard events hold the same losses.
+  std::string events;
+  for (const auto& entry : std::filesystem::directory_iterator(run.file("run")))
+    if (entry.path().filename().string().starts_with("events.out.tfevents.")) events = entry.path().string();
+  ASSERT_FALSE(events.empty());
+  ASSERT_EQ(testing::run_reference_script("tensorboard_reader.py", events + " " + run.file("scalars.txt")), 0);
+  std::ifstream scalars(run.file("scalars.txt"));
+  int loss_points = 0;
+  while (std::getline(scalars, line)) loss_points += line.starts_with("train/loss ");
+  EXPECT_EQ(loss_points, 4);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ int command_train(int argc, char** argv, int first) {
       .flag("grad-clip", "1.0", "global gradient-norm clip (0 disables)")
       .flag("seed", "1337", "seed of the parameter initialisation")
       .flag("recompute", "none", "activation recomputation: none, selective (attention core) or full (whole blocks)")
+      .flag("run-dir", "", "directory for metrics.jsonl and TensorBoard event files (none when empty)")
       .flag("precision", "f32", "storage of activations and weights: f32, bf16 or f16 (f32 master weights and gradients)")
       .flag("loss-scale", "0", "initial dynamic loss scale, for fp16 training (0: no loss scaling)")
       .flag("loss-scale-growth-interval", "2000", "finite steps in a row after which the loss scale doubles")
@@ -53,6 +54,7 @@ int command_train(int argc, char** argv, int first) {
   o.seed = static_cast<uint64_t>(args.get_int("seed"));
   o.recompute = recompute_from_name(args.get("recompute"));
   o.precision = precision_from_name(args.get("precision"));
+  o.run_dir = args.get("run-dir");
   if (const double scale = args.get_double("loss-scale"); scale != 0)
     o.loss_scaler = LossScalerConfig{.initial_scale = static_cast<float>(scale),
                                      .growth_interval = args.get_int("loss-scale-growth-interval"),

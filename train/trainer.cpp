@@ -7,7 +7,9 @@
 #include "core/allocator.h"
 #include "data/byte_text.h"
 #include "model/transformer.h"
+#include "train/metrics.h"
 #include "train/step.h"
+#include "train/throughput.h"
 
 namespace dt {
 
@@ -40,6 +42,13 @@ double run_training(const TrainOptions& o) {
 
   std::optional<LossScaler> scaler;
   if (o.loss_scaler) scaler.emplace(*o.loss_scaler);
+  std::optional<MetricsLog> metrics;
+  if (!o.run_dir.empty()) metrics.emplace(o.run_dir);
+  // MFU is measured against this machine's GEMM peak in the run's precision, taken now.
+  const double peak_flops = measure_gemm_peak_gflop_per_s(o.precision) * 1e9;
+  reset_peak_memory(Device::cpu);  // the measurement's buffers are not the run's
+  const double flops_per_step =
+      step_flops(o.model, model.layout().num_parameters(), o.batch_size, o.seq_len) * o.micro_batches;
   double loss = 0;
   int64_t sample = 0;
   const int64_t tokens_per_step = static_cast<int64_t>(o.batch_size) * o.seq_len * o.micro_batches;
@@ -54,6 +63,19 @@ double run_training(const TrainOptions& o) {
         train_step(model, optimizer, micro_batches, lr, o.max_grad_norm, scaler ? &*scaler : nullptr, step + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     loss = stats.loss;
+    const double mfu = flops_per_step / seconds / peak_flops;
+    if (metrics)
+      metrics->log_step({.step = step + 1,
+                         .loss = stats.loss,
+                         .lr = lr,
+                         .grad_norm = stats.grad_norm,
+                         .tokens = tokens_per_step,
+                         .tokens_per_s = static_cast<double>(tokens_per_step) / seconds,
+                         .step_ms = seconds * 1e3,
+                         .mfu = mfu,
+                         .loss_scale = stats.loss_scale,
+                         .skipped = !stats.applied,
+                         .memory = memory_stats(Device::cpu)});
     const std::string scale = scaler ? str(" | loss scale ", stats.loss_scale) : "";
     if (!stats.applied) {
       std::printf("step %5lld/%lld | loss %.4f | skipped: the gradient of %s is not finite%s\n",
@@ -62,9 +84,10 @@ double run_training(const TrainOptions& o) {
       std::fflush(stdout);
       continue;
     }
-    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f%s | %.1f ms | %.0f tok/s\n",
+    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f%s | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
                 static_cast<long long>(step + 1), static_cast<long long>(o.lr.total_steps), stats.loss, lr,
-                stats.grad_norm, scale.c_str(), seconds * 1e3, static_cast<double>(tokens_per_step) / seconds);
+                stats.grad_norm, scale.c_str(), seconds * 1e3, static_cast<double>(tokens_per_step) / seconds,
+                100 * mfu);
     std::fflush(stdout);
   }
   if (scaler) std::printf("loss scaling: %lld steps skipped, final scale %g\n", static_cast<long long>(scaler->skipped_steps()),

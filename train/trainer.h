@@ -29,6 +29,7 @@ struct TrainOptions {
   Recompute recompute = Recompute::none;
   DType precision = DType::f32;  // storage of activations and compute weights (model/transformer.h)
   std::optional<LossScalerConfig> loss_scaler;  // dynamic loss scaling (fp16); none by default
+  std::string run_dir;  // where metrics.jsonl and TensorBoard events go; "" writes none
 };
 
 // Returns the loss of the last step.

@@ -1,0 +1,60 @@
+#include "train/metrics.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace dt {
+
+MetricsLog::MetricsLog(const std::filesystem::path& run_dir) : metrics_path_(run_dir / "metrics.jsonl") {
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec)
+    throw Error(str("cannot create the run directory '", run_dir.string(), "': ", ec.message(),
+                    "; choose a writable --run-dir"));
+  metrics_.open(metrics_path_, std::ios::trunc);
+  if (!metrics_) throw Error(str("cannot write '", metrics_path_.string(), "'; choose a writable --run-dir"));
+  events_.emplace(run_dir);
+}
+
+void MetricsLog::write_line(const std::string& line) {
+  metrics_ << line << '\n';
+  metrics_.flush();
+  if (!metrics_) throw Error(str("cannot write '", metrics_path_.string(), "' (is the disk full?)"));
+}
+
+void MetricsLog::log_step(const StepMetrics& m) {
+  nlohmann::ordered_json peaks = nlohmann::ordered_json::object();
+  for (int t = 0; t < kNumMemTags; ++t)
+    peaks[std::string(mem_tag_name(static_cast<MemTag>(t)))] = m.memory.peak_bytes[t];
+  const auto or_null = [&](double v) { return m.skipped ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v); };
+  const nlohmann::ordered_json line = {{"step", m.step},
+                                       {"loss", m.loss},
+                                       {"lr", or_null(m.lr)},
+                                       {"grad_norm", or_null(m.grad_norm)},
+                                       {"tokens", m.tokens},
+                                       {"tokens_per_s", m.tokens_per_s},
+                                       {"step_ms", m.step_ms},
+                                       {"mfu", or_null(m.mfu)},
+                                       {"loss_scale", m.loss_scale},
+                                       {"skipped", m.skipped},
+                                       {"peak_bytes", peaks}};
+  write_line(line.dump());
+  events_->add_scalar("train/loss", m.loss, m.step);
+  events_->add_scalar("train/tokens_per_s", m.tokens_per_s, m.step);
+  events_->add_scalar("train/loss_scale", m.loss_scale, m.step);
+  if (!m.skipped) {
+    events_->add_scalar("train/lr", m.lr, m.step);
+    events_->add_scalar("train/grad_norm", m.grad_norm, m.step);
+    events_->add_scalar("train/mfu", m.mfu, m.step);
+  }
+  events_->flush();
+}
+
+void MetricsLog::log_validation(int64_t step, double loss) {
+  write_line(nlohmann::ordered_json{{"step", step}, {"val_loss", loss}}.dump());
+  events_->add_scalar("val/loss", loss, step);
+  events_->flush();
+}
+
+}  // namespace dt

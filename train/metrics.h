@@ -1,0 +1,52 @@
+// What a run records for a person to read: metrics.jsonl and TensorBoard events in the run
+// directory.
+//
+// metrics.jsonl holds one JSON object per step:
+//   {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu",
+//    "loss_scale", "skipped", "peak_bytes": {"parameters": ..., ...}}
+// (grad_norm, lr and mfu are null on a skipped step), and {"step", "val_loss"} when evaluated.
+// The same numbers go to TensorBoard as train/loss, train/lr, train/grad_norm,
+// train/tokens_per_s, train/mfu, train/loss_scale and val/loss.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "core/allocator.h"
+#include "train/tensorboard.h"
+
+namespace dt {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  int64_t tokens = 0;  // tokens in this step
+  double tokens_per_s = 0;
+  double step_ms = 0;
+  double mfu = 0;  // achieved FLOP/s over the measured GEMM peak (train/throughput.h)
+  float loss_scale = 1;
+  bool skipped = false;
+  MemoryStats memory;  // peak bytes per tag are recorded
+};
+
+class MetricsLog {
+ public:
+  // Creates the run directory if needed; starts a new metrics.jsonl and a new event file.
+  explicit MetricsLog(const std::filesystem::path& run_dir);
+
+  void log_step(const StepMetrics& m);
+  void log_validation(int64_t step, double loss);
+  const std::filesystem::path& metrics_path() const { return metrics_path_; }
+
+ private:
+  void write_line(const std::string& line);
+  std::filesystem::path metrics_path_;
+  std::ofstream metrics_;
+  std::optional<TensorBoardWriter> events_;
+};
+
+}  // namespace dt
