@@ -1,5 +1,3 @@
-#include <algorithm>
-
 #include "kernels/cpu/float_type.h"
 #include "kernels/cpu/storage_rows.h"
 #include "kernels/cpu/vec_exp.h"
@@ -37,49 +35,15 @@ inline T gelu_grad(T x, T dy) {
 
 void gelu_forward(Tensor out, Tensor inp) {
   dispatch_storage(inp.dtype, [&]<typename S>() {
-    const S* x = storage_ptr<S>(inp);
-    S* o = storage_ptr<S>(out);
-    const int64_t n = inp.numel();
-    if constexpr (!is_16bit<S>) {
-#pragma omp parallel for simd schedule(static)
-      for (int64_t i = 0; i < n; ++i) o[i] = gelu(x[i]);
-    } else {
-      // Chunks widened into f32, computed by the f32 loop, rounded once (out may alias inp:
-      // a chunk is read whole before it is written).
-#pragma omp parallel for schedule(static)
-      for (int64_t i0 = 0; i0 < n; i0 += kStorageChunk) {
-        const int64_t m = std::min(kStorageChunk, n - i0);
-        float buf[kStorageChunk];
-        load_row(x + i0, buf, m);
-#pragma omp simd
-        for (int64_t j = 0; j < m; ++j) buf[j] = gelu(buf[j]);
-        store_row(o + i0, buf, m);
-      }
-    }
+    map_elements(storage_ptr<S>(out), storage_ptr<S>(inp), inp.numel(), [](compute_t<S> x) { return gelu(x); });
   });
 }
 
+// dinp may alias dout.
 void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) {
   dispatch_storage(inp.dtype, [&]<typename S>() {
-    const S *x = storage_ptr<S>(inp), *dy = storage_ptr<S>(dout);
-    S* dx = storage_ptr<S>(dinp);
-    const int64_t n = inp.numel();
-    if constexpr (!is_16bit<S>) {
-#pragma omp parallel for simd schedule(static)
-      for (int64_t i = 0; i < n; ++i) dx[i] = gelu_grad(x[i], dy[i]);
-    } else {
-      // As the forward; dinp may alias dout.
-#pragma omp parallel for schedule(static)
-      for (int64_t i0 = 0; i0 < n; i0 += kStorageChunk) {
-        const int64_t m = std::min(kStorageChunk, n - i0);
-        float xbuf[kStorageChunk], dybuf[kStorageChunk];
-        load_row(x + i0, xbuf, m);
-        load_row(dy + i0, dybuf, m);
-#pragma omp simd
-        for (int64_t j = 0; j < m; ++j) dybuf[j] = gelu_grad(xbuf[j], dybuf[j]);
-        store_row(dx + i0, dybuf, m);
-      }
-    }
+    map_elements(storage_ptr<S>(dinp), storage_ptr<S>(inp), storage_ptr<S>(dout), inp.numel(),
+                 [](compute_t<S> x, compute_t<S> dy) { return gelu_grad(x, dy); });
   });
 }
 

@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -76,5 +77,45 @@ struct Widened {
     }
   }
 };
+
+// Elementwise maps over n stored elements: out[i] = f(a[i]) or f(a[i], b[i]), computed in
+// compute_t<S>. f32 and f64 run one flat loop; 16-bit runs it on chunks widened to f32 and
+// rounds each result once. out may alias a or b: a chunk is read whole before it is written.
+template <typename S, typename F>
+void map_elements(S* out, const S* a, int64_t n, F f) {
+  if constexpr (!is_16bit<S>) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i]);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i0 = 0; i0 < n; i0 += kStorageChunk) {
+      const int64_t m = std::min(kStorageChunk, n - i0);
+      float buf[kStorageChunk];
+      load_row(a + i0, buf, m);
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) buf[j] = f(buf[j]);
+      store_row(out + i0, buf, m);
+    }
+  }
+}
+
+template <typename S, typename F>
+void map_elements(S* out, const S* a, const S* b, int64_t n, F f) {
+  if constexpr (!is_16bit<S>) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i0 = 0; i0 < n; i0 += kStorageChunk) {
+      const int64_t m = std::min(kStorageChunk, n - i0);
+      float abuf[kStorageChunk], bbuf[kStorageChunk];
+      load_row(a + i0, abuf, m);
+      load_row(b + i0, bbuf, m);
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) abuf[j] = f(abuf[j], bbuf[j]);
+      store_row(out + i0, abuf, m);
+    }
+  }
+}
 
 }  // namespace dt::kernels::cpu
