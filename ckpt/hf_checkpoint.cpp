@@ -152,24 +152,21 @@ void load_hf_safetensors(FlatTensors& params, const std::filesystem::path& path)
     for (const HfPiece& piece : hf_pieces(config, p)) {
       const std::string name = file_name(piece.hf_name);
       const LoadedTensor loaded = reader.read(name, MemTag::workspace);
-      const int64_t n = loaded.tensor.numel();
-      std::vector<float> values(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
+      // Element i of the file's tensor, widened exactly to f32.
+      const auto value = [&](int64_t i) -> float {
         switch (loaded.tensor.dtype) {
           case DType::bf16:
-            values[i] = bf16_to_float(loaded.tensor.ptr<uint16_t>()[i]);
-            break;
+            return bf16_to_float(loaded.tensor.ptr<uint16_t>()[i]);
           case DType::f16:
-            values[i] = f16_to_float(loaded.tensor.ptr<uint16_t>()[i]);
-            break;
+            return f16_to_float(loaded.tensor.ptr<uint16_t>()[i]);
           default:
-            values[i] = loaded.tensor.ptr<float>()[i];
+            return loaded.tensor.ptr<float>()[i];
         }
-      }
+      };
       float* out = shown.ptr<float>() + piece.row_begin * cols;
       for (int64_t r = 0; r < piece.rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
-          out[r * cols + c] = piece.transposed ? values[c * piece.rows + r] : values[r * cols + c];
+          out[r * cols + c] = piece.transposed ? value(c * piece.rows + r) : value(r * cols + c);
     }
   }
 }

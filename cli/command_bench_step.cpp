@@ -11,9 +11,8 @@ int command_bench_step(int argc, char** argv, int first) {
       .flag("seq", "256", "tokens per sequence")
       .flag("steps", "10", "timed steps (the median is reported)")
       .flag("warmup", "2", "untimed steps before timing")
-      .flag("threads", "0", "OpenMP threads (0: OMP_NUM_THREADS or all cores)")
-      .flag("precision", "f32", "storage of activations and weights: f32, bf16 or f16")
-      .flag("recompute", "none", "activation recomputation: none, selective (attention core) or full (whole blocks)");
+      .flag("threads", "0", "OpenMP threads (0: OMP_NUM_THREADS or all cores)");
+  declare_run_flags(args);
   if (!args.parse(argc, argv, first)) return 0;
   run_step_bench({.model = model_from_flags(args),
                   .batch_size = static_cast<int>(args.get_int("batch")),
@@ -21,8 +20,8 @@ int command_bench_step(int argc, char** argv, int first) {
                   .steps = static_cast<int>(args.get_int("steps")),
                   .warmup = static_cast<int>(args.get_int("warmup")),
                   .threads = static_cast<int>(args.get_int("threads")),
-                  .recompute = recompute_from_name(args.get("recompute")),
-                  .precision = precision_from_name(args.get("precision"))});
+                  .recompute = recompute_from_flags(args),
+                  .precision = precision_from_flags(args)});
   return 0;
 }
 

@@ -25,12 +25,11 @@ int command_train(int argc, char** argv, int first) {
       .flag("eps", "1e-8", "AdamW epsilon")
       .flag("grad-clip", "1.0", "global gradient-norm clip (0 disables)")
       .flag("seed", "1337", "seed of the parameter initialisation")
-      .flag("recompute", "none", "activation recomputation: none, selective (attention core) or full (whole blocks)")
       .flag("run-dir", "", "directory for metrics.jsonl and TensorBoard event files (none when empty)")
-      .flag("precision", "f32", "storage of activations and weights: f32, bf16 or f16 (f32 master weights and gradients)")
       .flag("loss-scale", "0", "initial dynamic loss scale, for fp16 training (0: no loss scaling)")
       .flag("loss-scale-growth-interval", "2000", "finite steps in a row after which the loss scale doubles")
       .flag("loss-scale-min", "1", "a loss scale below this stops the run as diverged");
+  declare_run_flags(args);
   if (!args.parse(argc, argv, first)) return 0;
   TrainOptions o;
   o.model = model_from_flags(args);
@@ -52,8 +51,8 @@ int command_train(int argc, char** argv, int first) {
              .decay_embeddings = args.get_bool("decay-embeddings")};
   o.max_grad_norm = static_cast<float>(args.get_double("grad-clip"));
   o.seed = static_cast<uint64_t>(args.get_int("seed"));
-  o.recompute = recompute_from_name(args.get("recompute"));
-  o.precision = precision_from_name(args.get("precision"));
+  o.recompute = recompute_from_flags(args);
+  o.precision = precision_from_flags(args);
   o.run_dir = args.get("run-dir");
   if (const double scale = args.get_double("loss-scale"); scale != 0)
     o.loss_scaler = LossScalerConfig{.initial_scale = static_cast<float>(scale),

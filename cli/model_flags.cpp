@@ -33,4 +33,13 @@ ModelConfig model_from_flags(const Args& args, const std::string& preset) {
   return c;
 }
 
+void declare_run_flags(Args& args) {
+  args.flag("precision", "f32", "storage of activations and weights: f32, bf16 or f16 (f32 master weights and gradients)")
+      .flag("recompute", "none", "activation recomputation: none, selective (attention core) or full (whole blocks)");
+}
+
+DType precision_from_flags(const Args& args) { return precision_from_name(args.get("precision")); }
+
+Recompute recompute_from_flags(const Args& args) { return recompute_from_name(args.get("recompute")); }
+
 }  // namespace dt::cli
