@@ -11,6 +11,9 @@ packages=(
   libopenmpi-dev openmpi-bin                      # multi-rank launch and the MPI backend
   libgtest-dev                                    # unit tests (GoogleTest, built from source by CMake)
   nlohmann-json3-dev                              # JSON headers of safetensors and tokenizer.json
+  libpcre2-dev                                    # the tokenizer's pre-tokenization regex (Unicode classes)
+  libtomlplusplus-dev                             # the run configuration's TOML
+  bible-kjv                                       # the quickstart's corpus: the King James Bible
   python3 python3-torch python3-numpy             # PyTorch reference for equivalence tests and bench/
   python3-pip python3-yaml python3-requests python3-typing-extensions python3-six  # pip, and what the PyPI packages import
 )
