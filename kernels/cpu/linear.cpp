@@ -37,15 +37,41 @@ namespace dt::kernels::cpu {
 namespace {
 
 // Row-major C(M, N) = alpha * op(A) @ op(B) + beta * C through sgemm or dgemm.
+//
+// C is cut into tiles whose size depends on M and N alone, and each tile is one single-threaded
+// BLAS call on one OpenMP thread (OpenBLAS runs single-threaded inside a parallel region). Left
+// to its own threading, OpenBLAS splits C by the number of threads, and its edge-of-matrix
+// kernels sum in a different order from its main kernel, so C's bits would depend on the thread
+// count: on an AVX2 EPYC, two training steps of gpt2-tiny ended with different parameters at 1
+// and 3 threads (the SkylakeX kernels happened not to show it). Tiles keep a run's bits the same
+// for any thread count (train/step_test.cpp). They start at 256 x 256 and are halved, the larger
+// side first, down to 64, until there are 32 of them, so that small products still spread over
+// the cores; each tile packs its own panels of A and B, (rows + cols) * K values against
+// rows * cols * K multiply-adds: at most 1/32 extra memory traffic at 64 x 64.
 template <typename T>
 void gemm(bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
           const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   ensure_blas_ready();
   const auto ta = transpose_a ? CblasTrans : CblasNoTrans, tb = transpose_b ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  else
-    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  int64_t rows = 256, cols = 256;
+  const auto tiles = [&] { return ((M + rows - 1) / rows) * ((N + cols - 1) / cols); };
+  while (tiles() < 32 && std::max(rows, cols) > 64) (rows >= cols ? rows : cols) /= 2;
+  const int64_t row_tiles = (M + rows - 1) / rows, col_tiles = (N + cols - 1) / cols;
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int64_t rt = 0; rt < row_tiles; ++rt) {
+    for (int64_t ct = 0; ct < col_tiles; ++ct) {
+      const int64_t r0 = rt * rows, c0 = ct * cols;
+      const int64_t m = std::min(rows, M - r0), n = std::min(cols, N - c0);
+      // op(A)'s rows r0.. and op(B)'s columns c0..: offsets in the stored (row-major) layouts.
+      const T* a = A + (transpose_a ? r0 : r0 * lda);
+      const T* b = B + (transpose_b ? c0 * ldb : c0);
+      T* c = C + r0 * ldc + c0;
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
+      else
+        cblas_dgemm(CblasRowMajor, ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+  }
 }
 
 // Whether products of S go through oneDNN (else widened to f32 and sgemm).
