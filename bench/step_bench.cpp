@@ -84,8 +84,9 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   }
 
   const double peak = measure_gemm_peak_gflop_per_s(o.precision);
-  const double flops = step_flops(o.model, model.layout().num_parameters(), o.batch_size, o.seq_len);
   const double tokens = static_cast<double>(o.batch_size) * o.seq_len;
+  const StepFlops counted = training_flops(o.model, o.seq_len, o.batch_size * int64_t{o.seq_len}, o.recompute);
+  const double flops = counted.model;
   std::printf("# dtrain bench step: %s n_layer=%d d_model=%d n_head=%d vocab=%d (padded %d), %lld parameters\n",
               std::string(model_family_name(o.model.family)).c_str(), o.model.n_layer, o.model.d_model,
               o.model.n_head, o.model.vocab_size, o.model.padded_vocab_size(),
@@ -114,8 +115,9 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   r.tokens_per_s = tokens / s;
   r.gflop_per_s = flops / s / 1e9;
   r.gemm_peak_gflop_per_s = peak;
-  std::printf("# median: %.2f ms/step, %.1f tokens/s, %.1f GFLOP/s = %.1f%% of GEMM peak\n", r.median_step_ms,
-              r.tokens_per_s, r.gflop_per_s, 100.0 * r.gflop_per_s / peak);
+  std::printf("# median: %.2f ms/step, %.1f tokens/s, %.1f GFLOP/s = %.1f%% of GEMM peak (MFU); HFU %.1f%%\n",
+              r.median_step_ms, r.tokens_per_s, r.gflop_per_s, 100.0 * r.gflop_per_s / peak,
+              100.0 * counted.hardware / s / 1e9 / peak);
   const MemoryStats mem = memory_stats(Device::cpu);
   std::printf("# peak memory per tag (MiB):");
   for (int t = 0; t < kNumMemTags; ++t)

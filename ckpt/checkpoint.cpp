@@ -4,14 +4,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "core/buffer.h"
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/fault_injection.h"
 
 namespace dt::ckpt {
 
@@ -95,6 +98,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const C
                          {"crc32c", checksum_of(tensor)}});
     }
     writer.write(temporary / kTensors);
+    if (fault_injected("checkpoint-write-fails", content.step))
+      throw Error(str("cannot write '", (temporary / kManifest).string(),
+                      "': No space left on device (injected by DTRAIN_INJECT_FAULT)"));
+    if (fault_injected("checkpoint-write-stalls", content.step)) std::this_thread::sleep_for(std::chrono::minutes(1));
     const nlohmann::ordered_json manifest = {{"format_version", kCheckpointFormatVersion},
                                              {"step", content.step},
                                              {"model", content.model},
@@ -128,6 +135,10 @@ std::filesystem::path Checkpoint::latest(const std::filesystem::path& root) {
     throw Error(str("'", (root / kLatest).string(), "' names '", name, "', which does not exist under '",
                     root.string(), "'; the directory was edited by hand"));
   return root / name;
+}
+
+std::filesystem::path Checkpoint::step_or_latest(const std::filesystem::path& directory) {
+  return std::filesystem::exists(directory / kManifest) ? directory : latest(directory);
 }
 
 Checkpoint::Checkpoint(std::filesystem::path directory)

@@ -43,6 +43,8 @@ class Checkpoint {
   // The newest complete checkpoint under root; throws dt::Error when there is none.
   static std::filesystem::path latest(const std::filesystem::path& root);
 
+  // A step directory as given, or the latest under a checkpoint root.
+  static std::filesystem::path step_or_latest(const std::filesystem::path& directory);
   // Reads and checks the manifest of a step directory.
   explicit Checkpoint(std::filesystem::path directory);
 

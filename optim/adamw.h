@@ -32,6 +32,8 @@ class AdamW {
 
   bool decays(const ParamInfo& p) const;
   int64_t steps_taken() const { return steps_taken_; }
+  // Resuming from a checkpoint: the bias corrections continue from this many updates.
+  void restore_steps_taken(int64_t steps) { steps_taken_ = steps; }
   const AdamWConfig& config() const { return config_; }
   FlatTensors& m() { return m_; }
   FlatTensors& v() { return v_; }

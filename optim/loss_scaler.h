@@ -27,6 +27,13 @@ struct LossScalerConfig {
   void validate() const;
 };
 
+// What a checkpoint keeps so that a resumed run scales, grows and skips exactly as before.
+struct LossScalerState {
+  float scale = 1;
+  int64_t finite_in_a_row = 0;
+  int64_t skipped = 0;
+};
+
 class LossScaler {
  public:
   explicit LossScaler(LossScalerConfig config);
@@ -36,6 +43,8 @@ class LossScaler {
   // Throws dt::Error naming the step when the scale falls below min_scale.
   bool update(bool gradients_finite, int64_t step);
   int64_t skipped_steps() const { return skipped_; }
+  LossScalerState state() const { return {scale_, finite_in_a_row_, skipped_}; }
+  void restore(const LossScalerState& s) { scale_ = s.scale, finite_in_a_row_ = s.finite_in_a_row, skipped_ = s.skipped; }
 
  private:
   LossScalerConfig config_;

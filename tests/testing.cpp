@@ -1,12 +1,18 @@
 #include "tests/testing.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <thread>
 
 namespace dt::testing {
 
@@ -39,6 +45,49 @@ CommandResult run_dtrain(const std::string& args) {
   const int status = ::pclose(pipe);
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+BackgroundDtrain::BackgroundDtrain(const std::string& args, const std::string& environment) {
+  output_ = std::filesystem::temp_directory_path() / str("dtrain_background_", ::getpid(), "_", this, ".log");
+  // exec replaces the shell, so pid_ is dtrain itself and signals reach it directly.
+  const std::string command = str(environment, " exec ", DTRAIN_BINARY_DIR, "/dtrain ", args, " > ", output_.string(), " 2>&1");
+  pid_ = ::fork();
+  DT_CHECK(pid_ >= 0, "fork failed");
+  if (pid_ == 0) {
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+}
+
+BackgroundDtrain::~BackgroundDtrain() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove(output_, ec);
+}
+
+void BackgroundDtrain::signal(int signal_number) const { ::kill(pid_, signal_number); }
+
+CommandResult BackgroundDtrain::wait() {
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  CommandResult result;
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(output_);
+  result.output.assign(std::istreambuf_iterator<char>(in), {});
+  return result;
+}
+
+bool wait_until(const std::function<bool()>& predicate, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return predicate();
 }
 
 double normalized_max_error(const Tensor& actual, const Tensor& expected, double floor) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "core/tensor.h"
@@ -34,6 +35,27 @@ struct CommandResult {
   std::string output;
 };
 CommandResult run_dtrain(const std::string& args);
+
+// `dtrain <args>` running in the background, for tests that signal or kill it mid-run.
+// `environment` is prepended to the command ("DTRAIN_INJECT_FAULT=... "). Output goes to a file
+// read back by wait(); the destructor kills a process still running.
+class BackgroundDtrain {
+ public:
+  BackgroundDtrain(const std::string& args, const std::string& environment = "");
+  ~BackgroundDtrain();
+  BackgroundDtrain(const BackgroundDtrain&) = delete;
+  BackgroundDtrain& operator=(const BackgroundDtrain&) = delete;
+  void signal(int signal_number) const;
+  // Waits for the process; status is -1 when a signal ended it.
+  CommandResult wait();
+
+ private:
+  int pid_ = -1;
+  std::filesystem::path output_;
+};
+
+// Polls every 10 ms until predicate() holds or `seconds` pass; returns whether it held.
+bool wait_until(const std::function<bool()>& predicate, double seconds);
 
 // max_i |a[i] - b[i]| / max(max_i |b[i]|, floor): the error relative to the reference's scale,
 // so one bound fits a tensor whose elements span many magnitudes. f32 tensors of equal size.

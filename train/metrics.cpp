@@ -6,15 +6,36 @@
 
 namespace dt {
 
-MetricsLog::MetricsLog(const std::filesystem::path& run_dir) : metrics_path_(run_dir / "metrics.jsonl") {
+namespace {
+
+// The lines of an earlier metrics.jsonl for steps up to `step`: a resumed run continues the
+// log of the checkpoint it resumed from, dropping what the interrupted run logged after it.
+std::string lines_up_to(const std::filesystem::path& path, int64_t step) {
+  std::ifstream in(path);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const auto entry = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (entry.is_object() && entry.contains("step") && entry["step"].is_number_integer() &&
+        entry["step"].get<int64_t>() <= step)
+      kept += line + '\n';
+  }
+  return kept;
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::filesystem::path& run_dir, int64_t resumed_step, bool tensorboard)
+    : metrics_path_(run_dir / "metrics.jsonl") {
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
   if (ec)
     throw Error(str("cannot create the run directory '", run_dir.string(), "': ", ec.message(),
-                    "; choose a writable --run-dir"));
+                    "; choose a writable log.run_dir"));
+  const std::string kept = resumed_step > 0 ? lines_up_to(metrics_path_, resumed_step) : "";
   metrics_.open(metrics_path_, std::ios::trunc);
-  if (!metrics_) throw Error(str("cannot write '", metrics_path_.string(), "'; choose a writable --run-dir"));
-  events_.emplace(run_dir);
+  if (!metrics_) throw Error(str("cannot write '", metrics_path_.string(), "'; choose a writable log.run_dir"));
+  metrics_ << kept;
+  if (tensorboard) events_.emplace(run_dir);
 }
 
 void MetricsLog::write_line(const std::string& line) {
@@ -36,10 +57,12 @@ void MetricsLog::log_step(const StepMetrics& m) {
                                        {"tokens_per_s", m.tokens_per_s},
                                        {"step_ms", m.step_ms},
                                        {"mfu", or_null(m.mfu)},
+                                       {"hfu", or_null(m.hfu)},
                                        {"loss_scale", m.loss_scale},
                                        {"skipped", m.skipped},
                                        {"peak_bytes", peaks}};
   write_line(line.dump());
+  if (!events_) return;
   events_->add_scalar("train/loss", m.loss, m.step);
   events_->add_scalar("train/tokens_per_s", m.tokens_per_s, m.step);
   events_->add_scalar("train/loss_scale", m.loss_scale, m.step);
@@ -47,12 +70,14 @@ void MetricsLog::log_step(const StepMetrics& m) {
     events_->add_scalar("train/lr", m.lr, m.step);
     events_->add_scalar("train/grad_norm", m.grad_norm, m.step);
     events_->add_scalar("train/mfu", m.mfu, m.step);
+    events_->add_scalar("train/hfu", m.hfu, m.step);
   }
   events_->flush();
 }
 
 void MetricsLog::log_validation(int64_t step, double loss) {
   write_line(nlohmann::ordered_json{{"step", step}, {"val_loss", loss}}.dump());
+  if (!events_) return;
   events_->add_scalar("val/loss", loss, step);
   events_->flush();
 }

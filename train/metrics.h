@@ -3,10 +3,10 @@
 //
 // metrics.jsonl holds one JSON object per step:
 //   {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu",
-//    "loss_scale", "skipped", "peak_bytes": {"parameters": ..., ...}}
-// (grad_norm, lr and mfu are null on a skipped step), and {"step", "val_loss"} when evaluated.
-// The same numbers go to TensorBoard as train/loss, train/lr, train/grad_norm,
-// train/tokens_per_s, train/mfu, train/loss_scale and val/loss.
+//    "hfu", "loss_scale", "skipped", "peak_bytes": {"parameters": ..., ...}}
+// (grad_norm, lr, mfu and hfu are null on a skipped step), and {"step", "val_loss"} when
+// evaluated. The same numbers go to TensorBoard as train/loss, train/lr, train/grad_norm,
+// train/tokens_per_s, train/mfu, train/hfu, train/loss_scale and val/loss.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,8 @@ struct StepMetrics {
   int64_t tokens = 0;  // tokens in this step
   double tokens_per_s = 0;
   double step_ms = 0;
-  double mfu = 0;  // achieved FLOP/s over the measured GEMM peak (train/throughput.h)
+  double mfu = 0;  // achieved model FLOP/s over the measured GEMM peak (train/throughput.h)
+  double hfu = 0;  // the same with recomputation's extra FLOPs counted
   float loss_scale = 1;
   bool skipped = false;
   MemoryStats memory;  // peak bytes per tag are recorded
@@ -35,8 +36,10 @@ struct StepMetrics {
 
 class MetricsLog {
  public:
-  // Creates the run directory if needed; starts a new metrics.jsonl and a new event file.
-  explicit MetricsLog(const std::filesystem::path& run_dir);
+  // Creates the run directory if needed and starts a new event file (when tensorboard).
+  // metrics.jsonl starts empty, or, resuming from resumed_step > 0, keeps its lines up to that
+  // step (a killed run may have logged steps after its last checkpoint; they are redone).
+  MetricsLog(const std::filesystem::path& run_dir, int64_t resumed_step = 0, bool tensorboard = true);
 
   void log_step(const StepMetrics& m);
   void log_validation(int64_t step, double loss);

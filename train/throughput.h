@@ -1,19 +1,41 @@
 // What a step's speed is measured against: the FLOPs it does and the GEMM peak of the machine.
 //
-// FLOPs per step = 6 * parameters * tokens + 12 * n_layer * d_model * seq_len * tokens
-// (PaLM's convention: the second term is attention's QK^T and PV, counted for the full T x T
-// matrix although the causal half is skipped — the convention MFU figures are quoted in).
-// MFU = achieved FLOP/s / the GEMM peak measured in the same run, in the run's precision.
+// FLOPs are counted from the architecture, per token of a forward pass (multiply-add = 2):
+//   per layer   2 C (q + k + v widths)            the fused qkv projection (grouped-query: k, v
+//                                                 have n_kv_head heads)
+//             + 2 C C                             the attention output projection
+//             + 2 C F_in + 2 F C                  the MLP (F_in = 2F for SwiGLU's gate and up)
+//             + 2 C (T + 1)                       causal attention: QK^T and PV against the
+//                                                 (T + 1) / 2 keys a position sees on average
+//   once        2 C V                             the output projection (unpadded vocabulary)
+// Training is three forward passes' worth (backward computes two products per forward one).
+// Model FLOPs are what MFU counts; hardware FLOPs add the work recomputation repeats (the
+// attention core for selective, every block's forward for full), and give HFU. Neither counts
+// the scores that flash attention recomputes inside its backward kernel, as FlashAttention's
+// own figures do not. (PaLM's 6N + 12 L C T per token counts every embedding row and the full
+// T x T score matrix; it reads about 5-30% higher at small sizes.)
+// MFU = achieved model FLOP/s / the GEMM peak measured in the same run, in the run's precision.
 #pragma once
 
 #include <cstdint>
 
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/transformer.h"
 
 namespace dt {
 
-double step_flops(const ModelConfig& model, int64_t num_parameters, int batch_size, int seq_len);
+struct StepFlops {
+  double model = 0;     // what the architecture needs: MFU's numerator
+  double hardware = 0;  // plus what the recomputation policy repeats: HFU's numerator
+};
+
+// Forward FLOPs per token of a sequence of seq_len tokens.
+double forward_flops_per_token(const ModelConfig& model, int seq_len);
+
+// FLOPs of a training step (forward and backward) over `tokens` tokens in sequences of seq_len.
+StepFlops training_flops(const ModelConfig& model, int seq_len, int64_t tokens, Recompute recompute);
+
 // Best of several runs of a 2048^3 product through kernels::linear_forward in `precision`.
 double measure_gemm_peak_gflop_per_s(DType precision);
 

@@ -1,0 +1,26 @@
+#include "core/fault_injection.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+namespace dt {
+
+bool fault_injected(std::string_view fault, int64_t step) {
+  const char* value = std::getenv("DTRAIN_INJECT_FAULT");
+  if (value == nullptr || *value == '\0') return false;
+  const std::string spec = value;
+  const size_t at = spec.find('@');
+  const std::string name = spec.substr(0, at);
+  if (at == std::string::npos || (name != "checkpoint-write-fails" && name != "checkpoint-write-stalls"))
+    throw Error(str("DTRAIN_INJECT_FAULT = '", spec, "': expected checkpoint-write-fails@STEP or "
+                    "checkpoint-write-stalls@STEP; unset it for a normal run"));
+  char* end = nullptr;
+  const long long fault_step = std::strtoll(spec.c_str() + at + 1, &end, 10);
+  if (*end != '\0' || end == spec.c_str() + at + 1)
+    throw Error(str("DTRAIN_INJECT_FAULT = '", spec, "': the step after '@' is not an integer"));
+  return name == fault && fault_step == step;
+}
+
+}  // namespace dt

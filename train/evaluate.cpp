@@ -1,0 +1,23 @@
+#include "train/evaluate.h"
+
+#include <algorithm>
+
+#include "data/data_loader.h"
+
+namespace dt {
+
+Evaluation evaluate(Transformer& model, const TokenDataset& split, int batches, Tensor tokens, Tensor targets) {
+  DataLoader loader(split, model.seq_len(), model.batch_size(), /*seed=*/0, /*shuffle=*/false);
+  const int64_t available = std::max<int64_t>(1, loader.samples_per_epoch() / model.batch_size());
+  const int64_t count = std::min<int64_t>(batches, available);
+  double loss_sum = 0;
+  int64_t targets_seen = 0;
+  for (int64_t b = 0; b < count; ++b) {
+    loader.next(tokens, targets);
+    loss_sum += model.forward(tokens, targets);
+    targets_seen += Transformer::count_targets(targets);
+  }
+  return {loss_sum / static_cast<double>(targets_seen), targets_seen};
+}
+
+}  // namespace dt

@@ -1,0 +1,51 @@
+// What a training run saves and resumes from (ckpt/checkpoint.h is the directory format).
+//
+// Tensors, each under its parameter's name ("h.0.attn.qkv.weight"):
+//   model.NAME      the f32 parameters (with bf16/f16 precision, the master weights: the
+//                   16-bit compute copy is rounded from them at every forward)
+//   adamw.m.NAME    AdamW's first moments
+//   adamw.v.NAME    AdamW's second moments
+// State: the step, AdamW's update count, the data loader's (epoch, position), the loss
+// scaler's scale and counters. That is everything the next step reads, so resuming reproduces
+// the uninterrupted run bit for bit. The model description is kept too: loading into a model
+// that differs names every field that does.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include "ckpt/checkpoint.h"
+#include "data/data_loader.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
+
+namespace dt {
+
+struct TrainingProgress {
+  int64_t step = 0;  // optimizer steps completed
+  DataLoaderState loader;
+};
+
+// The model description as a checkpoint keeps it: every field of the config.
+nlohmann::ordered_json model_description(const ModelConfig& config);
+
+// The model a checkpoint was saved from (for eval, generate and export).
+ModelConfig model_config_of(const ckpt::Checkpoint& checkpoint);
+
+// Reads only the parameters (model.NAME) of a checkpoint, each checksummed.
+void load_checkpoint_parameters(const ckpt::Checkpoint& checkpoint, FlatTensors& params);
+
+// Saves under `root` (ckpt::save_checkpoint: atomic, keeps the newest keep_last).
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last, Transformer& model,
+                                               AdamW& optimizer, const LossScaler* scaler,
+                                               const TrainingProgress& progress);
+
+// Loads a checkpoint directory into model, optimizer and scaler (each tensor checksummed) and
+// returns the progress to continue from. Throws dt::Error naming the fields when the
+// checkpoint's model description differs from the model's.
+TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, Transformer& model, AdamW& optimizer,
+                                          LossScaler* scaler);
+
+}  // namespace dt
