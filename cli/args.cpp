@@ -14,12 +14,22 @@ Args& Args::flag(std::string name, std::string fallback, std::string help) {
   return *this;
 }
 
+Args& Args::positional(std::string name, std::string help) {
+  positional_name_ = std::move(name);
+  positional_help_ = std::move(help);
+  return *this;
+}
+
 bool Args::parse(int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(usage().c_str(), stdout);
       return false;
+    }
+    if (arg.rfind("--", 0) != 0 && !positional_name_.empty()) {
+      positionals_.push_back(arg);
+      continue;
     }
     if (arg.rfind("--", 0) != 0)
       throw Error(str(command_, ": unexpected argument '", arg, "'; flags are written --name value\n", usage()));
@@ -74,7 +84,10 @@ bool Args::get_bool(const std::string& name) const {
 }
 
 std::string Args::usage() const {
-  std::string out = str("usage: dtrain ", command_, " [flags]\n  ", summary_, "\nflags:\n");
+  std::string out = str("usage: dtrain ", command_, " [flags]", positional_name_.empty() ? "" : " " + positional_name_,
+                        "\n  ", summary_, "\n");
+  if (!positional_name_.empty()) out += str("  ", positional_name_, "  ", positional_help_, "\n");
+  out += "flags:\n";
   for (const auto& name : order_) {
     const Flag& f = flags_.at(name);
     out += str("  --", name, "  ", f.help, f.fallback.empty() ? "" : str(" (default: ", f.fallback, ")"), "\n");

@@ -2,7 +2,8 @@
 //
 // A command declares its flags (name, default, help with units); parse() rejects unknown
 // flags with a did-you-mean and missing or malformed values with the flag's name. --help
-// prints the declared flags.
+// prints the declared flags. A command that takes operands (`tokenizer train ... FILES...`)
+// declares them with positional(); others reject any argument that is not a flag.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,10 @@ class Args {
   // Declares a flag; `fallback` is the default shown in --help ("" = required unless noted).
   Args& flag(std::string name, std::string fallback, std::string help);
 
+  // Accepts arguments that are not flags, collected in order by positionals(); `name` and
+  // `help` describe them in --help ("FILES...", "text files to read").
+  Args& positional(std::string name, std::string help);
+
   // Parses argv[first..]; returns false when --help was asked (usage already printed).
   bool parse(int argc, char** argv, int first);
 
@@ -27,6 +32,7 @@ class Args {
   double get_double(const std::string& name) const;
   bool get_bool(const std::string& name) const;  // "true" or "false"
   bool was_given(const std::string& name) const { return given_.count(name) > 0; }
+  const std::vector<std::string>& positionals() const { return positionals_; }
   std::string usage() const;
 
  private:
@@ -37,6 +43,8 @@ class Args {
   std::vector<std::string> order_;
   std::map<std::string, Flag> flags_;
   std::map<std::string, std::string> given_;
+  std::string positional_name_, positional_help_;  // empty: no positional arguments
+  std::vector<std::string> positionals_;
 };
 
 }  // namespace dt::cli

@@ -1,0 +1,144 @@
+// config.json against transformers itself (tests/reference/hf_config_reference.py): configs that
+// transformers wrote read back as the model they describe, and the configs we write load in
+// transformers with the same sizes.
+#include "ckpt/hf_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "tests/testing.h"
+
+namespace dt {
+namespace {
+
+// Every field that shapes the model or what it computes.
+void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.family, b.family);
+  EXPECT_EQ(a.n_layer, b.n_layer);
+  EXPECT_EQ(a.d_model, b.d_model);
+  EXPECT_EQ(a.n_head, b.n_head);
+  EXPECT_EQ(a.kv_heads(), b.kv_heads());
+  EXPECT_EQ(a.ffn_hidden(), b.ffn_hidden());
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.max_seq_len, b.max_seq_len);
+  EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+  if (a.family == ModelFamily::llama) {
+    EXPECT_EQ(a.rope_theta, b.rope_theta);
+    EXPECT_EQ(a.rope_scaling_factor, b.rope_scaling_factor);
+    if (a.rope_scaling_factor > 0) {
+      EXPECT_EQ(a.rope_low_freq_factor, b.rope_low_freq_factor);
+      EXPECT_EQ(a.rope_high_freq_factor, b.rope_high_freq_factor);
+      EXPECT_EQ(a.rope_original_max_seq_len, b.rope_original_max_seq_len);
+    }
+  }
+}
+
+TEST(HfConfig, ReadsAGpt2ConfigWrittenByTransformers) {
+  testing::TempDir dir;
+  ASSERT_EQ(testing::run_reference_script("hf_config_reference.py",
+                                          str("write ", dir.path().string(),
+                                              " gpt2 n_layer=3 n_embd=96 n_head=4 vocab_size=997 n_positions=128")),
+            0);
+  const ModelConfig c = ckpt::model_config_from_hf(dir.path() / "config.json");
+  expect_same_model(c, {.family = ModelFamily::gpt2, .n_layer = 3, .d_model = 96, .n_head = 4, .vocab_size = 997,
+                        .max_seq_len = 128, .norm_eps = 1e-5f});
+  EXPECT_EQ(c.ffn_hidden(), 4 * 96);  // n_inner null
+}
+
+TEST(HfConfig, ReadsALlamaConfigWrittenByTransformers) {
+  testing::TempDir dir;
+  ASSERT_EQ(testing::run_reference_script(
+                "hf_config_reference.py",
+                str("write ", dir.path().string(),
+                    " llama num_hidden_layers=2 hidden_size=64 num_attention_heads=8 num_key_value_heads=2 "
+                    "intermediate_size=160 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-05 "
+                    "rope_theta=500000.0 tie_word_embeddings=true "
+                    "'rope_scaling={\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":2.0,"
+                    "\"high_freq_factor\":6.0,\"original_max_position_embeddings\":128}'")),
+            0);
+  expect_same_model(ckpt::model_config_from_hf(dir.path() / "config.json"),
+                    {.family = ModelFamily::llama, .n_layer = 2, .d_model = 64, .n_head = 8, .n_kv_head = 2,
+                     .ffn_hidden_size = 160, .vocab_size = 1000, .max_seq_len = 512, .tied_embeddings = true,
+                     .norm_eps = 1e-5f, .rope_theta = 500000, .rope_scaling_factor = 8, .rope_low_freq_factor = 2,
+                     .rope_high_freq_factor = 6, .rope_original_max_seq_len = 128});
+}
+
+// What we write, transformers reads with the same sizes; and we read it back unchanged.
+TEST(HfConfig, WrittenConfigsLoadInTransformers) {
+  for (const char* preset : {"gpt2-124m", "gpt2-tiny", "llama3.2-1b", "llama-tiny", "llama3-8b"}) {
+    SCOPED_TRACE(preset);
+    const ModelConfig c = model_preset(preset);
+    testing::TempDir dir;
+    std::ofstream(dir.path() / "config.json") << ckpt::hf_config_json(c).dump(2);
+    expect_same_model(ckpt::model_config_from_hf(dir.path() / "config.json"), c);
+    ASSERT_EQ(testing::run_reference_script("hf_config_reference.py",
+                                            str("read ", dir.path().string(), " ", dir.file("seen.json"))),
+              0);
+    nlohmann::json seen;
+    std::ifstream(dir.path() / "seen.json") >> seen;
+    if (c.family == ModelFamily::gpt2) {
+      EXPECT_EQ(seen["n_layer"], c.n_layer);
+      EXPECT_EQ(seen["n_embd"], c.d_model);
+      EXPECT_EQ(seen["n_head"], c.n_head);
+      EXPECT_TRUE(seen["n_inner"].is_null());
+      EXPECT_EQ(seen["vocab_size"], c.vocab_size);
+      EXPECT_EQ(seen["n_positions"], c.max_seq_len);
+      EXPECT_EQ(seen["layer_norm_epsilon"], 1e-5);
+      EXPECT_EQ(seen["activation_function"], "gelu_new");
+      EXPECT_EQ(seen["tie_word_embeddings"], true);
+    } else {
+      EXPECT_EQ(seen["num_hidden_layers"], c.n_layer);
+      EXPECT_EQ(seen["hidden_size"], c.d_model);
+      EXPECT_EQ(seen["num_attention_heads"], c.n_head);
+      EXPECT_EQ(seen["num_key_value_heads"], c.n_kv_head);
+      EXPECT_EQ(seen["intermediate_size"], c.ffn_hidden_size);
+      EXPECT_EQ(seen["vocab_size"], c.vocab_size);
+      EXPECT_EQ(seen["max_position_embeddings"], c.max_seq_len);
+      EXPECT_EQ(seen["rms_norm_eps"], 1e-5);
+      EXPECT_EQ(seen["rope_theta"], c.rope_theta);
+      EXPECT_EQ(seen["tie_word_embeddings"], c.tied_embeddings);
+      if (c.rope_scaling_factor > 0) {
+        EXPECT_EQ(seen["rope_scaling"]["rope_type"], "llama3");
+        EXPECT_EQ(seen["rope_scaling"]["factor"], c.rope_scaling_factor);
+        EXPECT_EQ(seen["rope_scaling"]["original_max_position_embeddings"], c.rope_original_max_seq_len);
+      } else {
+        EXPECT_TRUE(seen["rope_scaling"].is_null());
+      }
+    }
+  }
+}
+
+void expect_rejected(const nlohmann::json& config, const std::string& message) {
+  testing::TempDir dir;
+  std::ofstream(dir.path() / "config.json") << config.dump();
+  try {
+    ckpt::model_config_from_hf(dir.path() / "config.json");
+    ADD_FAILURE() << "accepted " << config.dump();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir.file("config.json")), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfConfig, RejectsWhatWeWouldComputeDifferently) {
+  nlohmann::json gpt2 = ckpt::hf_config_json(model_preset("gpt2-tiny"));
+  gpt2["activation_function"] = "gelu";
+  expect_rejected(gpt2, "activation_function = \"gelu\": dtrain computes only \"gelu_new\"");
+  nlohmann::json llama = ckpt::hf_config_json(model_preset("llama-tiny"));
+  llama["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_rejected(llama, "only rope_type \"llama3\"");
+  llama = ckpt::hf_config_json(model_preset("llama-tiny"));
+  llama.erase("hidden_size");
+  expect_rejected(llama, "hidden_size is missing");
+  llama = ckpt::hf_config_json(model_preset("llama-tiny"));
+  llama["num_hidden_layers"] = "2";
+  expect_rejected(llama, "num_hidden_layers = \"2\": expected an integer");
+  llama["model_type"] = "mistral";
+  expect_rejected(llama, "model_type = \"mistral\": dtrain reads \"gpt2\" and \"llama\" models");
+}
+
+}  // namespace
+}  // namespace dt

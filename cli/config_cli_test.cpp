@@ -1,0 +1,46 @@
+// `dtrain config show` as a user meets it: the resolved configuration and derived quantities,
+// output that loads as a configuration itself, and every problem at once with exit status 1.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "tests/testing.h"
+#include "train/run_config.h"
+
+namespace dt {
+namespace {
+
+using testing::run_dtrain;
+
+TEST(ConfigCli, ShowPrintsTheResolvedConfigurationAndWhatItImplies) {
+  const auto result = run_dtrain(str("config show ", DTRAIN_SOURCE_DIR, "/configs/gpt2-124m.toml optim.lr=3e-4 "
+                                     "train.steps=1000"));
+  ASSERT_EQ(result.status, 0) << result.output;
+  for (const char* expected : {"[optim]\nlr               = 0.0003\n", "steps             = 1000\n",
+                               "preset             = \"gpt2-124m\"\n", "# parameters         124,439,808 (124.4M)",
+                               "# global batch       512 sequences x 1024 tokens = 524,288 tokens per step"})
+    EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n" << result.output;
+  // The output, comments and all, is a configuration that loads to the same thing.
+  testing::TempDir dir;
+  std::ofstream(dir.path() / "shown.toml") << result.output;
+  EXPECT_EQ(resolved_toml(load_run_config(dir.path() / "shown.toml")),
+            result.output.substr(0, result.output.find("\n# Derived quantities")));
+}
+
+TEST(ConfigCli, MistakesExitNonZeroListingEveryProblem) {
+  testing::TempDir dir;
+  std::ofstream(dir.path() / "bad.toml") << "[model]\npreset = \"gpt2-tiny\"\n[trian]\nsteps = 3\n";
+  const auto result = run_dtrain(str("config show ", dir.file("bad.toml"), " optim.lrr=1"));
+  EXPECT_EQ(result.status, 1) << result.output;
+  for (const char* expected : {"has 3 problems:", "bad.toml:3: [trian]: unknown section (did you mean [train]?)",
+                               "data.seq_len = 256 (default): must be in [1, model.max_seq_len = 64]",
+                               "command line: optim.lrr = 1: unknown key (did you mean optim.lr?)"})
+    EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n" << result.output;
+  EXPECT_NE(run_dtrain("config show").output.find("no configuration file given"), std::string::npos);
+  EXPECT_NE(run_dtrain("config show x.toml --steps 3").output.find("unknown flag --steps"), std::string::npos);
+  EXPECT_EQ(run_dtrain("config show --help").status, 0);
+}
+
+}  // namespace
+}  // namespace dt

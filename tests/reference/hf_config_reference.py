@@ -1,0 +1,41 @@
+"""Hugging Face transformers as the reference for dtrain's config.json reader and writer
+(ckpt/hf_config.h).
+
+usage:
+  hf_config_reference.py write DIR FAMILY KEY=VALUE...   writes DIR/config.json with
+        GPT2Config or LlamaConfig(**keys).save_pretrained (values parsed as JSON; rope_scaling
+        given as a JSON object)
+  hf_config_reference.py read DIR OUT   loads DIR with AutoConfig.from_pretrained and writes
+        the fields dtrain reads, as transformers resolved them, to OUT as JSON
+"""
+import json
+import sys
+
+from transformers import AutoConfig, GPT2Config, LlamaConfig
+
+FIELDS = {
+    "gpt2": ["model_type", "n_layer", "n_embd", "n_head", "n_inner", "vocab_size", "n_positions",
+             "layer_norm_epsilon", "activation_function", "tie_word_embeddings"],
+    "llama": ["model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+              "intermediate_size", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+              "rope_scaling", "tie_word_embeddings", "hidden_act", "attention_bias", "mlp_bias"],
+}
+
+
+def write(directory, family, keys):
+    values = {k: json.loads(v) for k, v in keys.items()}
+    config = GPT2Config(**values) if family == "gpt2" else LlamaConfig(**values)
+    config.save_pretrained(directory)
+
+
+def read(directory, out):
+    config = AutoConfig.from_pretrained(directory)
+    with open(out, "w") as f:
+        json.dump({k: getattr(config, k) for k in FIELDS[config.model_type]}, f)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "write":
+        write(sys.argv[2], sys.argv[3], dict(arg.split("=", 1) for arg in sys.argv[4:]))
+    else:
+        read(sys.argv[2], sys.argv[3])

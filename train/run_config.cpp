@@ -1,0 +1,487 @@
+// Loading a run configuration: parse, apply the command line's overrides, read every key,
+// resolve the model description, then check every value and combination, collecting every
+// problem before throwing one dt::Error that lists them, each on its own line:
+//   <file>:<line>: <section.key> = <value>: <what is wrong>; <the fix>
+// ("command line" instead of file:line for an override; "(default)" after a value not given).
+#include "train/run_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "ckpt/hf_config.h"
+#include "core/error.h"
+#include "core/suggest.h"
+#include "train/run_config_keys.h"
+
+namespace dt {
+
+namespace {
+
+using namespace run_config;
+
+constexpr int kCommandLineOrder = 1 << 30;  // command-line problems sort after the file's
+
+// Where each key's value came from, for messages.
+struct Origins {
+  std::string file;
+  std::map<std::string, int> lines;             // "section.key" -> line in the file
+  std::map<std::string, std::string> overrides;  // "section.key" -> the override as typed
+
+  bool given(const std::string& key) const { return lines.count(key) || overrides.count(key); }
+  int order(const std::string& key) const {
+    if (overrides.count(key)) return kCommandLineOrder;
+    const auto it = lines.find(key);
+    return it == lines.end() ? 0 : it->second;
+  }
+  std::string where(const std::string& key) const {
+    if (overrides.count(key)) return "command line";
+    const auto it = lines.find(key);
+    return it == lines.end() ? file : str(file, ":", it->second);
+  }
+};
+
+// Every problem found, sorted by where it is (the file's top, its lines, the command line).
+class Problems {
+ public:
+  void add(int order, std::string line) { entries_.push_back({order, entries_.size(), std::move(line)}); }
+  bool empty() const { return entries_.empty(); }
+  void throw_if_any(const std::filesystem::path& file) {
+    if (entries_.empty()) return;
+    std::sort(entries_.begin(), entries_.end(),
+              [](const Entry& a, const Entry& b) { return std::tie(a.order, a.seq) < std::tie(b.order, b.seq); });
+    std::string message = str("run configuration '", file.string(), "' has ", entries_.size(),
+                              entries_.size() == 1 ? " problem:" : " problems:");
+    for (const Entry& e : entries_) message += "\n  " + e.line;
+    throw Error(message);
+  }
+
+ private:
+  struct Entry {
+    int order;
+    size_t seq;
+    std::string line;
+  };
+  std::vector<Entry> entries_;
+};
+
+// The checks of one loaded configuration: every message names the key, its value and origin.
+class Checker {
+ public:
+  Checker(const RunConfig& config, const Origins& origins, Problems& problems)
+      : config_(config), origins_(origins), problems_(problems) {}
+
+  // "<where>: <key> = <value>: <what>" when !ok.
+  bool given(const std::string& key) const { return origins_.given(key); }
+  void require(bool ok, const std::string& key, const std::string& what) {
+    if (!ok) report(key, what);
+  }
+  void report(const std::string& key, const std::string& what) {
+    const std::string dot = key.substr(0, key.find('.'));
+    const ConfigKey* k = find_config_key(dot, key.substr(key.find('.') + 1));
+    DT_CHECK(k != nullptr, "no configuration key ", key);
+    problems_.add(origins_.order(key), str(origins_.where(key), ": ", key, " = ", k->write(config_),
+                                           origins_.given(key) ? "" : " (default)", ": ", what));
+  }
+  // A line about the file or a section as a whole.
+  void report_file(const std::string& what) { problems_.add(0, str(origins_.file, ": ", what)); }
+
+  // Re-files the "  field = value: what" lines of a validator's dt::Error (LrSchedule,
+  // AdamWConfig, LossScalerConfig, validate_model_config) under configuration keys: each
+  // field named in `keys` becomes its key, in the line and wherever the text mentions it.
+  // Fields mapped to "" are skipped (checked here with a better message).
+  void absorb(const Error& e, const std::map<std::string, std::string>& keys) {
+    std::istringstream lines(e.message());
+    std::string line;
+    std::getline(lines, line);  // the validator's heading
+    while (std::getline(lines, line)) {
+      line.erase(0, line.find_first_not_of(' '));
+      std::string field = line.substr(0, line.find(" = "));
+      const auto it = keys.find(field);
+      if (it != keys.end() && it->second.empty()) continue;
+      for (const auto& [from, to] : keys) line = renamed(line, from, to);
+      const std::string key = it == keys.end() ? field : it->second;
+      problems_.add(origins_.order(key), str(origins_.where(key), ": ", line));
+    }
+  }
+
+ private:
+  // Replaces `from = ` by `to = ` where `from` is a whole word.
+  static std::string renamed(std::string text, const std::string& from, const std::string& to) {
+    if (to.empty()) return text;
+    const std::string pattern = from + " = ";
+    for (size_t at = text.find(pattern); at != std::string::npos; at = text.find(pattern, at)) {
+      const bool word_start = at == 0 || !(std::isalnum(static_cast<unsigned char>(text[at - 1])) ||
+                                           text[at - 1] == '_' || text[at - 1] == '.');
+      if (word_start) {
+        text.replace(at, from.size(), to);
+        at += to.size();
+      } else {
+        at += pattern.size();
+      }
+    }
+    return text;
+  }
+
+  const RunConfig& config_;
+  const Origins& origins_;
+  Problems& problems_;
+};
+
+toml::table parse_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(str("cannot read run configuration '", path.string(), "': no such file or not readable; check the "
+                    "path (configs/ holds examples)"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return toml::parse(text.str(), path.string());
+  } catch (const toml::parse_error& e) {
+    throw Error(str(path.string(), ":", e.source().begin.line, ":", e.source().begin.column, ": ", e.description(),
+                    " (not valid TOML)"));
+  }
+}
+
+// Sets each "section.key=value" in doc. The value is parsed as a TOML value; one that does not
+// parse, or that a string key cannot take (sample.prompt=1999), is the string as typed.
+void apply_overrides(toml::table& doc, const std::vector<std::string>& overrides, Origins& origins,
+                     Problems& problems) {
+  for (const std::string& override : overrides) {
+    const size_t eq = override.find('='), dot = override.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
+      problems.add(kCommandLineOrder, str("command line: '", override, "': write an override as section.key=value, "
+                                          "e.g. optim.lr=3e-4"));
+      continue;
+    }
+    const std::string section = override.substr(0, dot), name = override.substr(dot + 1, eq - dot - 1);
+    const std::string text = override.substr(eq + 1);
+    toml::table parsed;
+    try {
+      parsed = toml::parse(str("x = ", text), std::string_view("command line"));
+    } catch (const toml::parse_error&) {
+      parsed.insert_or_assign("x", text);
+    }
+    toml::node* value = parsed.get("x");
+    if (const ConfigKey* k = find_config_key(section, name)) {
+      RunConfig scratch;
+      if (!k->read(*value, scratch).empty() && k->read(toml::value<std::string>(text), scratch).empty()) {
+        parsed.insert_or_assign("x", text);
+        value = parsed.get("x");
+      }
+    }
+    // A section that is not a table in the file is reported by read_keys().
+    if (auto* table = doc.insert(section, toml::table()).first->second.as_table())
+      table->insert_or_assign(name, std::move(*value));
+    origins.overrides[str(section, ".", name)] = override;
+  }
+}
+
+// Reads every known key of doc into config (model fields into `model_fields`, for later), and
+// reports unknown sections and keys with a did-you-mean.
+void read_keys(const toml::table& doc, RunConfig& config, std::vector<std::pair<const ConfigKey*, const toml::node*>>& model_fields,
+               Origins& origins, Problems& problems) {
+  const std::vector<std::string> sections = config_sections();
+  const auto where = [&](const std::string& key, const toml::node& node) {
+    const int line = static_cast<int>(node.source().begin.line);
+    // Sections and keys that only the command line created have no place in the file.
+    if (origins.overrides.count(key) || line == 0) return std::pair{kCommandLineOrder, std::string("command line")};
+    return std::pair{line, str(origins.file, ":", line)};
+  };
+  for (const auto& [section_key, section_node] : doc) {
+    const std::string section(section_key.str());
+    const toml::table* table = section_node.as_table();
+    const bool known = std::find(sections.begin(), sections.end(), section) != sections.end();
+    if (!table || !known) {
+      const auto [order, at] = where(section, section_node);
+      std::string fix;
+      if (!table) {
+        for (const auto& s : sections)
+          if (find_config_key(s, section)) fix = str("; keys belong in a section: did you mean ", s, ".", section, "?");
+        if (fix.empty() && known) fix = str("; [", section, "] is a section, write it as a table");
+        problems.add(order, str(at, ": ", section, " = ", toml_text(section_node),
+                                fix.empty() ? ": unknown key outside any section" : str(": not a section", fix)));
+      } else {
+        std::string best = closest_match(section, sections);
+        for (const auto& s : sections)
+          if (best.empty() && (section.starts_with(s) || s.starts_with(section))) best = s;
+        std::string list;
+        for (const auto& s : sections) list += str(list.empty() ? "" : ", ", s);
+        problems.add(order, str(at, ": [", section, "]: unknown section",
+                                best.empty() ? str("; the sections are ", list) : str(" (did you mean [", best, "]?)")));
+      }
+      continue;
+    }
+    for (const auto& [name_key, node] : *table) {
+      const std::string name(name_key.str()), key = str(section, ".", name);
+      const auto [order, at] = where(key, node);
+      const ConfigKey* k = find_config_key(section, name);
+      if (!k) {
+        std::string suggestion;
+        for (const auto& s : sections)
+          if (find_config_key(s, name)) suggestion = str(s, ".", name);
+        if (suggestion.empty())
+          if (const std::string best = closest_match(name, config_key_names(section)); !best.empty())
+            suggestion = str(section, ".", best);
+        std::string list;
+        for (const auto& n : config_key_names(section)) list += str(list.empty() ? "" : ", ", n);
+        problems.add(order, str(at, ": ", key, " = ", toml_text(node), ": unknown key",
+                                suggestion.empty() ? str("; [", section, "] keys are ", list)
+                                                   : str(" (did you mean ", suggestion, "?)")));
+        continue;
+      }
+      if (!origins.overrides.count(key)) origins.lines[key] = order;
+      const bool model_field = section == "model" && name != "preset" && name != "family";
+      if (const std::string problem = k->read(node, config); !problem.empty())
+        problems.add(order, str(at, ": ", key, " = ", toml_text(node), ": ", problem));
+      else if (model_field)
+        model_fields.emplace_back(k, &node);
+    }
+  }
+}
+
+// init.from, checked: the model description of a Hugging Face directory, when it is one.
+std::optional<ModelConfig> read_init_from(const RunConfig& config, Checker& check) {
+  if (config.init.from.empty()) return std::nullopt;
+  const std::filesystem::path from = config.init.from;
+  std::error_code ec;
+  if (!std::filesystem::exists(from, ec)) {
+    check.report("init.from", "no such file or directory; give a .safetensors file or a Hugging Face model directory "
+                              "(config.json and model.safetensors), or remove init.from to start from random weights");
+    return std::nullopt;
+  }
+  if (!std::filesystem::is_directory(from, ec)) {
+    if (from.extension() != ".safetensors")
+      check.report("init.from", "is neither a .safetensors file nor a directory; give a .safetensors file or a "
+                                "Hugging Face model directory (config.json and model.safetensors)");
+    return std::nullopt;
+  }
+  for (const char* needed : {"config.json", "model.safetensors"})
+    if (!std::filesystem::exists(from / needed, ec))
+      check.report("init.from", str("is a directory without ", needed, "; a Hugging Face model directory holds "
+                                    "config.json and model.safetensors (save_pretrained writes both)"));
+  if (!std::filesystem::exists(from / "config.json", ec)) return std::nullopt;
+  try {
+    return ckpt::model_config_from_hf(from / "config.json");
+  } catch (const Error& e) {
+    check.report("init.from", e.what());
+    return std::nullopt;
+  }
+}
+
+// The fields where two model descriptions differ: "n_layer 12 vs 2, d_model 768 vs 64".
+std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
+  RunConfig ra, rb;
+  ra.model = a;
+  rb.model = b;
+  std::string out;
+  for (const ConfigKey& k : config_keys())
+    if (k.section == "model" && k.name != "preset" && k.name != "vocab_pad_multiple" && k.write(ra) != k.write(rb))
+      out += str(out.empty() ? "" : ", ", k.name, " ", k.write(ra), " vs ", k.write(rb));
+  return out;
+}
+
+// Resolves config.model: the preset or init.from's config.json, then the explicit fields
+// (which must agree with config.json, whose weights have that shape). Returns whether the
+// description is complete enough to check further.
+bool resolve_model(RunConfig& config, const std::vector<std::pair<const ConfigKey*, const toml::node*>>& fields,
+                   const Origins& origins, Checker& check) {
+  const std::optional<ModelConfig> hf = read_init_from(config, check);
+  std::optional<ModelConfig> preset;
+  if (!config.model_preset.empty()) {
+    const std::vector<std::string> names = model_preset_names();
+    if (std::find(names.begin(), names.end(), config.model_preset) == names.end())
+      check.report("model.preset", not_one_of(config.model_preset, names));
+    else
+      preset = model_preset(config.model_preset);
+  }
+  if (preset && hf && !model_differences(*hf, *preset).empty())
+    check.report("model.preset", str("disagrees with init.from's config.json (", model_differences(*hf, *preset),
+                                     "); remove model.preset, the model comes from init.from"));
+  const std::optional<ModelConfig> base = hf ? hf : preset;
+  const ModelFamily family = config.model.family;  // as read: the default, or model.family
+  if (base && origins.given("model.family") && family != base->family) {
+    const std::string base_family(model_family_name(base->family)), other(model_family_name(family));
+    if (hf)
+      check.report("model.family", str("disagrees with init.from's config.json (a ", base_family,
+                                       " model); remove model.family"));
+    else
+      check.report("model.family", str("disagrees with preset ", config.model_preset, " (a ", base_family,
+                                       " model); remove model.family or choose a ", other, " preset"));
+  }
+  bool complete = base.has_value();
+  if (!base) {
+    std::string missing;
+    for (const char* key : {"family", "n_layer", "d_model", "n_head", "vocab_size", "max_seq_len"})
+      if (!origins.given(str("model.", key))) missing += str(missing.empty() ? "" : ", ", key);
+    if (!missing.empty()) {
+      std::string presets;
+      for (const auto& p : model_preset_names()) presets += str(presets.empty() ? "" : ", ", p);
+      check.report_file(str("[model] gives neither a preset nor a whole description (missing ", missing,
+                            "); set model.preset to one of ", presets, ", or add the missing keys"));
+    }
+    complete = missing.empty();
+    config.model = ModelConfig{.family = family};
+  } else {
+    config.model = *base;
+  }
+  for (const auto& [key, node] : fields) {
+    const std::string before = key->write(config);
+    key->read(*node, config);
+    if (hf && key->name != "vocab_pad_multiple" && key->write(config) != before)
+      check.report(key->path(), str("disagrees with init.from's config.json (", key->name, " = ", before,
+                                    " there); remove ", key->path(), ", the weights have that shape"));
+    if (config.model.family == ModelFamily::gpt2 && key->name.starts_with("rope_"))
+      check.report(key->path(), str("gpt2 models have learned position embeddings, not rotary ones; remove ",
+                                    key->path(), " or set model.family = \"llama\""));
+  }
+  if (!complete) return false;
+  try {
+    validate_model_config(config.model);
+  } catch (const Error& e) {
+    check.absorb(e, {});
+    return false;
+  }
+  return true;
+}
+
+// Multiples of `unit` next to `value`, and the divisors of `value` nearest `near`: the values
+// that would make a batch divide.
+std::string batch_fixes(int global, int micro, int dp) {
+  const int unit = micro * dp, lower = global / unit * unit;
+  std::string fix = lower > 0 ? str("global_batch_size = ", lower, " or ", lower + unit)
+                              : str("global_batch_size = ", unit);
+  if (global % dp == 0) {
+    std::vector<int> divisors;
+    for (int d = 1; d <= global / dp; ++d)
+      if (global / dp % d == 0) divisors.push_back(d);
+    std::sort(divisors.begin(), divisors.end(),
+              [&](int a, int b) { return std::abs(a - micro) < std::abs(b - micro) || (std::abs(a - micro) == std::abs(b - micro) && a < b); });
+    divisors.resize(std::min<size_t>(divisors.size(), 6));
+    std::sort(divisors.begin(), divisors.end());
+    std::string list;
+    for (int d : divisors) list += str(list.empty() ? "" : ", ", d);
+    fix += str(", or micro_batch_size = one of ", list);
+  }
+  return fix;
+}
+
+void check_values(RunConfig& config, bool model_complete, Checker& check) {
+  const auto& t = config.train;
+  const auto& p = config.parallel;
+  check.require(!config.data.train_prefix.empty(), "data.train_prefix", "must not be empty (llm.c's shards: \"train\")");
+  check.require(!config.data.val_prefix.empty(), "data.val_prefix", "must not be empty (llm.c's shards: \"val\")");
+  if (model_complete)
+    check.require(config.data.seq_len >= 1 && config.data.seq_len <= config.model.max_seq_len, "data.seq_len",
+                  str("must be in [1, model.max_seq_len = ", config.model.max_seq_len, "]"));
+  else
+    check.require(config.data.seq_len >= 1, "data.seq_len", "must be at least 1");
+
+  check.require(t.micro_batch_size >= 1, "train.micro_batch_size", "must be at least 1");
+  check.require(t.global_batch_size >= 1, "train.global_batch_size", "must be at least 1");
+  if (t.micro_batch_size >= 1 && t.global_batch_size >= 1 && p.dp >= 1)
+    check.require(t.global_batch_size % (t.micro_batch_size * p.dp) == 0, "train.global_batch_size",
+                  str("must be a multiple of train.micro_batch_size * parallel.dp = ", t.micro_batch_size, " * ", p.dp,
+                      " = ", t.micro_batch_size * p.dp, " (a step accumulates whole micro-batches); set ",
+                      batch_fixes(t.global_batch_size, t.micro_batch_size, p.dp)));
+  check.require(t.device != "cuda", "train.device",
+                "the CUDA backend is not built yet (issue 6); set train.device = \"cpu\"");
+  check.require(t.grad_clip >= 0 && std::isfinite(t.grad_clip), "train.grad_clip",
+                "must be finite and at least 0 (0 disables clipping)");
+  check.require(t.precision != DType::f16 || config.loss_scale.enabled, "train.precision",
+                "fp16 gradients underflow without loss scaling; set loss_scale.enabled = true, or use precision = "
+                "\"bf16\"");
+
+  check.require(config.lr.peak_lr > 0 && std::isfinite(config.lr.peak_lr), "optim.lr",
+                "must be finite and above 0 (typical: 6e-4 for GPT-2 124M, 3e-4 for larger models)");
+  check.require(config.lr.decay == LrDecay::wsd || config.lr.decay_steps == 0 || !check.given("optim.decay_steps"),
+                "optim.decay_steps", "is used only by decay = \"wsd\"; remove it or set optim.decay = \"wsd\"");
+  const std::map<std::string, std::string> lr_keys = {{"lr", ""},
+                                                      {"min_lr_ratio", "optim.min_lr_ratio"},
+                                                      {"steps", "train.steps"},
+                                                      {"warmup_steps", "optim.warmup_steps"},
+                                                      {"decay_steps", "optim.decay_steps"}};
+  try {
+    config.lr.validate();
+  } catch (const Error& e) {
+    check.absorb(e, lr_keys);
+  }
+  try {
+    config.adamw.validate();
+  } catch (const Error& e) {
+    check.absorb(e, {{"beta1", "optim.beta1"}, {"beta2", "optim.beta2"}, {"eps", "optim.eps"},
+                     {"weight_decay", "optim.weight_decay"}});
+  }
+  try {
+    config.loss_scale.config.validate();
+  } catch (const Error& e) {
+    check.absorb(e, {{"initial_scale", "loss_scale.initial"}, {"growth_interval", "loss_scale.growth_interval"},
+                     {"min_scale", "loss_scale.min_scale"}});
+  }
+
+  const std::pair<const char*, const char*> dims[] = {{"dp", "data parallelism"},    {"tp", "tensor parallelism"},
+                                                      {"pp", "pipeline parallelism"}, {"cp", "context parallelism"},
+                                                      {"ep", "expert parallelism"}};
+  for (const auto& [name, what] : dims) {
+    const std::string key = str("parallel.", name);
+    const int value = name == std::string_view("dp")   ? p.dp
+                      : name == std::string_view("tp") ? p.tp
+                      : name == std::string_view("pp") ? p.pp
+                      : name == std::string_view("cp") ? p.cp
+                                                       : p.ep;
+    if (value < 1)
+      check.report(key, "must be at least 1");
+    else
+      check.require(value == 1, key, str(what, " is not built yet; set ", key, " = 1"));
+  }
+  if (p.zero_stage < 0 || p.zero_stage > 3)
+    check.report("parallel.zero_stage", "must be 0, 1, 2 or 3");
+  else
+    check.require(p.zero_stage == 0, "parallel.zero_stage",
+                  "ZeRO sharding is not built yet; set parallel.zero_stage = 0");
+  check.require(!p.sequence_parallel, "parallel.sequence_parallel",
+                "sequence parallelism is not built yet; set parallel.sequence_parallel = false");
+  check.require(p.bucket_mb > 0 && std::isfinite(p.bucket_mb), "parallel.bucket_mb", "must be finite and above 0");
+
+  check.require(config.checkpoint.every >= 0, "checkpoint.every", "must be at least 0 (0: save only at the end)");
+  check.require(config.checkpoint.keep_last >= 1, "checkpoint.keep_last", "must be at least 1");
+  check.require(config.log.every >= 1, "log.every", "must be at least 1");
+  check.require(config.eval.every >= 0, "eval.every", "must be at least 0 (0: evaluate only at the end)");
+  check.require(config.eval.batches >= 1, "eval.batches", "must be at least 1");
+  const auto& s = config.sample;
+  check.require(s.every >= 0, "sample.every", "must be at least 0 (0: sample only at the end)");
+  check.require(s.max_tokens >= 1, "sample.max_tokens", "must be at least 1");
+  check.require(s.temperature > 0 && std::isfinite(s.temperature), "sample.temperature",
+                "must be finite and above 0 (for greedy decoding set sample.top_k = 1)");
+  if (model_complete)
+    check.require(s.top_k >= 0 && s.top_k <= config.model.vocab_size, "sample.top_k",
+                  str("must be in [0, model.vocab_size = ", config.model.vocab_size, "] (0: no top-k cut)"));
+  check.require(s.top_p > 0 && s.top_p <= 1, "sample.top_p", "must be in (0, 1] (1: no nucleus cut)");
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  toml::table doc = parse_file(path);
+  Origins origins{.file = path.string()};
+  Problems problems;
+  apply_overrides(doc, overrides, origins, problems);
+
+  RunConfig config;
+  config.source = path;
+  std::vector<std::pair<const ConfigKey*, const toml::node*>> model_fields;
+  read_keys(doc, config, model_fields, origins, problems);
+  Checker check(config, origins, problems);
+  const bool model_complete = resolve_model(config, model_fields, origins, check);
+  config.lr.total_steps = config.train.steps;
+  if (config.log.run_dir.empty()) config.log.run_dir = std::filesystem::path("runs") / path.stem();
+  check_values(config, model_complete, check);
+  problems.throw_if_any(path);
+  return config;
+}
+
+}  // namespace dt

@@ -1,0 +1,57 @@
+// The keys of a run configuration file (train/run_config.h), each with how its TOML value is
+// read into a RunConfig and written back: one list that loading, the resolved TOML and the
+// did-you-mean suggestions all use, so a key cannot be readable but unwritable or vice versa.
+// Internal to train/; docs/config.md documents each key for people.
+//
+// Reading checks the TOML type and, for enumerations, the name; ranges and combinations are
+// checked after everything is read (train/run_config.cpp), when the whole RunConfig is known.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "train/run_config.h"
+
+namespace dt::run_config {
+
+struct ConfigKey {
+  std::string_view section, name;
+  // Rotary and grouped-query keys: written only for the llama family, rejected for gpt2.
+  bool llama_only = false;
+  // Reads `node` into config; returns "" or what is wrong ("expected an integer, got a string").
+  std::function<std::string(const toml::node& node, RunConfig& config)> read;
+  // The key's value in config as TOML text ("1000", "\"cosine\"", "0.0006").
+  std::function<std::string(const RunConfig& config)> write;
+
+  std::string path() const { return std::string(section) + "." + std::string(name); }
+};
+
+// Every key, section by section, in the order resolved_toml() writes them.
+const std::vector<ConfigKey>& config_keys();
+// The sections, in order; and the key names of one section.
+std::vector<std::string> config_sections();
+std::vector<std::string> config_key_names(std::string_view section);
+// nullptr when there is no such key.
+const ConfigKey* find_config_key(std::string_view section, std::string_view name);
+
+// Values of the keys that take one of a few names.
+inline const std::vector<std::string> kDevices = {"cpu", "cuda"};
+inline const std::vector<std::string> kProgressStyles = {"auto", "bar", "plain"};
+inline const std::vector<std::string> kPipelineSchedules = {"afab", "1f1b", "interleaved", "zero-bubble"};
+
+// TOML text of a value: shortest round-trip decimals for floats, basic strings with escapes.
+std::string toml_text(const toml::node& node);
+std::string toml_text(std::string_view text);
+std::string toml_text(double value);
+std::string toml_text(float value);
+// "a string", "an integer", ...: for "expected an integer, got a string".
+std::string toml_type_name(const toml::node& node);
+
+// "must be one of a, b, c (did you mean b?)" for a name that is not among `valid`.
+std::string not_one_of(std::string_view name, const std::vector<std::string>& valid);
+
+}  // namespace dt::run_config

@@ -1,0 +1,125 @@
+// The resolved configuration written back as TOML, and the quantities derived from it: what
+// `dtrain config show` prints and the run directory keeps.
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "data/token_dataset.h"
+#include "model/parameters.h"
+#include "train/run_config.h"
+#include "train/run_config_keys.h"
+#include "train/throughput.h"
+
+namespace dt {
+
+namespace {
+
+using namespace run_config;
+
+// Whether resolved_toml writes the key: model.preset only when there is one, the rotary and
+// grouped-query keys only for llama.
+bool written(const ConfigKey& k, const RunConfig& config) {
+  if (k.section == "model" && k.name == "preset") return !config.model_preset.empty();
+  return !k.llama_only || config.model.family == ModelFamily::llama;
+}
+
+// 124439808 -> "124,439,808".
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+// 124439808 -> "124.4M".
+std::string si(double n) {
+  const char* units[] = {"", "K", "M", "B", "T", "P"};
+  int u = 0;
+  while (n >= 1000 && u < 5) n /= 1000, ++u;
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, u == 0 ? "%.0f%s" : "%.1f%s", n, units[u]);
+  return buffer;
+}
+
+std::string scientific(double x) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3e", x);
+  return buffer;
+}
+
+}  // namespace
+
+std::string resolved_toml(const RunConfig& config) {
+  std::string out =
+      "# The resolved run configuration: every key with the value the run uses (docs/config.md\n"
+      "# describes each). Loading this file gives the same configuration.\n";
+  for (const std::string& section : config_sections()) {
+    size_t width = 0;
+    for (const ConfigKey& k : config_keys())
+      if (k.section == section && written(k, config)) width = std::max(width, k.name.size());
+    out += str("\n[", section, "]\n");
+    for (const ConfigKey& k : config_keys())
+      if (k.section == section && written(k, config))
+        out += str(k.name, std::string(width - k.name.size(), ' '), " = ", k.write(config), "\n");
+  }
+  return out;
+}
+
+std::string derived_quantities(const RunConfig& config) {
+  const ModelConfig& m = config.model;
+  const int T = config.data.seq_len;
+  const int64_t tokens_per_step = config.tokens_per_step();
+  const StepFlops flops = training_flops(m, T, tokens_per_step, config.train.recompute);
+  const double per_token = flops.model / static_cast<double>(tokens_per_step);
+  const int64_t run_tokens = tokens_per_step * config.train.steps;
+
+  std::vector<std::pair<std::string, std::string>> lines = {
+      {"global batch", str(config.global_batch_size(), " sequences x ", T, " tokens = ", grouped(tokens_per_step),
+                           " tokens per step")},
+      {"micro-batch", str(config.train.micro_batch_size, " sequences x ", config.accumulation_steps(),
+                          " accumulation steps per optimizer step, on each of parallel.dp = ", config.parallel.dp,
+                          " ranks")},
+      {"vocabulary", str(grouped(m.vocab_size), " tokens, stored padded to ", grouped(m.padded_vocab_size()))},
+      {"parameters", str(grouped(ParameterLayout(m).num_parameters()), " (", si(ParameterLayout(m).num_parameters()),
+                         ")")},
+      {"FLOPs per token", str(scientific(per_token), " for training (3 x forward ",
+                              scientific(forward_flops_per_token(m, T)), ")",
+                              config.train.recompute == Recompute::none
+                                  ? std::string()
+                                  : str("; ", scientific(flops.hardware / static_cast<double>(tokens_per_step)),
+                                        " with ", recompute_name(config.train.recompute), " recomputation"))},
+      {"FLOPs per step", scientific(flops.model)},
+      {"tokens in the run", str(grouped(config.train.steps), " steps x ", grouped(tokens_per_step), " = ",
+                                grouped(run_tokens), " (", si(static_cast<double>(run_tokens)), ")")},
+  };
+  std::string data;
+  if (config.data.dir.empty()) {
+    data = "data.dir is not set";
+  } else {
+    try {
+      const auto shards = TokenDataset::shards_in(config.data.dir, config.data.train_prefix);
+      const int64_t tokens = TokenDataset(shards, m.vocab_size).size();
+      // Windows of T + 1 tokens starting every T tokens (data/data_loader.h).
+      const int64_t samples = tokens > T ? (tokens - 1) / T : 0;
+      const double steps_per_epoch = static_cast<double>(samples) / config.global_batch_size();
+      char epochs[64];
+      std::snprintf(epochs, sizeof epochs, "%.1f steps per epoch; the run is %.2f epochs", steps_per_epoch,
+                    steps_per_epoch > 0 ? static_cast<double>(config.train.steps) / steps_per_epoch : 0.0);
+      data = str(grouped(tokens), " tokens in ", shards.size(), shards.size() == 1 ? " shard" : " shards", ": ",
+                 grouped(samples), " sequences per epoch, ", epochs);
+    } catch (const Error& e) {
+      data = str("not read: ", e.what());
+    }
+  }
+  lines.emplace_back("training data", data);
+
+  size_t width = 0;
+  for (const auto& [label, _] : lines) width = std::max(width, label.size());
+  std::string out;
+  for (const auto& [label, value] : lines) out += str(label, std::string(width + 2 - label.size(), ' '), value, "\n");
+  return out;
+}
+
+}  // namespace dt

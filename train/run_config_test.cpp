@@ -1,0 +1,401 @@
+// The run configuration: defaults, presets and overrides, every mistake reported at once with
+// its file, key, value and fix, the resolved TOML loading back to the same configuration, and
+// the derived quantities against numbers computed here independently.
+#include "train/run_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <vector>
+
+#include "ckpt/hf_config.h"
+#include "core/error.h"
+#include "data/token_shard.h"
+#include "tests/testing.h"
+#include "train/run_config_keys.h"
+
+namespace dt {
+namespace {
+
+// Writes `text` as <dir>/run.toml and returns its path.
+std::filesystem::path write_config(const testing::TempDir& dir, const std::string& text,
+                                   const std::string& name = "run.toml") {
+  std::ofstream(dir.path() / name) << text;
+  return dir.path() / name;
+}
+
+// The message of the dt::Error that loading throws ("" when it loads).
+std::string load_error(const std::filesystem::path& path, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_run_config(path, overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+constexpr const char* kTiny = "[model]\npreset = \"gpt2-tiny\"\n[data]\nseq_len = 64\n";
+
+TEST(RunConfig, MinimalConfigFillsEveryDefault) {
+  testing::TempDir dir;
+  const RunConfig c = load_run_config(write_config(dir, kTiny, "tiny.toml"));
+  const RunConfig defaults;
+  EXPECT_EQ(c.source, dir.path() / "tiny.toml");
+  EXPECT_EQ(c.model_preset, "gpt2-tiny");
+  EXPECT_EQ(c.model.n_layer, model_preset("gpt2-tiny").n_layer);
+  EXPECT_EQ(c.model.vocab_size, 997);
+  EXPECT_EQ(c.train.steps, defaults.train.steps);
+  EXPECT_EQ(c.train.micro_batch_size, defaults.train.micro_batch_size);
+  EXPECT_EQ(c.train.precision, DType::f32);
+  EXPECT_EQ(c.lr.peak_lr, defaults.lr.peak_lr);
+  EXPECT_EQ(c.lr.total_steps, c.train.steps);  // the schedule spans the run
+  EXPECT_EQ(c.adamw.beta2, defaults.adamw.beta2);
+  EXPECT_EQ(c.loss_scale.config.initial_scale, defaults.loss_scale.config.initial_scale);
+  EXPECT_EQ(c.sample.top_p, defaults.sample.top_p);
+  EXPECT_EQ(c.log.run_dir, std::filesystem::path("runs/tiny"));  // named after the file
+  EXPECT_EQ(c.checkpoint_dir(), std::filesystem::path("runs/tiny/checkpoints"));
+  EXPECT_EQ(c.accumulation_steps(), 1);
+}
+
+TEST(RunConfig, ExplicitFieldsOverrideThePreset) {
+  testing::TempDir dir;
+  const RunConfig c = load_run_config(write_config(
+      dir, "[model]\npreset = \"gpt2-124m\"\nvocab_size = 4096\nmax_seq_len = 256\n[data]\nseq_len = 256\n"));
+  EXPECT_EQ(c.model.vocab_size, 4096);
+  EXPECT_EQ(c.model.max_seq_len, 256);
+  EXPECT_EQ(c.model.n_layer, 12);
+  EXPECT_EQ(c.model.d_model, 768);
+}
+
+TEST(RunConfig, AFamilyWithEverySizeNeedsNoPreset) {
+  testing::TempDir dir;
+  const RunConfig c = load_run_config(write_config(dir, R"([model]
+family = "llama"
+n_layer = 2
+d_model = 64
+n_head = 4
+n_kv_head = 2
+ffn_hidden_size = 160
+vocab_size = 1000
+max_seq_len = 128
+tied_embeddings = false
+rope_theta = 500000.0
+[data]
+seq_len = 128
+)"));
+  EXPECT_TRUE(c.model_preset.empty());
+  EXPECT_EQ(c.model.family, ModelFamily::llama);
+  EXPECT_EQ(c.model.kv_heads(), 2);
+  EXPECT_EQ(c.model.rope_theta, 500000.0);
+  EXPECT_FALSE(c.model.tied_embeddings);
+}
+
+TEST(RunConfig, CommandLineOverridesAreTomlValuesOrBareWords) {
+  testing::TempDir dir;
+  const RunConfig c = load_run_config(write_config(dir, kTiny),
+                                      {"optim.lr=1e-3", "data.shuffle=false", "train.precision=\"bf16\"",
+                                       "train.recompute=full", "data.dir=/tmp/some/shards", "sample.prompt=1999",
+                                       "train.steps=20", "optim.warmup_steps=5"});
+  EXPECT_EQ(c.lr.peak_lr, 1e-3f);
+  EXPECT_FALSE(c.data.shuffle);
+  EXPECT_EQ(c.train.precision, DType::bf16);
+  EXPECT_EQ(c.train.recompute, Recompute::full);
+  EXPECT_EQ(c.data.dir, std::filesystem::path("/tmp/some/shards"));
+  EXPECT_EQ(c.sample.prompt, "1999");  // a string key takes the text as typed
+  EXPECT_EQ(c.train.steps, 20);
+  EXPECT_EQ(c.lr.total_steps, 20);
+  EXPECT_EQ(c.lr.warmup_steps, 5);
+}
+
+TEST(RunConfig, AnUnknownOverrideGetsADidYouMean) {
+  testing::TempDir dir;
+  const std::string e = load_error(write_config(dir, kTiny), {"optim.lrr=1e-3", "trian.steps=3", "steps"});
+  EXPECT_NE(e.find("command line: optim.lrr = 0.001: unknown key (did you mean optim.lr?)"), std::string::npos) << e;
+  EXPECT_NE(e.find("command line: [trian]: unknown section (did you mean [train]?)"), std::string::npos) << e;
+  EXPECT_NE(e.find("command line: 'steps': write an override as section.key=value"), std::string::npos) << e;
+}
+
+TEST(RunConfig, EveryMistakeIsReportedAtOnceOnItsOwnLine) {
+  testing::TempDir dir;
+  const auto path = write_config(dir, R"([model]
+preset = "gpt2-tiny"
+[data]
+seq_len = 100
+[train]
+steps = "1000"
+micro_batch_size = 16
+global_batch_size = 100
+precision = "fp16"
+[optim]
+lrr = 3e-4
+beta2 = 1.0
+[optimizer]
+lr = 1
+[sample]
+top_p = 1.5
+)");
+  const std::string e = load_error(path, {"sample.temperature=0"});
+  const std::string f = path.string();
+  const std::vector<std::string> lines = {
+      "has 9 problems:",
+      f + ":4: data.seq_len = 100: must be in [1, model.max_seq_len = 64]",
+      f + ":6: train.steps = \"1000\": expected an integer, got a string; write it without quotes",
+      f + ":8: train.global_batch_size = 100: must be a multiple of train.micro_batch_size * parallel.dp = 16 * 1 = "
+          "16 (a step accumulates whole micro-batches); set global_batch_size = 96 or 112, or micro_batch_size = one "
+          "of 2, 4, 5, 10, 20, 25",
+      f + ":9: train.precision = \"fp16\": must be one of f32, bf16, f16 (did you mean f16?)",
+      f + ":11: optim.lrr = 0.0003: unknown key (did you mean optim.lr?)",
+      f + ":12: optim.beta2 = 1: must be in [0, 1)",
+      f + ":13: [optimizer]: unknown section (did you mean [optim]?)",
+      f + ":16: sample.top_p = 1.5: must be in (0, 1] (1: no nucleus cut)",
+      "command line: sample.temperature = 0.0: must be finite and above 0",
+  };
+  for (const auto& line : lines) EXPECT_NE(e.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << e;
+  // One problem per line, in file order, the command line last.
+  EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 9) << e;
+  EXPECT_LT(e.find(":4: "), e.find(":16: "));
+  EXPECT_LT(e.find(":16: "), e.find("command line"));
+}
+
+TEST(RunConfig, WrongTypesNameTheExpectedType) {
+  testing::TempDir dir;
+  const auto e = load_error(write_config(dir, std::string(kTiny) + "[optim]\nlr = \"fast\"\ndecay_embeddings = 1\n"
+                                                                   "[train]\nmicro_batch_size = 2.5\n"));
+  EXPECT_NE(e.find("optim.lr = \"fast\": expected a number, got a string"), std::string::npos) << e;
+  EXPECT_NE(e.find("optim.decay_embeddings = 1: expected true or false, got an integer"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.micro_batch_size = 2.5: expected an integer, got a float"), std::string::npos) << e;
+}
+
+TEST(RunConfig, ValuesOutOfRangeNameTheirRange) {
+  testing::TempDir dir;
+  const auto e = load_error(write_config(dir, std::string(kTiny) + R"([train]
+steps = 0
+micro_batch_size = 0
+grad_clip = -1.0
+[optim]
+lr = 0.0
+warmup_steps = 10
+decay_steps = 5
+[checkpoint]
+keep_last = 0
+[sample]
+top_k = 5000
+[loss_scale]
+initial = -4.0
+)"));
+  for (const char* line :
+       {"train.steps = 0: must be at least 1", "train.micro_batch_size = 0: must be at least 1",
+        "train.grad_clip = -1.0: must be finite and at least 0", "optim.lr = 0.0: must be finite and above 0",
+        "optim.warmup_steps = 10: must be in [0, train.steps = 0]",
+        "optim.decay_steps = 5: is used only by decay = \"wsd\"", "checkpoint.keep_last = 0: must be at least 1",
+        "sample.top_k = 5000: must be in [0, model.vocab_size = 997]",
+        "loss_scale.initial = -4: must be finite and above 0"})
+    EXPECT_NE(e.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << e;
+}
+
+TEST(RunConfig, AFamilyThatDisagreesWithThePresetIsNamed) {
+  testing::TempDir dir;
+  const auto e = load_error(
+      write_config(dir, "[model]\npreset = \"gpt2-124m\"\nfamily = \"llama\"\nrope_theta = 1e4\n[data]\nseq_len = 64\n"));
+  EXPECT_NE(e.find("run.toml:3: model.family = \"llama\": disagrees with preset gpt2-124m (a gpt2 model); remove "
+                   "model.family or choose a llama preset"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("model.rope_theta = 10000.0: gpt2 models have learned position embeddings"), std::string::npos) << e;
+}
+
+TEST(RunConfig, AModelNeedsAPresetOrEverySize) {
+  testing::TempDir dir;
+  const auto e = load_error(write_config(dir, "[model]\nfamily = \"gpt2\"\nn_layer = 2\n"));
+  EXPECT_NE(e.find("[model] gives neither a preset nor a whole description (missing d_model, n_head, vocab_size, "
+                   "max_seq_len); set model.preset to one of gpt2-124m"),
+            std::string::npos)
+      << e;
+  const auto unknown = load_error(write_config(dir, "[model]\npreset = \"gpt2-125m\"\n"));
+  EXPECT_NE(unknown.find("model.preset = \"gpt2-125m\": must be one of gpt2-124m"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("(did you mean gpt2-124m?)"), std::string::npos) << unknown;
+}
+
+TEST(RunConfig, ModelFieldProblemsNameTheirKeys) {
+  testing::TempDir dir;
+  const auto e = load_error(write_config(dir, std::string(kTiny) + "[model]\nd_model = 50\n", "m.toml"));
+  // [model] appears twice: a TOML error, reported with file:line:column.
+  EXPECT_NE(e.find("m.toml:5:"), std::string::npos) << e;
+  const auto sizes = load_error(write_config(dir, "[model]\npreset = \"gpt2-tiny\"\nd_model = 50\n[data]\nseq_len = 64\n"));
+  EXPECT_NE(sizes.find("run.toml:3: model.d_model = 50: must be divisible by n_head = 3"), std::string::npos) << sizes;
+}
+
+TEST(RunConfig, ParallelismNotBuiltYetIsRejectedWithTheFix) {
+  testing::TempDir dir;
+  const auto e = load_error(write_config(dir, std::string(kTiny) +
+                                                  "[parallel]\ndp = 2\ntp = 2\nzero_stage = 2\nsequence_parallel = "
+                                                  "true\n[train]\ndevice = \"cuda\"\nglobal_batch_size = 16\n"));
+  for (const char* line : {"parallel.dp = 2: data parallelism is not built yet; set parallel.dp = 1",
+                           "parallel.tp = 2: tensor parallelism is not built yet; set parallel.tp = 1",
+                           "parallel.zero_stage = 2: ZeRO sharding is not built yet; set parallel.zero_stage = 0",
+                           "parallel.sequence_parallel = true: sequence parallelism is not built yet",
+                           "train.device = \"cuda\": the CUDA backend is not built yet (issue 6); set train.device = "
+                           "\"cpu\""})
+    EXPECT_NE(e.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << e;
+}
+
+TEST(RunConfig, Fp16NeedsLossScaling) {
+  testing::TempDir dir;
+  const auto path = write_config(dir, kTiny);
+  EXPECT_NE(load_error(path, {"train.precision=f16"}).find("train.precision = \"f16\": fp16 gradients underflow without "
+                                                           "loss scaling; set loss_scale.enabled = true"),
+            std::string::npos);
+  EXPECT_EQ(load_error(path, {"train.precision=f16", "loss_scale.enabled=true"}), "");
+  EXPECT_EQ(load_error(path, {"loss_scale.enabled=true"}), "");  // with f32: allowed, harmless
+}
+
+TEST(RunConfig, ATomlSyntaxErrorNamesLineAndColumn) {
+  testing::TempDir dir;
+  const auto e = load_error(write_config(dir, "[train]\nsteps = = 3\n"));
+  EXPECT_NE(e.find("run.toml:2:"), std::string::npos) << e;
+  EXPECT_NE(load_error(dir.path() / "missing.toml").find("cannot read run configuration"), std::string::npos);
+}
+
+void expect_round_trip(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  testing::TempDir dir;
+  const RunConfig a = load_run_config(write_config(dir, text), overrides);
+  const std::string resolved = resolved_toml(a);
+  const RunConfig b = load_run_config(write_config(dir, resolved, "resolved.toml"));
+  EXPECT_EQ(resolved_toml(b), resolved);
+  EXPECT_EQ(b.model_preset, a.model_preset);
+  EXPECT_EQ(b.model.family, a.model.family);
+  EXPECT_EQ(b.model.norm_eps, a.model.norm_eps);
+  EXPECT_EQ(b.model.rope_scaling_factor, a.model.rope_scaling_factor);
+  EXPECT_EQ(b.lr.peak_lr, a.lr.peak_lr);
+  EXPECT_EQ(b.adamw.eps, a.adamw.eps);
+  EXPECT_EQ(b.sample.temperature, a.sample.temperature);
+  EXPECT_EQ(b.log.run_dir, a.log.run_dir);
+}
+
+TEST(RunConfig, ResolvedTomlLoadsBackToTheSameConfiguration) {
+  expect_round_trip(kTiny, {"optim.lr=6e-4", "optim.eps=1e-7", "sample.prompt=\"In the \\\"beginning\\\"\"",
+                            "train.precision=bf16", "optim.decay=wsd", "optim.decay_steps=100"});
+  expect_round_trip("[model]\npreset = \"llama3.2-1b\"\nn_layer = 2\n[data]\nseq_len = 2048\n");
+  expect_round_trip(
+      "[model]\nfamily = \"llama\"\nn_layer = 2\nd_model = 64\nn_head = 4\nn_kv_head = 1\nvocab_size = 300\n"
+      "max_seq_len = 32\nnorm_eps = 1e-6\nrope_scaling_factor = 8.0\nrope_original_max_seq_len = 16\n"
+      "[data]\nseq_len = 32\n");
+  // gpt2 descriptions leave out the llama-only keys, so loading them back raises nothing.
+  testing::TempDir dir;
+  const std::string resolved = resolved_toml(load_run_config(write_config(dir, kTiny)));
+  EXPECT_EQ(resolved.find("rope_theta"), std::string::npos);
+  EXPECT_NE(resolved.find("preset             = \"gpt2-tiny\""), std::string::npos) << resolved;
+}
+
+// Expected values computed here from the published shapes, not through the code under test.
+TEST(RunConfig, DerivedQuantitiesForGpt2_124M) {
+  testing::TempDir dir;
+  const RunConfig c = load_run_config(write_config(dir, R"([model]
+preset = "gpt2-124m"
+[data]
+seq_len = 1024
+[train]
+steps = 1000
+micro_batch_size = 16
+global_batch_size = 512
+)"));
+  const std::string d = derived_quantities(c);
+  EXPECT_NE(d.find("512 sequences x 1024 tokens = 524,288 tokens per step"), std::string::npos) << d;
+  EXPECT_NE(d.find("16 sequences x 32 accumulation steps"), std::string::npos) << d;
+  EXPECT_NE(d.find("50,257 tokens, stored padded to 50,304"), std::string::npos) << d;
+  EXPECT_NE(d.find("124,439,808 (124.4M)"), std::string::npos) << d;
+  EXPECT_NE(d.find("1,000 steps x 524,288 = 524,288,000 (524.3M)"), std::string::npos) << d;
+  // Forward FLOPs per token: per layer 2C(3C) + 2C^2 + 2C(4C) + 2(4C)C + 2C(T + 1), then 2CV.
+  const double C = 768, T = 1024, V = 50257;
+  const double forward = 12 * (6 * C * C + 2 * C * C + 8 * C * C + 8 * C * C + 2 * C * (T + 1)) + 2 * C * V;
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "%.3e for training (3 x forward %.3e)", 3 * forward, forward);
+  EXPECT_NE(d.find(expected), std::string::npos) << expected << "\n" << d;
+  EXPECT_NE(d.find("data.dir is not set"), std::string::npos) << d;
+}
+
+TEST(RunConfig, DerivedQuantitiesCountTheTrainingShards) {
+  testing::TempDir dir;
+  for (const char* name : {"train_000000.bin", "train_000001.bin", "val_000000.bin"}) {
+    TokenShardWriter shard(dir.path() / name, 997);
+    std::vector<uint32_t> tokens(6401, 7);
+    shard.append(tokens);
+    shard.finish();
+  }
+  const RunConfig c = load_run_config(write_config(dir, std::string(kTiny) + "[train]\nsteps = 50\n"
+                                                                              "global_batch_size = 16\n"),
+                                      {str("data.dir=\"", dir.path().string(), "\"")});
+  // 12,802 tokens: (12,802 - 1) / 64 = 200 windows; 200 / 16 = 12.5 steps per epoch.
+  const std::string d = derived_quantities(c);
+  EXPECT_NE(d.find("12,802 tokens in 2 shards: 200 sequences per epoch, 12.5 steps per epoch; the run is 4.00 epochs"),
+            std::string::npos)
+      << d;
+  EXPECT_NO_THROW(check_run_inputs(c));
+}
+
+TEST(RunConfig, CheckRunInputsListsMissingFiles) {
+  testing::TempDir dir;
+  const RunConfig c = load_run_config(write_config(dir, kTiny), {"eval.every=10", "data.tokenizer=/no/tokenizer.json",
+                                                                 str("data.dir=\"", dir.file("nothing"), "\"")});
+  try {
+    check_run_inputs(c);
+    ADD_FAILURE() << "no problem found";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("3 problems"), std::string::npos) << m;
+    EXPECT_NE(m.find("does not exist or is not a directory"), std::string::npos) << m;
+    EXPECT_NE(m.find("eval.every = 10 needs validation shards"), std::string::npos) << m;
+    EXPECT_NE(m.find("data.tokenizer = \"/no/tokenizer.json\": no such file"), std::string::npos) << m;
+  }
+  const RunConfig unset = load_run_config(write_config(dir, kTiny));
+  EXPECT_THROW(check_run_inputs(unset), Error);
+}
+
+// init.from a Hugging Face directory describes the model; explicit fields must agree with it.
+TEST(RunConfig, InitFromAHuggingFaceDirectoryGivesTheModel) {
+  testing::TempDir dir;
+  const std::filesystem::path hf = dir.path() / "hf";
+  std::filesystem::create_directories(hf);
+  std::ofstream(hf / "config.json") << ckpt::hf_config_json(model_preset("llama-tiny")).dump();
+  std::ofstream(hf / "model.safetensors") << "";
+  const std::string text = str("[init]\nfrom = \"", hf.string(), "\"\n[data]\nseq_len = 64\n");
+  const RunConfig c = load_run_config(write_config(dir, text));
+  EXPECT_EQ(c.model.family, ModelFamily::llama);
+  EXPECT_EQ(c.model.n_kv_head, 2);
+  EXPECT_EQ(c.model.vocab_size, 997);
+  EXPECT_EQ(load_error(write_config(dir, resolved_toml(c), "resolved.toml")), "");
+  const auto e = load_error(write_config(dir, text + "[model]\nn_layer = 3\n"));
+  EXPECT_NE(e.find("model.n_layer = 3: disagrees with init.from's config.json (n_layer = 2 there)"), std::string::npos)
+      << e;
+  const auto missing = load_error(write_config(dir, kTiny), {"init.from=/no/such/model"});
+  EXPECT_NE(missing.find("init.from = \"/no/such/model\": no such file or directory"), std::string::npos) << missing;
+}
+
+TEST(RunConfig, EveryExampleInConfigsLoads) {
+  int examples = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(DTRAIN_SOURCE_DIR) / "configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    SCOPED_TRACE(entry.path().string());
+    EXPECT_NO_THROW(load_run_config(entry.path())) << load_error(entry.path());
+    ++examples;
+  }
+  EXPECT_GE(examples, 3);
+}
+
+// docs/config.md is the reference people read: every key must be in its section's table.
+TEST(RunConfig, EveryKeyIsDocumentedInItsSection) {
+  std::ifstream in(std::filesystem::path(DTRAIN_SOURCE_DIR) / "docs" / "config.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_FALSE(doc.empty());
+  for (const std::string& section : run_config::config_sections()) {
+    const size_t begin = doc.find("## [" + section + "]");
+    ASSERT_NE(begin, std::string::npos) << "docs/config.md has no section [" << section << "]";
+    const size_t end = doc.find("\n## ", begin + 1);
+    const std::string text = doc.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    for (const std::string& key : run_config::config_key_names(section))
+      EXPECT_NE(text.find("`" + key + "`"), std::string::npos) << section << "." << key << " is not in docs/config.md";
+  }
+}
+
+}  // namespace
+}  // namespace dt
