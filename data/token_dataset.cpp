@@ -15,22 +15,38 @@ TokenDataset::TokenDataset(std::vector<std::filesystem::path> shards, int64_t vo
   }
 }
 
-std::vector<std::filesystem::path> TokenDataset::shards_in(const std::filesystem::path& directory,
-                                                           const std::string& prefix) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(directory, ec))
-    throw Error(str("data directory '", directory.string(), "' does not exist or is not a directory; check data.path "
-                    "or run `dtrain data prepare`"));
+namespace {
+
+// The shard files of a split, in name order; empty when there are none.
+std::vector<std::filesystem::path> find_shards(const std::filesystem::path& directory, const std::string& prefix) {
   std::vector<std::filesystem::path> shards;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(directory, ec)) return shards;
   for (const auto& entry : std::filesystem::directory_iterator(directory)) {
     const std::string name = entry.path().filename().string();
     if (entry.is_regular_file() && name.starts_with(prefix) && name.ends_with(".bin")) shards.push_back(entry.path());
   }
-  if (shards.empty())
-    throw Error(str("no shards '", prefix, "*.bin' in '", directory.string(), "'; run `dtrain data prepare` or "
-                    "point data.path at a directory of llm.c shards"));
   std::sort(shards.begin(), shards.end());
   return shards;
+}
+
+}  // namespace
+
+std::vector<std::filesystem::path> TokenDataset::shards_in(const std::filesystem::path& directory,
+                                                           const std::string& prefix) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(directory, ec))
+    throw Error(str("data directory '", directory.string(), "' does not exist or is not a directory; check data.dir "
+                    "or run `dtrain data prepare`"));
+  std::vector<std::filesystem::path> shards = find_shards(directory, prefix);
+  if (shards.empty())
+    throw Error(str("no shards '", prefix, "*.bin' in '", directory.string(), "'; run `dtrain data prepare` or "
+                    "point data.dir at a directory of llm.c shards"));
+  return shards;
+}
+
+bool TokenDataset::has_shards(const std::filesystem::path& directory, const std::string& prefix) {
+  return !find_shards(directory, prefix).empty();
 }
 
 void TokenDataset::read(int64_t begin, std::span<int32_t> out) const {

@@ -20,6 +20,8 @@ class TokenDataset {
   // (llm.c's layout: "train_000001.bin", ...). Throws when there are none, naming the pattern.
   static std::vector<std::filesystem::path> shards_in(const std::filesystem::path& directory,
                                                       const std::string& prefix);
+  // Whether `directory` holds any such file (an optional split, such as validation).
+  static bool has_shards(const std::filesystem::path& directory, const std::string& prefix);
 
   int64_t size() const { return total_; }
   // Tokens [begin, begin + out.size()) of the concatenated stream, across shard boundaries.

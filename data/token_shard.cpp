@@ -119,7 +119,7 @@ void TokenShardWriter::finish() {
 TokenShard::TokenShard(std::filesystem::path path, int64_t vocab_size) : path_(std::move(path)), vocab_size_(vocab_size) {
   const auto fail = [&](const std::string& what) { throw Error(str("token shard '", path_.string(), "': ", what)); };
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(str("cannot open: ", system_error(), "; check data.path"));
+  if (fd < 0) fail(str("cannot open: ", system_error(), "; check data.dir"));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
