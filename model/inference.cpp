@@ -1,0 +1,137 @@
+#include "model/inference.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/attention_decode.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/rope.h"
+
+namespace dt {
+
+namespace k = kernels;
+
+namespace {
+
+const FlatTensors& validated(const FlatTensors& params, int max_tokens) {
+  const ModelConfig& c = params.layout().config();
+  if (params.dtype() != DType::f32 || params.all().device != Device::cpu)
+    throw Error(str("generation runs f32 parameters on the CPU, not ", params.all().describe(),
+                    "; pass the f32 master weights (Transformer::params())"));
+  if (max_tokens < 1 || max_tokens > c.max_seq_len)
+    throw Error(str("max_tokens = ", max_tokens, " must be in [1, model.max_seq_len = ", c.max_seq_len,
+                    "]: the prompt and the generated tokens together cannot exceed the model's context"));
+  return params;
+}
+
+}  // namespace
+
+InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
+    : params_(validated(params, max_tokens)),
+      max_tokens_(max_tokens),
+      chunk_rows_(std::min(max_tokens, kPrefillChunk)) {
+  const ModelConfig& c = config();
+  const int64_t R = chunk_rows_, C = c.d_model, KV = 2 * int64_t{c.kv_heads()} * c.head_size();
+  cache_ = Buffer(static_cast<size_t>(int64_t{c.n_layer} * max_tokens * KV) * sizeof(float), MemTag::activations);
+
+  // Every view starts on a cache line; one list both sizes and places them.
+  struct Region {
+    Tensor* view;
+    DType dtype;
+    Shape shape;
+  };
+  const Region regions[] = {
+      {&ids_, DType::i32, {R}},        {&x_, DType::f32, {R, C}},       {&ln_, DType::f32, {R, C}},
+      {&mean_, DType::f32, {R}},       {&rstd_, DType::f32, {R}},       {&qkv_, DType::f32, {R, c.qkv_width()}},
+      {&q_, DType::f32, {R, C}},       {&atty_, DType::f32, {R, C}},    {&proj_out_, DType::f32, {R, C}},
+      {&fch_, DType::f32, {R, c.ffn_in_width()}}, {&fch_act_, DType::f32, {R, c.ffn_hidden()}},
+      {&logits_, DType::f32, {1, c.padded_vocab_size()}}};
+  auto bytes = [](const Region& r) {
+    return (static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype) + 63) / 64 * 64;
+  };
+  size_t total = 0;
+  for (const Region& r : regions) total += bytes(r);
+  acts_ = Buffer(total, MemTag::activations);
+  size_t offset = 0;
+  for (const Region& r : regions) {
+    *r.view = acts_.view(r.dtype, r.shape, offset);
+    offset += bytes(r);
+  }
+  if (c.family == ModelFamily::llama) rope_ = make_rope_tables(c, max_tokens);
+}
+
+Tensor InferenceSession::cache(int layer) const {
+  const int64_t KV = 2 * int64_t{config().kv_heads()} * config().head_size();
+  const size_t offset = static_cast<size_t>(int64_t{layer} * max_tokens_ * KV) * sizeof(float);
+  return cache_.view(DType::f32, {max_tokens_, KV}, offset);
+}
+
+void InferenceSession::check_tokens(std::span<const int32_t> tokens) const {
+  if (tokens.empty()) throw Error("prefill got an empty prompt; pass at least one token id");
+  const int V = config().vocab_size;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= V)
+      throw Error(str("token id ", tokens[i], " at index ", i, " is outside the vocabulary [0, ", V,
+                      "); the text was tokenized with a different vocabulary than model.vocab_size = ", V));
+  if (static_cast<int64_t>(size_) + static_cast<int64_t>(tokens.size()) > max_tokens_)
+    throw Error(str("the key/value cache holds ", size_, " of max_tokens = ", max_tokens_, " tokens and cannot take ",
+                    tokens.size(), " more; generate fewer tokens, shorten the prompt, or create the session with a "
+                    "larger max_tokens (at most model.max_seq_len = ", config().max_seq_len, ")"));
+}
+
+std::span<const float> InferenceSession::prefill(std::span<const int32_t> prompt) {
+  check_tokens(prompt);  // all of it, before the cache changes
+  for (size_t first = 0; first < prompt.size(); first += static_cast<size_t>(chunk_rows_))
+    forward_chunk(prompt.subspan(first, std::min(prompt.size() - first, static_cast<size_t>(chunk_rows_))));
+
+  // Only the last position's logits: the final norm and the output projection of one row.
+  const ModelConfig& c = config();
+  const int64_t last = (static_cast<int64_t>(prompt.size()) - 1) % chunk_rows_;
+  norm_forward(c, params_, "ln_f", ln_.slice_rows(0, 1), mean_.slice_rows(0, 1), rstd_.slice_rows(0, 1),
+               x_.slice_rows(last, 1));
+  k::linear_forward(logits_, ln_.slice_rows(0, 1), params_.stored(output_weight_name(c)), Tensor{});
+  return {logits_.ptr<float>(), static_cast<size_t>(c.vocab_size)};  // the padding columns are not shown
+}
+
+void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
+  const ModelConfig& c = config();
+  const int64_t M = static_cast<int64_t>(tokens.size()), C = c.d_model, first = size_;
+  auto rows = [M](Tensor t) { return t.slice_rows(0, M); };
+  std::copy(tokens.begin(), tokens.end(), ids_.ptr<int32_t>());
+  const Tensor x = rows(x_);
+  k::embedding_forward(x, rows(ids_), params_.stored("wte"));
+  if (c.family == ModelFamily::gpt2)
+    k::position_embedding_forward(x.reshape({1, M, C}), params_.stored("wpe").slice_rows(first, M));
+
+  // Generation keeps no activation past its layer: one set of views serves every layer, and the
+  // residual stream x is updated in place.
+  const BlockActivations a{.ln1 = rows(ln_), .ln1_mean = rows(mean_), .ln1_rstd = rows(rstd_), .qkv = rows(qkv_),
+                           .atty = rows(atty_), .proj_out = rows(proj_out_), .res2 = x, .ln2 = rows(ln_),
+                           .ln2_mean = rows(mean_), .ln2_rstd = rows(rstd_), .fch = rows(fch_),
+                           .fch_act = rows(fch_act_), .res3 = x};
+  for (int l = 0; l < c.n_layer; ++l) {
+    const auto attention = [&](Tensor qkv, Tensor atty) {
+      // Rotated at the rows' own positions: rows [first, first + M) of the tables.
+      if (c.family == ModelFamily::llama)
+        k::rope_forward(qkv.reshape({1, M, c.qkv_width()}), rope_.cos.slice_rows(first, M),
+                        rope_.sin.slice_rows(first, M), c.n_head, c.kv_heads());
+      append_to_cache(l, qkv, rows(q_));
+      k::attention_decode(atty, rows(q_), cache(l).slice_rows(0, first + M), c.n_head, c.kv_heads());
+    };
+    block_forward(c, params_, l, x, a, attention);
+  }
+  size_ += static_cast<int>(M);
+}
+
+void InferenceSession::append_to_cache(int layer, Tensor qkv, Tensor q) {
+  const int64_t M = qkv.dim(0), C = config().d_model, QKV = qkv.dim(1), KV = QKV - C;
+  const float* src = qkv.ptr<float>();
+  float* kv = cache(layer).slice_rows(size_, M).ptr<float>();
+  for (int64_t m = 0; m < M; ++m) {
+    std::memcpy(q.ptr<float>() + m * C, src + m * QKV, static_cast<size_t>(C) * sizeof(float));
+    std::memcpy(kv + m * KV, src + m * QKV + C, static_cast<size_t>(KV) * sizeof(float));
+  }
+}
+
+}  // namespace dt
