@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ckpt/hf_export.h"
 #include "ckpt/safetensors.h"
 #include "model/transformer.h"
 #include "tests/gradcheck.h"
@@ -83,6 +84,24 @@ TEST_P(HfCheckpoint, TransformersFilesLoadHereAndOursLoadInTransformers) {
       SafetensorsReader(dir.file("from_ours.safetensors")).read("logits", MemTag::workspace);
   // The same weights reach transformers, so it reproduces its own logits exactly.
   EXPECT_EQ(testing::normalized_max_error(from_ours.tensor, reference.tensor), 0.0);
+}
+
+// `dtrain export --hf`'s directory, loaded the way a user loads a model: from_pretrained.
+TEST_P(HfCheckpoint, AnExportedDirectoryLoadsWithFromPretrainedAndGivesOurLogits) {
+  const ModelConfig& config = GetParam().model;
+  TempDir dir;
+  Transformer model(config, 1, kSeq);
+  init_parameters(model.params(), 11);
+  const testing::OwnedTensor logits = our_logits(model);
+  export_hf(model.params(), std::nullopt, {}, dir.path() / "exported");
+  ASSERT_EQ(testing::run_reference_script("hf_reference.py", str("pretrained ", dir.file("exported"), " ",
+                                                                 token_list(config), " ", dir.file("theirs.safetensors"))),
+            0);
+  const LoadedTensor theirs = SafetensorsReader(dir.file("theirs.safetensors")).read("logits", MemTag::workspace);
+  // fp32 on both sides with different summation orders, as above.
+  EXPECT_LE(testing::normalized_max_error(logits.t, theirs.tensor), 1e-5);
+  // A second export never writes into a directory that holds something.
+  EXPECT_THROW(export_hf(model.params(), std::nullopt, {}, dir.path() / "exported"), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(

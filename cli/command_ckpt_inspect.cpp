@@ -14,9 +14,7 @@ int command_ckpt_inspect(int argc, char** argv, int first) {
   if (first < argc && argv[first][0] != '-') target = argv[first++];
   if (!args.parse(argc, argv, first)) return 0;
   if (target.empty()) throw Error("ckpt inspect: give a checkpoint directory: dtrain ckpt inspect DIR");
-  const std::filesystem::path directory = std::filesystem::exists(std::filesystem::path(target) / "manifest.json")
-                                              ? std::filesystem::path(target)
-                                              : ckpt::Checkpoint::latest(target);
+  const std::filesystem::path directory = ckpt::Checkpoint::step_or_latest(target);
   const ckpt::Checkpoint checkpoint(directory);
   std::printf("checkpoint %s\nstep %lld, format version %d\nmodel %s\nstate %s\ntensors:\n", directory.c_str(),
               static_cast<long long>(checkpoint.step()), checkpoint.manifest()["format_version"].get<int>(),

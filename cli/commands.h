@@ -8,5 +8,13 @@ int command_bench_step(int argc, char** argv, int first);
 int command_bench_gemm(int argc, char** argv, int first);
 int command_model_info(int argc, char** argv, int first);
 int command_ckpt_inspect(int argc, char** argv, int first);
+int command_config_show(int argc, char** argv, int first);
+int command_tokenizer_train(int argc, char** argv, int first);
+int command_tokenizer_encode(int argc, char** argv, int first);
+int command_data_prepare(int argc, char** argv, int first);
+int command_bench_tokenizer(int argc, char** argv, int first);
+int command_eval(int argc, char** argv, int first);
+int command_generate(int argc, char** argv, int first);
+int command_export(int argc, char** argv, int first);
 
 }  // namespace dt::cli

@@ -10,12 +10,21 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: dtrain <command> [flags]   (dtrain <command> --help for its flags)\n"
-    "commands:\n"
-    "  train        train a GPT-2 on the bytes of a text file\n"
-    "  bench step   time training steps of a model shape, against this machine's GEMM peak\n"
-    "  bench gemm   time a step's matrix products: OpenBLAS fp32, oneDNN fp32 and bf16\n"
-    "  model info   parameter count, bytes and parameter list of a model description\n"
-    "  ckpt inspect print a checkpoint's manifest and verify its checksums\n";
+    "from text to a model:\n"
+    "  tokenizer train   learn a byte-level BPE tokenizer (Hugging Face tokenizer.json) from text files\n"
+    "  data prepare      tokenize text files into train/val token shards (llm.c's format)\n"
+    "  config show       a run configuration resolved, every default filled in, and what it implies\n"
+    "  train             train a model as a run configuration (TOML) says\n"
+    "  eval              validation loss and perplexity of a checkpoint or Hugging Face model\n"
+    "  generate          sample text from a checkpoint or Hugging Face model, printed as it is written\n"
+    "  export            write a checkpoint as a Hugging Face model directory\n"
+    "inspecting and measuring:\n"
+    "  ckpt inspect      a checkpoint's manifest, its checksums verified\n"
+    "  model info        parameter count, bytes and parameter list of a model description\n"
+    "  tokenizer encode  the token ids of a text file\n"
+    "  bench step        time training steps of a model shape, against this machine's GEMM peak\n"
+    "  bench gemm        time a step's matrix products: OpenBLAS fp32, oneDNN fp32 and bf16\n"
+    "  bench tokenizer   time BPE encoding of a text file (MB/s)\n";
 
 int run(int argc, char** argv) {
   using namespace dt::cli;
@@ -24,8 +33,16 @@ int run(int argc, char** argv) {
   if (command == "train") return command_train(argc, argv, 2);
   if (command == "bench" && sub == "step") return command_bench_step(argc, argv, 3);
   if (command == "bench" && sub == "gemm") return command_bench_gemm(argc, argv, 3);
+  if (command == "bench" && sub == "tokenizer") return command_bench_tokenizer(argc, argv, 3);
+  if (command == "tokenizer" && sub == "train") return command_tokenizer_train(argc, argv, 3);
+  if (command == "tokenizer" && sub == "encode") return command_tokenizer_encode(argc, argv, 3);
+  if (command == "data" && sub == "prepare") return command_data_prepare(argc, argv, 3);
   if (command == "model" && sub == "info") return command_model_info(argc, argv, 3);
   if (command == "ckpt" && sub == "inspect") return command_ckpt_inspect(argc, argv, 3);
+  if (command == "eval") return command_eval(argc, argv, 2);
+  if (command == "generate") return command_generate(argc, argv, 2);
+  if (command == "export") return command_export(argc, argv, 2);
+  if (command == "config" && sub == "show") return command_config_show(argc, argv, 3);
   if (command.empty() || command == "--help" || command == "-h" || command == "help") {
     std::fputs(kUsage, stdout);
     return command.empty() ? 2 : 0;

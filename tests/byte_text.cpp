@@ -1,11 +1,11 @@
-#include "data/byte_text.h"
+#include "tests/byte_text.h"
 
 #include <fstream>
 #include <iterator>
 
 #include "core/error.h"
 
-namespace dt {
+namespace dt::testing {
 
 ByteText::ByteText(const std::string& path, int seq_len) : path_(path), seq_len_(seq_len) {
   std::ifstream in(path, std::ios::binary);
@@ -29,4 +29,4 @@ void ByteText::fill(Tensor tokens, Tensor targets, int64_t first_sample) const {
   }
 }
 
-}  // namespace dt
+}  // namespace dt::testing

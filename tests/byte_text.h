@@ -1,5 +1,5 @@
-// A text file as a stream of byte tokens (vocabulary 256): the data source of the first
-// quickstart, before the BPE tokenizer and token shards exist.
+// A text file as a stream of byte tokens (vocabulary 256): training data for tests that need
+// a real text but no tokenizer or shards.
 //
 // Sample k is the window of seq_len + 1 bytes starting at byte (k * seq_len) mod (size - seq_len - 1):
 // tokens are its first seq_len bytes, targets its last seq_len.
@@ -11,7 +11,7 @@
 
 #include "core/tensor.h"
 
-namespace dt {
+namespace dt::testing {
 
 constexpr int kByteVocabSize = 256;
 
@@ -29,4 +29,4 @@ class ByteText {
   int seq_len_;
 };
 
-}  // namespace dt
+}  // namespace dt::testing

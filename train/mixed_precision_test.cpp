@@ -6,11 +6,14 @@
 #include <vector>
 
 #include "core/buffer.h"
-#include "data/byte_text.h"
+#include "tests/byte_text.h"
 #include "train/step.h"
 
 namespace dt {
 namespace {
+
+using testing::ByteText;
+using testing::kByteVocabSize;
 
 constexpr int kBatch = 4, kSeq = 32, kSteps = 50;
 

@@ -1,99 +1,223 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <memory>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf_checkpoint.h"
 #include "core/allocator.h"
-#include "data/byte_text.h"
-#include "model/transformer.h"
+#include "core/version.h"
+#include "data/data_loader.h"
+#include "data/token_dataset.h"
+#include "data/tokenizer.h"
+#include "model/inference.h"
+#include "train/evaluate.h"
+#include "train/generate.h"
 #include "train/metrics.h"
+#include "train/progress.h"
 #include "train/step.h"
+#include "train/stop_request.h"
 #include "train/throughput.h"
+#include "train/training_checkpoint.h"
 
 namespace dt {
 
-double run_training(const TrainOptions& o) {
-  o.lr.validate();
-  o.adamw.validate();
-  if (o.loss_scaler) o.loss_scaler->validate();
-  if (o.micro_batches < 1) throw Error(str("micro-batches = ", o.micro_batches, " must be at least 1"));
-  if (o.model.vocab_size != kByteVocabSize)
-    throw Error(str("model.vocab_size = ", o.model.vocab_size, " but byte-level text has ", kByteVocabSize,
-                    " tokens; set --vocab-size ", kByteVocabSize));
-  const ByteText text(o.text_path, o.seq_len);
-  Transformer model(o.model, o.batch_size, o.seq_len, o.recompute, o.precision);
-  init_parameters(model.params(), o.seed);
-  AdamW optimizer(model.layout(), o.adamw);
+namespace {
 
-  std::vector<Buffer> inputs;
-  std::vector<MicroBatch> micro_batches;
-  for (int m = 0; m < o.micro_batches; ++m) {
-    const size_t bytes = static_cast<size_t>(o.batch_size) * o.seq_len * sizeof(int32_t);
-    inputs.emplace_back(bytes, MemTag::workspace);
-    inputs.emplace_back(bytes, MemTag::workspace);
-    micro_batches.push_back({inputs[2 * m].view(DType::i32, {o.batch_size, o.seq_len}),
-                             inputs[2 * m + 1].view(DType::i32, {o.batch_size, o.seq_len})});
+// (B, T) i32 token and target buffers for each micro-batch of a step.
+class MicroBatches {
+ public:
+  MicroBatches(int count, int batch_size, int seq_len) {
+    const size_t bytes = static_cast<size_t>(batch_size) * seq_len * sizeof(int32_t);
+    for (int m = 0; m < count; ++m) {
+      buffers_.emplace_back(bytes, MemTag::workspace);
+      buffers_.emplace_back(bytes, MemTag::workspace);
+      batches_.push_back({buffers_[2 * m].view(DType::i32, {batch_size, seq_len}),
+                          buffers_[2 * m + 1].view(DType::i32, {batch_size, seq_len})});
+    }
   }
-  std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %d x %d tokens x %d micro-batches | %s (%lld bytes)\n",
-              std::string(model_family_name(o.model.family)).c_str(), o.model.n_layer, o.model.d_model,
-              o.model.n_head, static_cast<long long>(model.layout().num_parameters()), o.batch_size, o.seq_len,
-              o.micro_batches, o.text_path.c_str(), static_cast<long long>(text.size()));
+  std::vector<MicroBatch>& batches() { return batches_; }
 
-  std::optional<LossScaler> scaler;
-  if (o.loss_scaler) scaler.emplace(*o.loss_scaler);
-  std::optional<MetricsLog> metrics;
-  if (!o.run_dir.empty()) metrics.emplace(o.run_dir);
+ private:
+  std::vector<Buffer> buffers_;
+  std::vector<MicroBatch> batches_;
+};
+
+void write_text_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out.flush())
+    throw Error(str("cannot write ", path.string(), ": check that log.run_dir is writable and the disk has space"));
+}
+
+// The weights init.from names: a safetensors file, or a Hugging Face directory's.
+void load_init_from(const RunConfig& config, FlatTensors& params) {
+  std::filesystem::path file = config.init.from;
+  if (std::filesystem::is_directory(file)) file /= "model.safetensors";
+  ckpt::load_hf_safetensors(params, file);
+}
+
+// One sample of the model's current parameters, decoded, for the log.
+std::string sample_text(const RunConfig& config, const FlatTensors& params, const Tokenizer& tokenizer) {
+  std::vector<int32_t> prompt = tokenizer.encode(config.sample.prompt);
+  if (prompt.empty()) prompt.push_back(tokenizer.eot_token());
+  const int room = config.model.max_seq_len - static_cast<int>(prompt.size());
+  if (room < 1) return "(the sample's prompt fills the model's context; shorten sample.prompt)";
+  InferenceSession session(params, static_cast<int>(prompt.size()) + std::min(room, config.sample.max_tokens));
+  const GenerateOptions options{.max_new_tokens = session.max_tokens() - static_cast<int>(prompt.size()),
+                                .sampling = {.temperature = config.sample.temperature,
+                                             .top_k = config.sample.top_k,
+                                             .top_p = config.sample.top_p,
+                                             .seed = config.sample.seed},
+                                .stop_token = tokenizer.eot_token()};
+  const std::vector<int32_t> generated = generate(session, prompt, options);
+  return config.sample.prompt + tokenizer.decode(generated);
+}
+
+std::string fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
+
+}  // namespace
+
+TrainSummary run_training(const RunConfig& config) {
+  check_run_inputs(config);
+  const ModelConfig& mc = config.model;
+  const int B = config.train.micro_batch_size, T = config.data.seq_len;
+  const int64_t total_steps = config.train.steps;
+
+  const TokenDataset train_data(TokenDataset::shards_in(config.data.dir, config.data.train_prefix), mc.vocab_size);
+  std::unique_ptr<TokenDataset> val_data;
+  if (config.eval.batches > 0 && TokenDataset::has_shards(config.data.dir, config.data.val_prefix))
+    val_data = std::make_unique<TokenDataset>(TokenDataset::shards_in(config.data.dir, config.data.val_prefix),
+                                              mc.vocab_size);
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!config.data.tokenizer.empty()) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(config.data.tokenizer));
+  DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle);
+
+  Transformer model(mc, B, T, config.train.recompute, config.train.precision);
+  AdamW optimizer(model.layout(), config.adamw);
+  std::unique_ptr<LossScaler> scaler;
+  if (config.loss_scale.enabled) scaler = std::make_unique<LossScaler>(config.loss_scale.config);
+
+  TrainSummary summary;
+  const std::filesystem::path checkpoints = config.checkpoint_dir();
+  std::string origin;
+  if (config.checkpoint.resume && !checkpoints.empty() && std::filesystem::exists(checkpoints / "latest")) {
+    const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
+    const TrainingProgress progress = load_training_checkpoint(checkpoint, model, optimizer, scaler.get());
+    summary.first_step = progress.step;
+    loader.restore(progress.loader);
+    origin = str("resumed from ", checkpoint.directory().string(), " (step ", progress.step, ")");
+  } else if (!config.init.from.empty()) {
+    load_init_from(config, model.params());
+    origin = str("weights from ", config.init.from);
+  } else {
+    init_parameters(model.params(), config.init.seed);
+    origin = str("random initialisation, seed ", config.init.seed);
+  }
+  if (summary.first_step >= total_steps)
+    throw Error(str("the checkpoint in ", checkpoints.string(), " is at step ", summary.first_step,
+                    " and train.steps = ", total_steps, ": nothing to do; raise train.steps to continue training, "
+                    "or set checkpoint.resume = false (or another checkpoint.dir) to start over"));
+
+  std::unique_ptr<MetricsLog> metrics;
+  if (!config.log.run_dir.empty()) {
+    metrics = std::make_unique<MetricsLog>(config.log.run_dir, summary.first_step, config.log.tensorboard);
+    write_text_file(config.log.run_dir / "config.toml", resolved_toml(config));
+    write_text_file(config.log.run_dir / "version.txt", dtrain_version() + "\n");
+  }
+
+  const int accumulation = config.accumulation_steps();
+  const int64_t tokens_per_step = config.tokens_per_step();
+  std::printf("dtrain %s\n", dtrain_version().c_str());
+  std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %s\n",
+              std::string(model_family_name(mc.family)).c_str(), mc.n_layer, mc.d_model, mc.n_head,
+              static_cast<long long>(model.layout().num_parameters()), origin.c_str());
+  std::printf("batch %d sequences x %d tokens = %lld tokens per step (%d micro-batch%s of %d) | %lld tokens in %s\n",
+              config.global_batch_size(), T, static_cast<long long>(tokens_per_step), accumulation,
+              accumulation == 1 ? "" : "es", B, static_cast<long long>(train_data.size()),
+              config.data.dir.string().c_str());
+  if (!config.log.run_dir.empty()) std::printf("run directory %s\n", config.log.run_dir.string().c_str());
+
   // MFU is measured against this machine's GEMM peak in the run's precision, taken now.
-  const double peak_flops = measure_gemm_peak_gflop_per_s(o.precision) * 1e9;
+  const double peak_flops = measure_gemm_peak_gflop_per_s(config.train.precision) * 1e9;
   reset_peak_memory(Device::cpu);  // the measurement's buffers are not the run's
-  const double flops_per_step =
-      step_flops(o.model, model.layout().num_parameters(), o.batch_size, o.seq_len) * o.micro_batches;
-  double loss = 0;
-  int64_t sample = 0;
-  const int64_t tokens_per_step = static_cast<int64_t>(o.batch_size) * o.seq_len * o.micro_batches;
-  for (int64_t step = 0; step < o.lr.total_steps; ++step) {
-    for (const MicroBatch& mb : micro_batches) {
-      text.fill(mb.tokens, mb.targets, sample);
-      sample += o.batch_size;
-    }
+  const StepFlops flops = training_flops(mc, T, tokens_per_step, config.train.recompute);
+  std::fflush(stdout);
+
+  MicroBatches step_batches(accumulation, B, T);
+  MicroBatches eval_batch(1, B, T);
+  const auto validate = [&](int64_t step, ProgressDisplay& progress) {
+    if (!val_data) return;
+    const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch.batches()[0].tokens,
+                                  eval_batch.batches()[0].targets);
+    summary.val_loss = e.loss;
+    if (metrics) metrics->log_validation(step, e.loss);
+    progress.message(str("step ", step, ": validation loss ", fixed(e.loss, 4), " (perplexity ",
+                         fixed(std::exp(e.loss), 2), ", ", e.tokens, " tokens)"));
+  };
+  const auto sample = [&](int64_t step, ProgressDisplay& progress) {
+    if (!tokenizer) return;
+    progress.message(str("step ", step, ": sample: ", sample_text(config, model.params(), *tokenizer)));
+  };
+  const auto save = [&](int64_t step, ProgressDisplay& progress) {
+    if (checkpoints.empty()) return;
+    summary.last_checkpoint = save_training_checkpoint(checkpoints, config.checkpoint.keep_last, model, optimizer,
+                                                       scaler.get(), {step, loader.state()});
+    progress.message(str("step ", step, ": saved checkpoint ", summary.last_checkpoint.string()));
+  };
+
+  const StopRequest stop;
+  ProgressDisplay progress(config.log.progress, summary.first_step, total_steps, config.log.every);
+  int64_t step = summary.first_step;
+  while (step < total_steps && !stop.requested()) {
+    for (MicroBatch& mb : step_batches.batches()) loader.next(mb.tokens, mb.targets);
     const auto start = std::chrono::steady_clock::now();
-    const float lr = o.lr.at(step);
-    const StepStats stats =
-        train_step(model, optimizer, micro_batches, lr, o.max_grad_norm, scaler ? &*scaler : nullptr, step + 1);
+    const float lr = config.lr.at(step);
+    const StepStats stats = train_step(model, optimizer, step_batches.batches(), lr, config.train.grad_clip,
+                                       scaler.get(), step + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    loss = stats.loss;
-    const double mfu = flops_per_step / seconds / peak_flops;
+    ++step;
+    summary.last_loss = stats.loss;
+    const double mfu = flops.model / seconds / peak_flops, hfu = flops.hardware / seconds / peak_flops;
+    const double tokens_per_s = static_cast<double>(tokens_per_step) / seconds;
     if (metrics)
-      metrics->log_step({.step = step + 1,
-                         .loss = stats.loss,
-                         .lr = lr,
-                         .grad_norm = stats.grad_norm,
-                         .tokens = tokens_per_step,
-                         .tokens_per_s = static_cast<double>(tokens_per_step) / seconds,
-                         .step_ms = seconds * 1e3,
-                         .mfu = mfu,
-                         .loss_scale = stats.loss_scale,
-                         .skipped = !stats.applied,
+      metrics->log_step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
+                         .tokens = tokens_per_step, .tokens_per_s = tokens_per_s, .step_ms = seconds * 1e3,
+                         .mfu = mfu, .hfu = hfu, .loss_scale = stats.loss_scale, .skipped = !stats.applied,
                          .memory = memory_stats(Device::cpu)});
-    const std::string scale = scaler ? str(" | loss scale ", stats.loss_scale) : "";
-    if (!stats.applied) {
-      std::printf("step %5lld/%lld | loss %.4f | skipped: the gradient of %s is not finite%s\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(o.lr.total_steps), stats.loss,
-                  stats.nonfinite.c_str(), scale.c_str());
-      std::fflush(stdout);
-      continue;
-    }
-    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f%s | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
-                static_cast<long long>(step + 1), static_cast<long long>(o.lr.total_steps), stats.loss, lr,
-                stats.grad_norm, scale.c_str(), seconds * 1e3, static_cast<double>(tokens_per_step) / seconds,
-                100 * mfu);
-    std::fflush(stdout);
+    progress.step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
+                   .tokens_per_s = tokens_per_s, .mfu = mfu, .hfu = hfu, .step_ms = seconds * 1e3,
+                   .loss_scale = scaler ? stats.loss_scale : 0, .skipped_by = stats.applied ? "" : stats.nonfinite});
+    if (step == total_steps || stop.requested()) break;
+    if (due(step, config.eval.every)) validate(step, progress);
+    if (due(step, config.sample.every)) sample(step, progress);
+    if (due(step, config.checkpoint.every)) save(step, progress);
   }
-  if (scaler) std::printf("loss scaling: %lld steps skipped, final scale %g\n", static_cast<long long>(scaler->skipped_steps()),
-                          scaler->scale());
-  std::printf("memory: %s\n", format_memory_stats(memory_stats(Device::cpu)).c_str());
-  return loss;
+  summary.last_step = step;
+  summary.stopped_by_signal = stop.requested();
+  if (summary.stopped_by_signal) {
+    progress.message(str("received ", stop.signal_number() == SIGINT ? "SIGINT" : "SIGTERM", " during step ", step,
+                         ": saving a checkpoint and stopping; run the same command to resume"));
+  } else {
+    validate(step, progress);
+    sample(step, progress);
+  }
+  save(step, progress);
+  if (scaler)
+    progress.message(str("loss scaling: ", scaler->skipped_steps(), " steps skipped, final scale ", scaler->scale()));
+  progress.message(str("memory: ", format_memory_stats(memory_stats(Device::cpu))));
+  return summary;
 }
 
 }  // namespace dt

@@ -1,38 +1,37 @@
-// The training loop of the first quickstart: a GPT-2 on a text file's bytes, on the CPU, in
-// one process. It prints one line per step with the loss, learning rate, gradient norm, step
-// time and throughput. (The configured trainer with token shards, checkpoints and evaluation
-// replaces the data source, not the loop's shape.)
+// The training run that `dtrain train CONFIG.toml` starts: one process on the CPU.
+//
+//   1. check the run's inputs (train/run_config.h) before allocating anything large;
+//   2. build the model and optimizer, then resume from the latest checkpoint in
+//      checkpoint_dir() when checkpoint.resume and one exists, else load init.from, else
+//      initialise from init.seed;
+//   3. train to train.steps, one optimizer step per global batch (accumulation_steps()
+//      micro-batches), showing progress (train/progress.h) and logging metrics
+//      (train/metrics.h); validate every eval.every steps, sample every sample.every steps,
+//      checkpoint every checkpoint.every steps;
+//   4. at the end, or when SIGTERM or SIGINT asks (train/stop_request.h) after the step in
+//      progress: save a checkpoint; at the end also validate and sample once more.
+//
+// The run directory (log.run_dir) receives metrics.jsonl, TensorBoard events, config.toml (the
+// resolved configuration) and version.txt (the build that ran).
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
-#include <string>
 
-#include "model/config.h"
-#include "model/transformer.h"
-#include "optim/adamw.h"
-#include "optim/loss_scaler.h"
-#include "optim/lr_schedule.h"
+#include "train/run_config.h"
 
 namespace dt {
 
-struct TrainOptions {
-  ModelConfig model;
-  std::string text_path;
-  int batch_size = 4;      // sequences per micro-batch
-  int seq_len = 64;
-  int micro_batches = 1;   // gradient accumulation steps per optimizer step
-  LrSchedule lr;
-  AdamWConfig adamw;
-  float max_grad_norm = 1.0f;
-  uint64_t seed = 1337;
-  Recompute recompute = Recompute::none;
-  DType precision = DType::f32;  // storage of activations and compute weights (model/transformer.h)
-  std::optional<LossScalerConfig> loss_scaler;  // dynamic loss scaling (fp16); none by default
-  std::string run_dir;  // where metrics.jsonl and TensorBoard events go; "" writes none
+struct TrainSummary {
+  int64_t first_step = 0;  // steps already done when this process started (0, or the resumed step)
+  int64_t last_step = 0;   // steps done when it stopped
+  double last_loss = 0;
+  std::optional<double> val_loss;  // the last validation, when there was one
+  bool stopped_by_signal = false;
+  std::filesystem::path last_checkpoint;  // "" when none was saved
 };
 
-// Returns the loss of the last step.
-double run_training(const TrainOptions& options);
+TrainSummary run_training(const RunConfig& config);
 
 }  // namespace dt

@@ -9,12 +9,16 @@ usage:
   hf_reference.py logits DIR WEIGHTS TOKENS OUT  loads DIR's config with the weights file
         WEIGHTS (safetensors, Hugging Face names), runs the token ids TOKENS (comma-separated, one
         sequence) and writes the logits (1, T, V) to OUT as "logits"
+  hf_reference.py pretrained DIR TOKENS OUT [TEXT IDS]  loads DIR as a user would, with
+        AutoModelForCausalLM.from_pretrained (config.json, model.safetensors, generation_config.json),
+        and writes the logits of TOKENS to OUT; with TEXT, also loads AutoTokenizer.from_pretrained(DIR)
+        and writes the ids it encodes TEXT's contents to, comma-separated, to IDS
 """
 import sys
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 import safetensors_io
 
@@ -60,10 +64,26 @@ def logits(directory, weights, tokens, out):
         safetensors_io.save(out, {"logits": model(ids).logits.float()})
 
 
+def pretrained(directory, tokens, out, text=None, ids_out=None):
+    model = AutoModelForCausalLM.from_pretrained(directory, attn_implementation="eager")
+    model.eval()
+    ids = torch.tensor([[int(t) for t in tokens.split(",")]])
+    with torch.no_grad():
+        safetensors_io.save(out, {"logits": model(ids).logits.float()})
+    if text is not None:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        with open(text, encoding="utf-8", errors="surrogateescape") as f:
+            encoded = tokenizer(f.read())["input_ids"]
+        with open(ids_out, "w") as f:
+            f.write(",".join(str(i) for i in encoded))
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     torch.set_num_threads(1)
     if sys.argv[1] == "make":
         make(sys.argv[2], sys.argv[3], dict(arg.split("=", 1) for arg in sys.argv[4:]))
+    elif sys.argv[1] == "pretrained":
+        pretrained(*sys.argv[2:])
     else:
         logits(*sys.argv[2:6])

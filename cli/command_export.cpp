@@ -1,0 +1,45 @@
+#include <cstdio>
+
+#include "ckpt/hf_export.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/model_source.h"
+#include "data/tokenizer.h"
+
+namespace dt::cli {
+
+int command_export(int argc, char** argv, int first) {
+  Args args("export", "write a checkpoint as a Hugging Face model directory (transformers' AutoModelForCausalLM "
+                      "and AutoTokenizer load it)");
+  args.flag("checkpoint", "", "a checkpoint step directory, or a checkpoint root (its latest step)")
+      .flag("hf", "", "the directory to write; must not exist or be empty")
+      .flag("tokenizer", "", "the tokenizer.json the model was trained with (\"\" exports no tokenizer)")
+      .flag("temperature", "0.8", "generation_config.json: sampling temperature")
+      .flag("top-k", "40", "generation_config.json: keep the k likeliest tokens (0 keeps all)")
+      .flag("top-p", "0.95", "generation_config.json: nucleus sampling's probability mass");
+  if (!args.parse(argc, argv, first)) return 0;
+  if (args.get("checkpoint").empty() || args.get("hf").empty())
+    throw Error(str("export: give the checkpoint with --checkpoint DIR and the output with --hf OUT\n", args.usage()));
+  const ModelWeights weights = weights_from_checkpoint(args.get("checkpoint"));
+  std::optional<ckpt::HfTokenizerFiles> tokenizer_files;
+  if (!args.get("tokenizer").empty()) {
+    const Tokenizer tokenizer = Tokenizer::load(args.get("tokenizer"));
+    const int64_t model_vocab = weights.layout->config().vocab_size;
+    if (tokenizer.vocab_size() > model_vocab)
+      throw Error(str("export: ", args.get("tokenizer"), " has ", tokenizer.vocab_size(), " tokens but the model's "
+                      "vocab_size is ", model_vocab, "; give the tokenizer the model was trained with"));
+    const int32_t eot = tokenizer.eot_token();
+    tokenizer_files = ckpt::HfTokenizerFiles{.tokenizer_json = args.get("tokenizer"),
+                                             .eos_token = tokenizer.decode(std::span(&eot, 1)),
+                                             .eos_token_id = eot};
+  }
+  ckpt::export_hf(*weights.params, tokenizer_files,
+                  {.temperature = static_cast<float>(args.get_double("temperature")),
+                   .top_k = static_cast<int>(args.get_int("top-k")),
+                   .top_p = static_cast<float>(args.get_double("top-p"))},
+                  args.get("hf"));
+  std::printf("exported %s to %s\n", weights.origin.c_str(), args.get("hf").c_str());
+  return 0;
+}
+
+}  // namespace dt::cli

@@ -1,0 +1,237 @@
+// `dtrain train CONFIG.toml` as a person and a cluster meet it: the log, the run directory,
+// and checkpoints that survive SIGTERM, SIGKILL mid-save and a full disk, resuming bit for bit.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
+#include "data/token_shard.h"
+#include "train/run_config.h"
+#include "tests/testing.h"
+
+namespace dt {
+namespace {
+
+using testing::BackgroundDtrain;
+using testing::run_dtrain;
+using testing::TempDir;
+
+// A run over the GPL's bytes (vocabulary 256): a text every Debian system ships unchanged.
+class TrainRun {
+ public:
+  TrainRun() {
+    std::ifstream in("/usr/share/common-licenses/GPL-3", std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    write_shard(dir_.file("data/train_000000.bin"), text.substr(0, 24000));
+    write_shard(dir_.file("data/val_000000.bin"), text.substr(24000, 4000));
+    std::ofstream(dir_.file("run.toml")) << "[model]\npreset = \"gpt2-tiny\"\nvocab_size = 256\n"
+                                         << "[data]\ndir = \"" << dir_.file("data") << "\"\nseq_len = 32\n"
+                                         << "[train]\nsteps = 20\nmicro_batch_size = 4\nglobal_batch_size = 8\n"
+                                         << "[optim]\nlr = 3e-3\nwarmup_steps = 2\n"
+                                         << "[checkpoint]\nevery = 10\n"
+                                         << "[log]\nprogress = \"plain\"\nevery = 1\n"
+                                         << "[eval]\nbatches = 2\n";
+  }
+  // `dtrain train run.toml` with the run directory `run` and extra overrides.
+  std::string args(const std::string& run, const std::string& overrides = "") const {
+    return str("train ", dir_.file("run.toml"), " log.run_dir=", dir_.file(run), " ", overrides);
+  }
+  std::filesystem::path path(const std::string& name) const { return dir_.path() / name; }
+
+  // The losses metrics.jsonl holds, by step.
+  std::vector<double> losses(const std::string& run) const {
+    std::vector<double> out;
+    std::ifstream in(path(run) / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto entry = nlohmann::json::parse(line);
+      if (!entry.contains("loss")) continue;
+      EXPECT_EQ(entry["step"].get<size_t>(), out.size() + 1) << line;
+      out.push_back(entry["loss"].get<double>());
+    }
+    return out;
+  }
+
+  // The bytes of the final checkpoint's tensor file: parameters and both AdamW moments.
+  std::string final_tensors(const std::string& run) const {
+    const auto step = ckpt::Checkpoint::latest(path(run) / "checkpoints");
+    std::ifstream in(step / "tensors.safetensors", std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+
+ private:
+  static void write_shard(const std::string& path, const std::string& bytes) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    TokenShardWriter writer(path, 256);
+    std::vector<uint32_t> tokens(bytes.begin(), bytes.end());
+    for (uint32_t& t : tokens) t &= 0xff;
+    writer.append(tokens);
+    writer.finish();
+  }
+
+  TempDir dir_;
+};
+
+TEST(TrainCli, LogsEveryStepAndFillsTheRunDirectory) {
+  const TrainRun run;
+  const auto result = run_dtrain(run.args("run"));
+  ASSERT_EQ(result.status, 0) << result.output;
+  for (const char* expected : {"step 1/20 | loss ", "step 20/20 | loss ", "| MFU ", "| HFU ", "| ETA ",
+                               "validation loss ", "saved checkpoint ", "memory: parameters"})
+    EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n" << result.output;
+  const auto losses = run.losses("run");
+  ASSERT_EQ(losses.size(), 20u);
+  EXPECT_LT(losses.back(), losses.front());
+  // metrics.jsonl: every documented field on every step; validation losses on their own lines.
+  std::ifstream metrics(run.path("run") / "metrics.jsonl");
+  int validations = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto entry = nlohmann::json::parse(line);
+    if (entry.contains("val_loss")) {
+      ++validations;
+      continue;
+    }
+    for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu", "hfu",
+                            "loss_scale", "skipped", "peak_bytes"})
+      EXPECT_TRUE(entry.contains(key)) << key << " missing from " << line;
+    EXPECT_EQ(entry["tokens"], 8 * 32) << line;
+    EXPECT_TRUE(entry["peak_bytes"].contains("activations")) << line;
+  }
+  EXPECT_EQ(validations, 1);  // eval.every = 0: once, at the end
+  // The TensorBoard events, read by the tensorboard package, hold every step's scalars.
+  std::string events;
+  for (const auto& entry : std::filesystem::directory_iterator(run.path("run")))
+    if (entry.path().filename().string().starts_with("events.out.tfevents.")) events = entry.path().string();
+  ASSERT_FALSE(events.empty());
+  const std::string scalars = (run.path("run") / "scalars.txt").string();
+  ASSERT_EQ(testing::run_reference_script("tensorboard_reader.py", events + " " + scalars), 0);
+  std::ifstream read_back(scalars);
+  std::map<std::string, int> points;
+  for (std::string line; std::getline(read_back, line);) ++points[line.substr(0, line.find(' '))];
+  for (const char* tag : {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/mfu", "train/hfu",
+                          "train/loss_scale"})
+    EXPECT_EQ(points[tag], 20) << tag;
+  EXPECT_EQ(points["val/loss"], 1);
+  for (const char* file : {"config.toml", "version.txt", "checkpoints/latest"})
+    EXPECT_TRUE(std::filesystem::exists(run.path("run") / file)) << file;
+  // The resolved configuration it kept is the run's, and loads as itself.
+  std::ifstream snapshot(run.path("run") / "config.toml");
+  const std::string config((std::istreambuf_iterator<char>(snapshot)), {});
+  const RunConfig reloaded = load_run_config(run.path("run") / "config.toml");
+  EXPECT_EQ(reloaded.train.micro_batch_size, 4);
+  EXPECT_EQ(reloaded.log.run_dir, run.path("run"));
+  EXPECT_EQ(resolved_toml(reloaded), config);
+}
+
+// 20 steps straight, against: 20 steps killed with SIGKILL while the checkpoint of step 20 is
+// being written (DTRAIN_INJECT_FAULT stalls it there), then the same command again, which
+// resumes from step 10's checkpoint. Every logged loss and every byte of the final parameters
+// and moments must agree.
+TEST(TrainCli, SigkillDuringACheckpointWriteResumesFromThePreviousOneBitForBit) {
+  const TrainRun run;
+  ASSERT_EQ(run_dtrain(run.args("straight")).status, 0);
+  {
+    BackgroundDtrain killed(run.args("killed"), "DTRAIN_INJECT_FAULT=checkpoint-write-stalls@20");
+    const auto partial = run.path("killed") / "checkpoints" / "step_000000020.tmp" / "tensors.safetensors";
+    ASSERT_TRUE(testing::wait_until([&] { return std::filesystem::exists(partial); }, 120));
+    killed.signal(SIGKILL);
+    EXPECT_EQ(killed.wait().status, -1);
+  }
+  EXPECT_EQ(ckpt::Checkpoint(ckpt::Checkpoint::latest(run.path("killed") / "checkpoints")).step(), 10);
+  const auto resumed = run_dtrain(run.args("killed"));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from "), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("(step 10)"), std::string::npos) << resumed.output;
+  EXPECT_EQ(run.losses("killed"), run.losses("straight"));
+  EXPECT_TRUE(run.final_tensors("killed") == run.final_tensors("straight")) << "final checkpoints differ";
+}
+
+// SIGTERM, as a cluster preempting the job sends it: the step finishes, a checkpoint is saved,
+// the exit status is 0, and the same command finishes the run as if nothing had happened.
+TEST(TrainCli, SigtermSavesAndTheSameCommandResumesBitForBit) {
+  const TrainRun run;
+  const std::string longer = "train.steps=300 checkpoint.every=0 eval.every=0";
+  ASSERT_EQ(run_dtrain(run.args("straight", longer)).status, 0);
+  BackgroundDtrain stopped(run.args("stopped", longer));
+  ASSERT_TRUE(testing::wait_until([&] { return run.losses("stopped").size() >= 5; }, 120));
+  stopped.signal(SIGTERM);
+  const auto first = stopped.wait();
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_NE(first.output.find("received SIGTERM during step "), std::string::npos) << first.output;
+  ASSERT_LT(run.losses("stopped").size(), 300u) << "the run ended before the signal arrived";
+  const auto second = run_dtrain(run.args("stopped", longer));
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_EQ(run.losses("stopped"), run.losses("straight"));
+  EXPECT_TRUE(run.final_tensors("stopped") == run.final_tensors("straight")) << "final checkpoints differ";
+}
+
+// A full disk while saving step 20: the run stops with the reason, and step 10 stays the
+// latest checkpoint, intact.
+TEST(TrainCli, AFailedCheckpointWriteKeepsThePreviousCheckpoint) {
+  const TrainRun run;
+  BackgroundDtrain failing(run.args("run"), "DTRAIN_INJECT_FAULT=checkpoint-write-fails@20");
+  const auto result = failing.wait();
+  EXPECT_EQ(result.status, 1) << result.output;
+  EXPECT_NE(result.output.find("No space left on device (injected"), std::string::npos) << result.output;
+  const ckpt::Checkpoint latest(ckpt::Checkpoint::latest(run.path("run") / "checkpoints"));
+  EXPECT_EQ(latest.step(), 10);
+  latest.verify();
+}
+
+TEST(TrainCli, ResumingIntoADifferentModelNamesTheFields) {
+  const TrainRun run;
+  ASSERT_EQ(run_dtrain(run.args("run", "train.steps=10")).status, 0);
+  const auto result = run_dtrain(run.args("run", "model.n_layer=3 model.d_model=60"));
+  EXPECT_EQ(result.status, 1) << result.output;
+  for (const char* expected : {"was saved by a different model", "model.n_layer: checkpoint 2, config 3",
+                               "model.d_model: checkpoint 48, config 60", "checkpoint.resume = false"})
+    EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n" << result.output;
+}
+
+TEST(TrainCli, ACorruptCheckpointNamesTheTensorAndThePreviousCheckpoint) {
+  const TrainRun run;
+  ASSERT_EQ(run_dtrain(run.args("run")).status, 0);
+  {
+    std::fstream file(run.path("run") / "checkpoints" / "step_000000020" / "tensors.safetensors",
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(-1, std::ios::end);
+    file.put('\x7f');
+  }
+  const auto result = run_dtrain(run.args("run", "train.steps=30"));
+  EXPECT_EQ(result.status, 1) << result.output;
+  for (const char* expected : {"fails its checksum", "Resume from the previous checkpoint", "step_000000010"})
+    EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n" << result.output;
+}
+
+// fp16 with a loss scale that cannot come down far enough before min_scale: the run stops with
+// the step and the scale instead of training on skipped steps forever.
+TEST(TrainCli, Fp16ThatKeepsOverflowingStopsAsDiverged) {
+  const TrainRun run;
+  const auto result = run_dtrain(run.args("run", "train.precision=f16 loss_scale.enabled=true loss_scale.initial=1e9 "
+                                                 "loss_scale.min_scale=1e8"));
+  EXPECT_EQ(result.status, 1) << result.output;
+  EXPECT_NE(result.output.find("training diverged at step 4: gradients were not finite even with the loss scale at "
+                               "1.25e+08"),
+            std::string::npos)
+      << result.output;
+}
+
+TEST(TrainCli, BadDataStopsBeforeTraining) {
+  const TrainRun run;
+  auto result = run_dtrain(run.args("run", "data.dir=" + run.path("nowhere").string()));
+  EXPECT_EQ(result.status, 1) << result.output;
+  EXPECT_NE(result.output.find("does not exist"), std::string::npos) << result.output;
+  // A token id at or above the vocabulary size, named with its file and offset.
+  result = run_dtrain(run.args("run", "model.vocab_size=100"));
+  EXPECT_EQ(result.status, 1) << result.output;
+  EXPECT_NE(result.output.find("train_000000.bin"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("vocab"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace dt

@@ -1,0 +1,133 @@
+// The workflow a person follows, command by command, on a small text: tokenizer train, data
+// prepare, train, eval, generate, export; the exported directory loads in transformers with
+// AutoModelForCausalLM and AutoTokenizer and gives our logits and our token ids.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "ckpt/hf_checkpoint.h"
+#include "ckpt/hf_config.h"
+#include "data/tokenizer.h"
+#include "model/transformer.h"
+#include "ckpt/safetensors.h"
+#include "tests/gradcheck.h"
+#include "tests/testing.h"
+
+namespace dt {
+namespace {
+
+using testing::run_dtrain;
+using testing::TempDir;
+
+class Workflow : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const std::string gpl = "/usr/share/common-licenses/GPL-3";
+    ASSERT_EQ(run_dtrain(str("tokenizer train --vocab-size 320 --out ", file("tokenizer.json"), " ", gpl)).status, 0);
+    const auto prepared = run_dtrain(str("data prepare --tokenizer ", file("tokenizer.json"), " --out ", file("data"),
+                                         " --val-fraction 0.1 ", gpl));
+    ASSERT_EQ(prepared.status, 0) << prepared.output;
+    std::ofstream(file("run.toml")) << "[model]\npreset = \"gpt2-tiny\"\nvocab_size = 321\n"
+                                    << "[data]\ndir = \"" << file("data") << "\"\ntokenizer = \"" << file("tokenizer.json")
+                                    << "\"\nseq_len = 32\n"
+                                    << "[train]\nsteps = 30\nmicro_batch_size = 8\nglobal_batch_size = 8\n"
+                                    << "[optim]\nlr = 3e-3\nwarmup_steps = 3\n"
+                                    << "[log]\nrun_dir = \"" << file("run") << "\"\nprogress = \"plain\"\n"
+                                    << "[eval]\nbatches = 4\n"
+                                    << "[sample]\nprompt = \"This License\"\nmax_tokens = 8\n";
+    train_output_ = new std::string(run_dtrain(str("train ", file("run.toml"))).output);
+  }
+  static void TearDownTestSuite() {
+    delete train_output_;
+    delete dir_;
+  }
+  static std::string file(const std::string& name) { return dir_->file(name); }
+  static std::string checkpoints() { return file("run/checkpoints"); }
+
+  static TempDir* dir_;
+  static std::string* train_output_;
+};
+TempDir* Workflow::dir_ = nullptr;
+std::string* Workflow::train_output_ = nullptr;
+
+TEST_F(Workflow, TrainingValidatesAndSamplesAtTheEnd) {
+  for (const char* expected : {"step 30/30 | loss ", "step 30: validation loss ", "step 30: sample: This License",
+                               "step 30: saved checkpoint "})
+    EXPECT_NE(train_output_->find(expected), std::string::npos) << expected << "\n" << *train_output_;
+}
+
+TEST_F(Workflow, EvalGivesTheValidationLossTheRunLogged) {
+  const auto result = run_dtrain(str("eval --checkpoint ", checkpoints(), " --data ", file("data"),
+                                     " --seq-len 32 --batch-size 8 --batches 4"));
+  ASSERT_EQ(result.status, 0) << result.output;
+  // The same model on the same first 4 batches of the validation split: the same loss.
+  const size_t logged = train_output_->find("step 30: validation loss ");
+  ASSERT_NE(logged, std::string::npos);
+  const std::string loss = train_output_->substr(logged + 25, 6);
+  EXPECT_NE(result.output.find("loss " + loss), std::string::npos) << loss << "\n" << result.output;
+  EXPECT_NE(result.output.find("perplexity "), std::string::npos) << result.output;
+}
+
+TEST_F(Workflow, GenerateStreamsTheSameTextForTheSameSeed) {
+  const std::string args = str("generate --checkpoint ", checkpoints(), " --tokenizer ", file("tokenizer.json"),
+                               " --prompt 'This License' --max-tokens 12 --seed 7");
+  const auto first = run_dtrain(args), second = run_dtrain(args);
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_TRUE(first.output.starts_with("This License")) << first.output;
+  EXPECT_NE(first.output.find("generated in "), std::string::npos) << first.output;
+  const auto text = [](const std::string& output) { return output.substr(0, output.find("\n[")); };
+  EXPECT_EQ(text(first.output), text(second.output));
+  EXPECT_GT(text(first.output).size(), std::string("This License").size());
+  // A prompt that fills the context is refused before anything is generated.
+  const auto long_prompt = run_dtrain(str("generate --checkpoint ", checkpoints(), " --tokenizer ",
+                                          file("tokenizer.json"), " --prompt '", std::string(400, 'x'), "'"));
+  EXPECT_EQ(long_prompt.status, 1);
+  EXPECT_NE(long_prompt.output.find("shorten --prompt"), std::string::npos) << long_prompt.output;
+}
+
+TEST_F(Workflow, ExportLoadsInTransformersWithOurLogitsAndOurTokenIds) {
+  const std::string out = file("hf");
+  const auto exported = run_dtrain(str("export --checkpoint ", checkpoints(), " --hf ", out, " --tokenizer ",
+                                       file("tokenizer.json")));
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  for (const char* name : {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+                           "tokenizer_config.json"})
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(out) / name)) << name;
+
+  // transformers: AutoModelForCausalLM.from_pretrained's logits and AutoTokenizer's ids.
+  const std::string text = "Everyone is permitted to copy and distribute verbatim copies\n<|endoftext|>";
+  std::ofstream(file("text.txt")) << text;
+  const Tokenizer tokenizer = Tokenizer::load(file("tokenizer.json"));
+  const std::vector<int32_t> ids = tokenizer.encode(text);
+  std::string tokens;
+  for (const int32_t id : ids) tokens += (tokens.empty() ? "" : ",") + std::to_string(id);
+  ASSERT_EQ(testing::run_reference_script("hf_reference.py", str("pretrained ", out, " ", tokens, " ",
+                                                                 file("logits.safetensors"), " ", file("text.txt"),
+                                                                 " ", file("hf_ids.txt"))),
+            0);
+  std::ifstream hf_ids_file(file("hf_ids.txt"));
+  std::string hf_ids;
+  std::getline(hf_ids_file, hf_ids);
+  EXPECT_EQ(hf_ids, tokens);
+
+  // Our forward of the exported directory, read back as `init.from` reads it, against transformers'.
+  const ModelConfig config = ckpt::model_config_from_hf(std::filesystem::path(out) / "config.json");
+  const int T = static_cast<int>(ids.size());
+  Transformer model(config, 1, T);
+  ckpt::load_hf_safetensors(model.params(), std::filesystem::path(out) / "model.safetensors");
+  testing::OwnedTensor input = testing::zeros(DType::i32, {1, T});
+  std::copy(ids.begin(), ids.end(), input.ptr<int32_t>());
+  model.forward(input.t, Tensor{});
+  testing::OwnedTensor ours = testing::zeros(DType::f32, {1, T, config.vocab_size});
+  model.copy_logits(ours.t);
+  const ckpt::LoadedTensor theirs = ckpt::SafetensorsReader(file("logits.safetensors")).read("logits", MemTag::workspace);
+  // fp32 on both sides with different summation orders: as in ckpt/hf_checkpoint_test.cpp.
+  EXPECT_LE(testing::normalized_max_error(ours.t, theirs.tensor), 1e-5);
+}
+
+}  // namespace
+}  // namespace dt
