@@ -23,12 +23,17 @@ enum class Store { set, add };
 
 namespace tile_detail {
 
-// One 64-byte register of T (GCC/Clang vector extension; split in two on AVX2 machines), and
-// the same type for memory at any element-aligned address.
+// One vector register of T (GCC/Clang vector extension): 64 bytes where the build targets
+// AVX-512, 32 (AVX2) otherwise. And the same type for memory at any element-aligned address.
+#ifdef __AVX512F__
+constexpr int kVectorBytes = 64;
+#else
+constexpr int kVectorBytes = 32;
+#endif
 template <typename T>
 struct Vec {
-  typedef T type __attribute__((vector_size(64)));
-  typedef T unaligned __attribute__((vector_size(64), aligned(sizeof(T)), may_alias));
+  typedef T type __attribute__((vector_size(kVectorBytes)));
+  typedef T unaligned __attribute__((vector_size(kVectorBytes), aligned(sizeof(T)), may_alias));
 };
 template <typename T>
 constexpr int kLanes = static_cast<int>(sizeof(typename Vec<T>::type) / sizeof(T));
@@ -103,13 +108,23 @@ void gemm(int M, int N, int K, T alpha, const T* a, int64_t a_row, int64_t a_col
 
 }  // namespace tile_detail
 
-// 8 rows x 2 registers: 16 accumulators + 2 b registers of the 32 AVX-512 registers; each a
-// element loaded is used for 2 FMAs. Measured on 64^3 f32 tiles: 8 x 2 at 150 GFLOP/s,
-// 6 x 4 at 153, 4 x 2 at 124; 8 x 2 is chosen because tiles of 64 rows divide by 8.
+// AVX-512: 8 rows x 2 registers, 16 accumulators + 2 b registers of the 32 zmm registers; each
+// a element loaded is used for 2 FMAs. Measured on 64^3 f32 tiles: 8 x 2 at 150 GFLOP/s, 6 x 4
+// at 153, 4 x 2 at 124; 8 x 2 is chosen because tiles of 64 rows divide by 8.
+// AVX2 has 16 ymm registers: 6 x 2 is 12 accumulators + 2 b + 1 broadcast a. The AVX-512 shape
+// there needed 32 registers and spilled: attention took half of a training step. Training
+// steps of a 4-layer d_model 256 gpt2 at sequence 256, batch 8, 2 threads of an AVX2 EPYC
+// (`dtrain bench step`, two runs each; this shared machine varies by a fifth): the old 8 x 2 of 64-byte vectors 1,030-1,110 tokens/s;
+// with 32-byte vectors 4 x 2 3,130-3,580, 6 x 2 2,880-3,780 (seven runs), 8 x 1 2,920-3,170, 4 x 3
+// 2,810-3,100.
 template <typename T>
 void tile_gemm(int M, int N, int K, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b, int64_t ldb,
                T* c, int64_t ldc, Store store) {
+#ifdef __AVX512F__
   constexpr int kRows = 8, kRegisters = 2;
+#else
+  constexpr int kRows = 6, kRegisters = 2;
+#endif
   if (store == Store::add) {
     tile_detail::gemm<T, kRows, kRegisters, Store::add>(M, N, K, alpha, a, a_row, a_col, b, ldb, c, ldc);
   } else {
