@@ -114,9 +114,9 @@ void gemm(int M, int N, int K, T alpha, const T* a, int64_t a_row, int64_t a_col
 // AVX2 has 16 ymm registers: 6 x 2 is 12 accumulators + 2 b + 1 broadcast a. The AVX-512 shape
 // there needed 32 registers and spilled: attention took half of a training step. Training
 // steps of a 4-layer d_model 256 gpt2 at sequence 256, batch 8, 2 threads of an AVX2 EPYC
-// (`dtrain bench step`, two runs each; this shared machine varies by a fifth): the old 8 x 2 of 64-byte vectors 1,030-1,110 tokens/s;
-// with 32-byte vectors 4 x 2 3,130-3,580, 6 x 2 2,880-3,780 (seven runs), 8 x 1 2,920-3,170, 4 x 3
-// 2,810-3,100.
+// (`dtrain bench step`, two runs each; this shared machine varies by a fifth): the old 8 x 2
+// of 64-byte vectors 1,030-1,110 tokens/s; with 32-byte vectors 4 x 2 3,130-3,580, 6 x 2
+// 2,880-3,780 (seven runs), 8 x 1 2,920-3,170, 4 x 3 2,810-3,100.
 template <typename T>
 void tile_gemm(int M, int N, int K, T alpha, const T* a, int64_t a_row, int64_t a_col, const T* b, int64_t ldb,
                T* c, int64_t ldc, Store store) {
