@@ -13,6 +13,8 @@
 namespace dt::ckpt {
 namespace {
 
+using testing::error_of;
+
 using testing::OwnedTensor;
 using testing::TempDir;
 
@@ -26,15 +28,6 @@ struct State {
             .tensors = {{"param.w", weights.t}, {"adamw.m", moments.t}}};
   }
 };
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(Checkpoint, SavesLoadsAndKeepsTheNewestK) {
   TempDir dir;

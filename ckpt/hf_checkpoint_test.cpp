@@ -9,35 +9,18 @@
 #include "ckpt/safetensors.h"
 #include "model/transformer.h"
 #include "tests/gradcheck.h"
+#include "tests/hf_testing.h"
 #include "tests/testing.h"
 
 namespace dt::ckpt {
 namespace {
 
+using testing::HfCase;
+using testing::sized;
 using testing::TempDir;
 
 constexpr int kSeq = 23;
 
-struct HfCase {
-  const char* name;
-  ModelConfig model;
-};
-
-void PrintTo(const HfCase& c, std::ostream* os) { *os << c.name; }
-
-ModelConfig sized(const char* preset, int vocab_size, int max_seq_len) {
-  ModelConfig c = model_preset(preset);
-  c.vocab_size = vocab_size;
-  c.max_seq_len = max_seq_len;
-  return c;
-}
-
-std::string make_args(const ModelConfig& c) {
-  return str(model_family_name(c.family), " n_layer=", c.n_layer, " d_model=", c.d_model, " n_head=", c.n_head,
-             " n_kv_head=", c.kv_heads(), " ffn_hidden=", c.ffn_hidden(), " vocab_size=", c.vocab_size,
-             " max_seq_len=", c.max_seq_len, " tied=", c.tied_embeddings ? 1 : 0, " rope_theta=", c.rope_theta,
-             " rope_scaling_factor=", c.rope_scaling_factor, " rope_original_max_seq_len=", c.rope_original_max_seq_len);
-}
 
 std::string token_list(const ModelConfig& c) {
   std::string tokens;
@@ -60,7 +43,7 @@ class HfCheckpoint : public ::testing::TestWithParam<HfCase> {};
 TEST_P(HfCheckpoint, TransformersFilesLoadHereAndOursLoadInTransformers) {
   const ModelConfig& config = GetParam().model;
   TempDir dir;
-  ASSERT_EQ(testing::run_reference_script("hf_reference.py", str("make ", dir.path().string(), " ", make_args(config))), 0);
+  ASSERT_EQ(testing::run_reference_script("hf_reference.py", str("make ", dir.path().string(), " ", testing::hf_make_args(config))), 0);
   const std::string theirs = dir.file("model.safetensors");
 
   Transformer model(config, 1, kSeq);

@@ -15,6 +15,8 @@
 namespace dt {
 namespace {
 
+using testing::error_of;
+
 struct Case {
   const char* name;
   ModelConfig model;
@@ -127,15 +129,6 @@ TEST(InferenceSession, PrefillInPiecesAppendsAndResetStartsOver) {
   const std::vector<float> again = in_pieces();
   ASSERT_EQ(again.size(), first.size());
   EXPECT_EQ(0, std::memcmp(again.data(), first.data(), first.size() * sizeof(float)));
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(InferenceSession, CapacityTokenIdsAndSizesAreCheckedBeforeAnythingChanges) {

@@ -4,6 +4,15 @@
 
 namespace dt::testing {
 
+void PrintTo(const HfCase& c, std::ostream* os) { *os << c.name; }
+
+ModelConfig sized(const char* preset, int vocab_size, int max_seq_len) {
+  ModelConfig c = model_preset(preset);
+  c.vocab_size = vocab_size;
+  c.max_seq_len = max_seq_len;
+  return c;
+}
+
 std::string hf_make_args(const ModelConfig& c) {
   return str(model_family_name(c.family), " n_layer=", c.n_layer, " d_model=", c.d_model, " n_head=", c.n_head,
              " n_kv_head=", c.kv_heads(), " ffn_hidden=", c.ffn_hidden(), " vocab_size=", c.vocab_size,

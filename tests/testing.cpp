@@ -104,4 +104,13 @@ double normalized_max_error(const Tensor& actual, const Tensor& expected, double
   return max_diff / scale;
 }
 
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace dt::testing

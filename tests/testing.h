@@ -57,6 +57,9 @@ class BackgroundDtrain {
 // Polls every 10 ms until predicate() holds or `seconds` pass; returns whether it held.
 bool wait_until(const std::function<bool()>& predicate, double seconds);
 
+// The message of the dt::Error that fn throws, or "" when it throws none.
+std::string error_of(const std::function<void()>& fn);
+
 // max_i |a[i] - b[i]| / max(max_i |b[i]|, floor): the error relative to the reference's scale,
 // so one bound fits a tensor whose elements span many magnitudes. f32 tensors of equal size.
 double normalized_max_error(const Tensor& actual, const Tensor& expected, double floor = 1e-30);

@@ -16,23 +16,12 @@
 namespace dt {
 namespace {
 
+using testing::HfCase;
+using testing::sized;
 using testing::TempDir;
 
 constexpr int kNewTokens = 20;
 
-struct HfCase {
-  const char* name;
-  ModelConfig model;
-};
-
-void PrintTo(const HfCase& c, std::ostream* os) { *os << c.name; }
-
-ModelConfig sized(const char* preset, int vocab_size, int max_seq_len) {
-  ModelConfig c = model_preset(preset);
-  c.vocab_size = vocab_size;
-  c.max_seq_len = max_seq_len;
-  return c;
-}
 
 std::vector<int32_t> prompt_of(const ModelConfig& c, int count) {
   std::vector<int32_t> ids;
