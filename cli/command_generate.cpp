@@ -76,7 +76,9 @@ int command_generate(int argc, char** argv, int first) {
     std::fflush(stdout);
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::fprintf(stderr, "\n[%s | %zu prompt tokens, %zu generated in %.2f s, %.1f tokens/s]\n", weights.origin.c_str(),
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr, "[%s | %zu prompt tokens, %zu generated in %.2f s, %.1f tokens/s]\n", weights.origin.c_str(),
                prompt.size(), generated.size(), seconds, generated.size() / std::max(seconds, 1e-9));
   return 0;
 }

@@ -3,14 +3,14 @@
 # the King James Bible from Debian's bible-kjv package, trains a BPE tokenizer on it, prepares
 # token shards with a validation split, trains a small GPT-2 on the CPU for about five minutes
 # (configs/quickstart.toml), then prints the validation loss and samples.
-# Everything goes under data/kjv and runs/quickstart; run it again to resume or to skip what is done.
+# Everything goes under runs/kjv (text, tokenizer, shards) and runs/quickstart (the run); run it again to resume or to skip what is done.
 # Extra arguments are configuration overrides for the training run (train.steps=200, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 dtrain=./build/dtrain
-data=data/kjv
+data=runs/kjv
 mkdir -p "$data"
 
 # The text: one verse per line with its reference ("Ge1:1 In the beginning ..."). The
@@ -23,12 +23,12 @@ if [ ! -s "$data/kjv.txt" ]; then
 fi
 [ -s "$data/tokenizer.json" ] || "$dtrain" tokenizer train --vocab-size 4096 --out "$data/tokenizer.json" "$data/kjv.txt"
 [ -s "$data/val_000000.bin" ] ||
-  "$dtrain" data prepare --tokenizer "$data/tokenizer.json" --out "$data" --val-fraction 0.01 --doc-separator blank-lines "$data/kjv.txt"
+  "$dtrain" data prepare --tokenizer "$data/tokenizer.json" --out "$data" --val-fraction 0.02 --doc-separator blank-lines "$data/kjv.txt"
 
 "$dtrain" train configs/quickstart.toml "$@"
 
 echo
-"$dtrain" eval --checkpoint runs/quickstart/checkpoints --data "$data" --seq-len 256 --batches 40
+"$dtrain" eval --checkpoint runs/quickstart/checkpoints --data "$data" --seq-len 256 --batches 10
 for prompt in "And God said" "Blessed are the" "In the beginning"; do
   echo
   "$dtrain" generate --checkpoint runs/quickstart/checkpoints --tokenizer "$data/tokenizer.json" \
