@@ -104,7 +104,10 @@ TEST_F(Workflow, ExportLoadsInTransformersWithOurLogitsAndOurTokenIds) {
   const Tokenizer tokenizer = Tokenizer::load(file("tokenizer.json"));
   const std::vector<int32_t> ids = tokenizer.encode(text);
   std::string tokens;
-  for (const int32_t id : ids) tokens += (tokens.empty() ? "" : ",") + std::to_string(id);
+  for (const int32_t id : ids) {
+    if (!tokens.empty()) tokens += ',';
+    tokens += std::to_string(id);
+  }
   ASSERT_EQ(testing::run_reference_script("hf_reference.py", str("pretrained ", out, " ", tokens, " ",
                                                                  file("logits.safetensors"), " ", file("text.txt"),
                                                                  " ", file("hf_ids.txt"))),

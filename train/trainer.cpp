@@ -178,6 +178,7 @@ TrainSummary run_training(const RunConfig& config) {
   };
 
   const StopRequest stop;
+  const auto run_start = std::chrono::steady_clock::now();
   ProgressDisplay progress(config.log.progress, summary.first_step, total_steps, config.log.every);
   int64_t step = summary.first_step;
   while (step < total_steps && !stop.requested()) {
@@ -214,6 +215,9 @@ TrainSummary run_training(const RunConfig& config) {
     sample(step, progress);
   }
   save(step, progress);
+  progress.message(str("trained steps ", summary.first_step + 1, "-", step, " (", (step - summary.first_step) * tokens_per_step,
+                       " tokens) in ", format_duration(std::chrono::duration<double>(
+                                           std::chrono::steady_clock::now() - run_start).count())));
   if (scaler)
     progress.message(str("loss scaling: ", scaler->skipped_steps(), " steps skipped, final scale ", scaler->scale()));
   progress.message(str("memory: ", format_memory_stats(memory_stats(Device::cpu))));
