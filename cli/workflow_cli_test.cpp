@@ -132,5 +132,26 @@ TEST_F(Workflow, ExportLoadsInTransformersWithOurLogitsAndOurTokenIds) {
   EXPECT_LE(testing::normalized_max_error(ours.t, theirs.tensor), 1e-5);
 }
 
+// init.from an exported directory starts training from exactly those weights: with the data in
+// order, step 1's loss is the loss `dtrain eval` gives on the first batch of the training split.
+TEST_F(Workflow, InitFromAnExportedDirectoryStartsFromItsWeights) {
+  const std::string out = file("hf_for_init");
+  ASSERT_EQ(run_dtrain(str("export --checkpoint ", checkpoints(), " --hf ", out, " --tokenizer ",
+                           file("tokenizer.json")))
+                .status,
+            0);
+  const auto eval = run_dtrain(str("eval --hf ", out, " --data ", file("data"),
+                                   " --split train --seq-len 32 --batch-size 8 --batches 1"));
+  ASSERT_EQ(eval.status, 0) << eval.output;
+  const size_t at = eval.output.find(": loss ");
+  ASSERT_NE(at, std::string::npos) << eval.output;
+  const std::string loss = eval.output.substr(at + 7, 6);
+  const auto trained = run_dtrain(str("train ", file("run.toml"), " init.from=", out, " data.shuffle=false ",
+                                      "train.steps=1 optim.warmup_steps=0 log.run_dir=", file("from_hf")));
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  EXPECT_NE(trained.output.find("weights from " + out), std::string::npos) << trained.output;
+  EXPECT_NE(trained.output.find("step 1/1 | loss " + loss), std::string::npos) << loss << "\n" << trained.output;
+}
+
 }  // namespace
 }  // namespace dt

@@ -273,11 +273,16 @@ std::optional<ModelConfig> read_init_from(const RunConfig& config, Checker& chec
   }
 }
 
-// The fields where two model descriptions differ: "n_layer 12 vs 2, d_model 768 vs 64".
+// The fields where two model descriptions differ: "n_layer 12 vs 2, d_model 768 vs 64". Fields
+// whose 0 means a default (ffn_hidden_size, n_kv_head) compare by the value they stand for.
 std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   RunConfig ra, rb;
   ra.model = a;
   rb.model = b;
+  for (ModelConfig* m : {&ra.model, &rb.model}) {
+    m->ffn_hidden_size = m->ffn_hidden();
+    m->n_kv_head = m->kv_heads();
+  }
   std::string out;
   for (const ConfigKey& k : config_keys())
     if (k.section == "model" && k.name != "preset" && k.name != "vocab_pad_multiple" && k.write(ra) != k.write(rb))
@@ -299,9 +304,16 @@ bool resolve_model(RunConfig& config, const std::vector<std::pair<const ConfigKe
     else
       preset = model_preset(config.model_preset);
   }
-  if (preset && hf && !model_differences(*hf, *preset).empty())
-    check.report("model.preset", str("disagrees with init.from's config.json (", model_differences(*hf, *preset),
-                                     "); remove model.preset, the model comes from init.from"));
+  if (preset && hf) {
+    // The preset as the file amends it: explicit fields are checked one by one below.
+    RunConfig described;
+    described.model = *preset;
+    for (const auto& [key, node] : fields) key->read(*node, described);
+    const std::string differences = model_differences(*hf, described.model);
+    if (!differences.empty())
+      check.report("model.preset", str("disagrees with init.from's config.json (", differences,
+                                       "); remove model.preset, the model comes from init.from"));
+  }
   const std::optional<ModelConfig> base = hf ? hf : preset;
   const ModelFamily family = config.model.family;  // as read: the default, or model.family
   if (base && origins.given("model.family") && family != base->family) {

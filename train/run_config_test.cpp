@@ -367,6 +367,17 @@ TEST(RunConfig, InitFromAHuggingFaceDirectoryGivesTheModel) {
   const auto e = load_error(write_config(dir, text + "[model]\nn_layer = 3\n"));
   EXPECT_NE(e.find("model.n_layer = 3: disagrees with init.from's config.json (n_layer = 2 there)"), std::string::npos)
       << e;
+  // A preset, amended by the file to the directory's model, agrees with it (ffn_hidden_size 0
+  // in a gpt2 preset is 4 * d_model); one that still differs is named field by field.
+  ModelConfig amended = model_preset("gpt2-tiny");
+  amended.vocab_size = 321;
+  std::ofstream(hf / "config.json", std::ios::trunc) << ckpt::hf_config_json(amended).dump();
+  EXPECT_EQ(load_error(write_config(dir, text + "[model]\npreset = \"gpt2-tiny\"\nvocab_size = 321\n")), "");
+  const auto differs = load_error(write_config(dir, text + "[model]\npreset = \"gpt2-tiny\"\n"));
+  EXPECT_NE(differs.find("model.preset = \"gpt2-tiny\": disagrees with init.from's config.json (vocab_size 321 vs "
+                         "997); remove model.preset"),
+            std::string::npos)
+      << differs;
   const auto missing = load_error(write_config(dir, kTiny), {"init.from=/no/such/model"});
   EXPECT_NE(missing.find("init.from = \"/no/such/model\": no such file or directory"), std::string::npos) << missing;
 }
