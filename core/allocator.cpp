@@ -5,7 +5,12 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "core/device.h"
 #include "core/error.h"
+
+#ifdef DTRAIN_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
 
 namespace dt {
 
@@ -45,18 +50,34 @@ Accounting& accounting(Device device) {
 
 std::string_view mem_tag_name(MemTag tag) { return kTagNames[static_cast<int>(tag)]; }
 
-void* allocate(size_t bytes, MemTag tag, Device device) {
-  if (bytes == 0) return nullptr;
-  if (device != Device::cpu)
-    throw Error(str("cannot allocate ", bytes, " bytes of ", mem_tag_name(tag), " on ", device_name(device),
-                    ": this build of dtrain has no ", device_name(device), " backend; use device = \"cpu\""));
+namespace {
+
+// 64-byte aligned host memory; nullptr when out of memory.
+void* allocate_host(size_t bytes) {
   // A size within one alignment of SIZE_MAX (an overflowed product, a corrupt header) would
   // round up to 0 and "succeed"; treat it as the out-of-memory it is.
-  const bool fits = bytes <= SIZE_MAX - (kCpuAlignment - 1);
-  const size_t rounded = fits ? (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment : 0;
-  void* ptr = fits ? std::aligned_alloc(kCpuAlignment, rounded) : nullptr;
+  if (bytes > SIZE_MAX - (kCpuAlignment - 1)) return nullptr;
+  return std::aligned_alloc(kCpuAlignment, (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment);
+}
+
+}  // namespace
+
+void* allocate(size_t bytes, MemTag tag, Device device) {
+  if (bytes == 0) return nullptr;
+  require_device(device);
+  void* ptr = nullptr;
+  std::string where = "host memory";
+  if (device == Device::cpu) {
+    ptr = allocate_host(bytes);
+  } else {
+#ifdef DTRAIN_WITH_CUDA
+    ptr = cuda::allocate(bytes);
+    where = str("GPU memory on ", cuda::device_info().name, " (", format_bytes(cuda::device_info().total_bytes),
+                ", after releasing its cached free blocks)");
+#endif
+  }
   if (ptr == nullptr)
-    throw Error(str("out of host memory allocating ", bytes, " bytes of ", mem_tag_name(tag),
+    throw Error(str("out of ", where, " allocating ", bytes, " bytes of ", mem_tag_name(tag),
                     "; already held: ", format_memory_stats(memory_stats(device)),
                     ". Reduce the micro-batch size or sequence length, or enable recomputation"));
   accounting(device).add(bytes, tag);
@@ -66,7 +87,13 @@ void* allocate(size_t bytes, MemTag tag, Device device) {
 void deallocate(void* ptr, size_t bytes, MemTag tag, Device device) {
   if (ptr == nullptr) return;
   accounting(device).remove(bytes, tag);
-  std::free(ptr);
+  if (device == Device::cpu) {
+    std::free(ptr);
+    return;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  cuda::free(ptr);
+#endif
 }
 
 MemoryStats memory_stats(Device device) {

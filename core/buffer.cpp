@@ -1,7 +1,8 @@
 #include "core/buffer.h"
 
-#include <cstring>
 #include <utility>
+
+#include "core/device.h"
 
 namespace dt {
 
@@ -42,9 +43,6 @@ Tensor Buffer::view(DType dtype, Shape shape, size_t offset_bytes) const {
   return t;
 }
 
-void Buffer::zero() {
-  DT_CHECK(device_ == Device::cpu, "Buffer::zero on ", device_name(device_));
-  if (bytes_) std::memset(data_, 0, bytes_);
-}
+void Buffer::zero() { zero_bytes(data_, device_, bytes_); }
 
 }  // namespace dt

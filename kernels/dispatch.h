@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "core/device.h"
 #include "core/tensor.h"
 
 namespace dt::kernels {
@@ -27,14 +28,23 @@ void expect_dtype(std::string_view op, std::string_view arg, const Tensor& t, DT
 // The dtype of gradients accumulated for parameters stored as `storage`: f64 for f64, else f32.
 DType accumulation_dtype(DType storage);
 
-// Calls cpu(args...) for CPU tensors; a CUDA build adds the cuda branch here and nowhere else.
+// Calls cpu::op_name(args...) for CPU tensors and cuda::op_name(args...) for CUDA tensors. A
+// build without the CUDA backend says so instead (core/device.h names the reason and the fix).
+// DTRAIN_CUDA_KERNELS: defined once kernels/cuda/ implements every op (issue 6, in progress).
+#ifdef DTRAIN_CUDA_KERNELS
+#define DT_DISPATCH_CUDA_CASE(op_name, ...) return ::dt::kernels::cuda::op_name(__VA_ARGS__);
+#else
+#define DT_DISPATCH_CUDA_CASE(op_name, ...)                                                       \
+  ::dt::require_device(::dt::Device::cuda);                                                       \
+  throw ::dt::Error(::dt::str(#op_name ": this build of dtrain has no CUDA backend"));
+#endif
 #define DT_DISPATCH_DEVICE(op_name, device, ...)                                                  \
   do {                                                                                            \
     switch (device) {                                                                             \
       case ::dt::Device::cpu:                                                                     \
         return ::dt::kernels::cpu::op_name(__VA_ARGS__);                                          \
       case ::dt::Device::cuda:                                                                    \
-        throw ::dt::Error(::dt::str(#op_name ": this build of dtrain has no CUDA backend"));       \
+        DT_DISPATCH_CUDA_CASE(op_name, __VA_ARGS__)                                               \
     }                                                                                             \
     __builtin_unreachable();                                                                      \
   } while (0)

@@ -479,7 +479,7 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
 
 RunConfig load_run_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
   toml::table doc = parse_file(path);
-  Origins origins{.file = path.string()};
+  Origins origins{.file = path.string(), .lines = {}, .overrides = {}};
   Problems problems;
   apply_overrides(doc, overrides, origins, problems);
 

@@ -1,0 +1,87 @@
+#include "core/device.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+#ifdef DTRAIN_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
+
+namespace dt {
+
+bool cuda_built() {
+#ifdef DTRAIN_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string cuda_unavailable_reason() {
+#ifdef DTRAIN_WITH_CUDA
+  static const std::string reason = [] {
+    int count = 0;
+    const cudaError_t error = cudaGetDeviceCount(&count);
+    if (error == cudaErrorNoDevice || (error == cudaSuccess && count == 0))
+      return std::string("no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+    if (error == cudaErrorInsufficientDriver)
+      return std::string("the NVIDIA driver is missing or older than this build's CUDA runtime (") +
+             std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
+             "); install or update the driver";
+    if (error != cudaSuccess)
+      return str("the CUDA runtime cannot start: ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
+    return std::string();
+  }();
+  return reason;
+#else
+  return "this build of dtrain has no CUDA backend (nvcc was not found when it was configured); install the CUDA "
+         "toolkit and rebuild, or use device = \"cpu\"";
+#endif
+}
+
+void require_device(Device device) {
+  if (device == Device::cpu) return;
+  const std::string reason = cuda_unavailable_reason();
+  if (!reason.empty()) throw Error(str("cannot use device \"cuda\": ", reason, "; or set train.device = \"cpu\""));
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device == Device::cpu && src_device == Device::cpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  // In order with the kernels that produced src or will read dst.
+  const cudaStream_t stream = cuda::compute_stream();
+  DT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  DT_CUDA_CHECK(cudaStreamSynchronize(stream));
+#else
+  require_device(Device::cuda);
+#endif
+}
+
+void zero_bytes(void* dst, Device device, size_t bytes) {
+  if (bytes == 0) return;
+  if (device == Device::cpu) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  DT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cuda::compute_stream()));
+#else
+  require_device(device);
+#endif
+}
+
+void synchronize(Device device) {
+  if (device == Device::cpu) return;
+#ifdef DTRAIN_WITH_CUDA
+  DT_CUDA_CHECK(cudaStreamSynchronize(cuda::compute_stream()));
+#else
+  require_device(device);
+#endif
+}
+
+}  // namespace dt
