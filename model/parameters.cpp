@@ -1,7 +1,9 @@
 #include "model/parameters.h"
 
 #include <cmath>
+#include <vector>
 
+#include "core/device.h"
 #include "core/rng.h"
 #include "core/suggest.h"
 
@@ -94,18 +96,14 @@ Tensor FlatTensors::shown(const ParamInfo& info) const {
 
 void init_parameters(FlatTensors& params, uint64_t seed) {
   params.zero();  // alignment gaps and padding rows stay zero
+  std::vector<float> values;
   for (const auto& p : params.layout().params()) {
-    float* data = params.shown(p).ptr<float>();
-    switch (p.init) {
-      case ParamInit::normal:
-        fill_normal(data, p.numel(), 0, ElementRng(seed, p.name), 0.0f, p.init_std);
-        break;
-      case ParamInit::ones:
-        std::fill_n(data, p.numel(), 1.0f);
-        break;
-      case ParamInit::zeros:
-        break;
-    }
+    if (p.init == ParamInit::zeros) continue;
+    // Filled on the CPU, then copied where the parameters live.
+    values.assign(static_cast<size_t>(p.numel()), 1.0f);
+    if (p.init == ParamInit::normal) fill_normal(values.data(), p.numel(), 0, ElementRng(seed, p.name), 0.0f, p.init_std);
+    const Tensor shown = params.shown(p);
+    copy_bytes(shown.data, shown.device, values.data(), Device::cpu, values.size() * sizeof(float));
   }
 }
 

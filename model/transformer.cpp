@@ -4,6 +4,8 @@
 #include <map>
 
 #include "core/buffer.h"
+#include "core/device.h"
+#include "kernels/convert.h"
 #include "kernels/add.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -38,7 +40,7 @@ struct Transformer::Activations {
   Region dres, dtmp, dqkv, dfch, dact;                       // in scratch
   Buffer saved, scratch;
 
-  Activations(const ModelConfig& c, int64_t n_max, Recompute recompute, DType precision) {
+  Activations(const ModelConfig& c, int64_t n_max, Recompute recompute, DType precision, Device device) {
     const int64_t C = c.d_model, F = c.ffn_hidden();
     const int64_t mean_width = c.family == ModelFamily::gpt2 ? 1 : 0;  // RMSNorm keeps no mean
     int64_t saved_bytes = 0, scratch_bytes = 0;
@@ -71,8 +73,8 @@ struct Transformer::Activations {
     lnf = s(C), lnf_mean = stat(mean_width), lnf_rstd = stat(1), logits = s(c.padded_vocab_size()), losses = stat(1);
     auto w = [&](int64_t width) { return region(scratch_bytes, width, precision); };
     dres = w(C), dtmp = w(C), dqkv = w(c.qkv_width()), dfch = w(c.ffn_in_width()), dact = w(F);
-    saved = Buffer(static_cast<size_t>(saved_bytes), MemTag::activations, Device::cpu, false);
-    scratch = Buffer(static_cast<size_t>(scratch_bytes), MemTag::workspace, Device::cpu, false);
+    saved = Buffer(static_cast<size_t>(saved_bytes), MemTag::activations, device, false);
+    scratch = Buffer(static_cast<size_t>(scratch_bytes), MemTag::workspace, device, false);
   }
 
   // Region r viewed as (N, width).
@@ -80,6 +82,27 @@ struct Transformer::Activations {
     return b.view(r.dtype, {N, r.width}, static_cast<size_t>(r.offset));
   }
 };
+
+namespace {
+
+// The ids of a token or target tensor on the CPU, wherever the tensor is (a copy of B * T
+// integers: small beside a step).
+std::vector<int32_t> host_ids(Tensor ids) {
+  std::vector<int32_t> host(static_cast<size_t>(ids.numel()));
+  copy_bytes(host.data(), Device::cpu, ids.data, ids.device, host.size() * sizeof(int32_t));
+  return host;
+}
+
+// The sum of per-token losses (f32), in token order on the CPU: the same number on every device.
+double sum_in_order(Tensor losses) {
+  std::vector<float> host(static_cast<size_t>(losses.numel()));
+  copy_bytes(host.data(), Device::cpu, losses.data, losses.device, host.size() * sizeof(float));
+  double sum = 0;
+  for (const float loss : host) sum += loss;
+  return sum;
+}
+
+}  // namespace
 
 std::string_view recompute_name(Recompute policy) {
   switch (policy) {
@@ -107,24 +130,32 @@ DType precision_from_name(std::string_view name) {
 }
 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                         DType precision)
-    : layout_(validated(config, batch_size, seq_len, precision)),  // before anything is allocated
-      params_(layout_, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state),
-      grads_(layout_, MemTag::gradients),
+                         DType precision, Device device)
+    : layout_(validated(config, batch_size, seq_len, precision, device)),  // before anything is allocated
+      params_(layout_, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state, device),
+      grads_(layout_, MemTag::gradients, device),
       recompute_(recompute),
       precision_(precision),
+      device_(device),
       batch_size_(batch_size),
       seq_len_(seq_len),
-      acts_(std::make_unique<Activations>(config, static_cast<int64_t>(batch_size) * seq_len, recompute, precision)) {
-  if (precision != DType::f32) compute_weights_.emplace(layout_, MemTag::parameters, Device::cpu, precision);
+      acts_(std::make_unique<Activations>(config, static_cast<int64_t>(batch_size) * seq_len, recompute, precision,
+                                          device)) {
+  if (precision != DType::f32) compute_weights_.emplace(layout_, MemTag::parameters, device, precision);
   if (config.family != ModelFamily::llama) return;
+  // The table is computed on the CPU and copied to the device.
   const int64_t half = config.head_size() / 2;
-  rope_table_ = Buffer(static_cast<size_t>(2 * seq_len * half) * sizeof(float), MemTag::workspace);
+  const size_t table_bytes = static_cast<size_t>(2 * seq_len * half) * sizeof(float);
+  const Buffer host_table(table_bytes, MemTag::workspace);
   const kernels::RopeScaling scaling{.factor = config.rope_scaling_factor,
                                      .low_freq_factor = config.rope_low_freq_factor,
                                      .high_freq_factor = config.rope_high_freq_factor,
                                      .original_max_seq_len = static_cast<double>(config.rope_original_max_seq_len)};
-  k::rope_table(rope_cos(), rope_sin(), k::rope_inverse_frequencies(config.head_size(), config.rope_theta, scaling));
+  k::rope_table(host_table.view(DType::f32, {seq_len, half}),
+                host_table.view(DType::f32, {seq_len, half}, static_cast<size_t>(seq_len * half) * sizeof(float)),
+                k::rope_inverse_frequencies(config.head_size(), config.rope_theta, scaling));
+  rope_table_ = Buffer(table_bytes, MemTag::workspace, device, false);
+  copy_bytes(rope_table_.data(), device, host_table.data(), Device::cpu, table_bytes);
 }
 
 Tensor Transformer::rope_cos() const { return rope_table_.view(DType::f32, {seq_len_, config().head_size() / 2}); }
@@ -136,8 +167,10 @@ Tensor Transformer::rope_sin() const {
 
 Transformer::~Transformer() = default;
 
-const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len, DType precision) {
+const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len, DType precision,
+                                          Device device) {
   validate_model_config(config);
+  require_device(device);
   if (precision != DType::f32 && precision != DType::bf16 && precision != DType::f16)
     throw Error(str("precision ", dtype_name(precision), " is not one the model runs in; use f32, bf16 or f16"));
   if (batch_size < 1) throw Error(str("batch size ", batch_size, " must be at least 1"));
@@ -155,7 +188,8 @@ void Transformer::check_inputs(Tensor tokens, Tensor targets) const {
                     batch_size_, ", ", seq_len_, "); pass at most that many sequences and tokens"));
   const int V = config().vocab_size;
   auto check_ids = [&](Tensor ids, std::string_view what, bool allow_ignore) {
-    const int32_t* p = ids.ptr<int32_t>();
+    const std::vector<int32_t> host = host_ids(ids);
+    const int32_t* p = host.data();
     for (int64_t i = 0; i < ids.numel(); ++i) {
       if ((p[i] >= 0 && p[i] < V) || (allow_ignore && p[i] == k::kIgnoreIndex)) continue;
       throw Error(str(what, " id ", p[i], " at (", i / T, ", ", i % T, ") is outside the vocabulary [0, ", V,
@@ -173,18 +207,7 @@ void Transformer::check_inputs(Tensor tokens, Tensor targets) const {
 void Transformer::refresh_compute_weights() {
   if (!compute_weights_) return;
   // Shown elements only: padding rows and alignment gaps stay zero from allocation.
-  for (const ParamInfo& p : layout_.params()) {
-    const float* master = params_.shown(p).ptr<float>();
-    uint16_t* copy = compute_weights_->shown(p).ptr<uint16_t>();
-    const int64_t n = p.numel();
-    if (precision_ == DType::bf16) {
-#pragma omp parallel for simd schedule(static)
-      for (int64_t i = 0; i < n; ++i) copy[i] = float_to_bf16(master[i]);
-    } else {
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i) copy[i] = float_to_f16(master[i]);
-    }
-  }
+  for (const ParamInfo& p : layout_.params()) k::convert(compute_weights_->shown(p), params_.shown(p));
 }
 
 Tensor Transformer::bias(const FlatTensors& tensors, const std::string& name) const {
@@ -277,9 +300,7 @@ double Transformer::forward(Tensor tokens, Tensor targets) {
   Tensor losses_n = Activations::view(acts_->saved, acts_->losses, N).reshape({N});
   k::cross_entropy_forward(losses_n, Activations::view(acts_->saved, acts_->logits, N),
                            targets.reshape({N}), config().vocab_size);
-  double sum = 0;
-  for (int64_t i = 0; i < N; ++i) sum += losses_n.ptr<float>()[i];
-  return sum;
+  return sum_in_order(losses_n);
 }
 
 double Transformer::forward_backward(Tensor tokens, Tensor targets, float loss_scale) {
@@ -292,9 +313,7 @@ double Transformer::forward_backward(Tensor tokens, Tensor targets, float loss_s
                                     Activations::view(acts_->saved, acts_->logits, N),
                                     targets.reshape({N}), config().vocab_size, loss_scale);
   backward_blocks(tokens);
-  double sum = 0;
-  for (int64_t i = 0; i < N; ++i) sum += losses_n.ptr<float>()[i];
-  return sum;
+  return sum_in_order(losses_n);
 }
 
 void Transformer::backward_blocks(Tensor tokens) {
@@ -316,7 +335,7 @@ void Transformer::backward_blocks(Tensor tokens) {
   Tensor dlogits = act(a.logits);
   k::linear_backward_input(dtmp, dlogits, weights().stored(output_weight_name()));
   k::linear_backward_weight(grads_.stored(output_weight_name()), Tensor{}, dlogits, act(a.lnf));
-  std::memset(dres.data, 0, dres.bytes());
+  zero_bytes(dres.data, device_, dres.bytes());
   Tensor x_last = c.n_layer > 0 ? act(a.layers.back().res3) : act(a.encoded);
   norm_backward(dres, dtmp, x_last, mean_rows(a.lnf_mean), rows(a.lnf_rstd), "ln_f");
 
@@ -359,23 +378,16 @@ void Transformer::backward_blocks(Tensor tokens) {
 void Transformer::copy_logits(Tensor out) const {
   const int64_t N = static_cast<int64_t>(current_batch_) * current_seq_;
   const int64_t V = config().vocab_size, Vp = config().padded_vocab_size();
-  DT_CHECK(out.dtype == DType::f32 && out.numel() == N * V, "logits out ", out.describe());
+  DT_CHECK(out.dtype == DType::f32 && out.device == Device::cpu && out.numel() == N * V, "logits out ",
+           out.describe());
   const Tensor logits = Activations::view(acts_->saved, acts_->logits, N);
-  float* dst = out.ptr<float>();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t v = 0; v < V; ++v) {
-      const int64_t i = n * Vp + v;
-      switch (logits.dtype) {
-        case DType::bf16:
-          dst[n * V + v] = bf16_to_float(logits.ptr<uint16_t>()[i]);
-          break;
-        case DType::f16:
-          dst[n * V + v] = f16_to_float(logits.ptr<uint16_t>()[i]);
-          break;
-        default:
-          dst[n * V + v] = logits.ptr<float>()[i];
-      }
-    }
+  const Buffer host(logits.bytes(), MemTag::workspace, Device::cpu, false);
+  copy_bytes(host.data(), Device::cpu, logits.data, logits.device, logits.bytes());
+  // Row n of the padded (N, Vp) logits, without its padding columns, into row n of out.
+  for (int64_t n = 0; n < N; ++n) {
+    const size_t row_offset = static_cast<size_t>(n * Vp) * dtype_size(logits.dtype);
+    k::convert(out.reshape({N, V}).slice_rows(n, 1).reshape({V}), host.view(logits.dtype, {V}, row_offset));
+  }
 }
 
 Tensor Transformer::losses() const {
@@ -383,9 +395,8 @@ Tensor Transformer::losses() const {
 }
 
 int64_t Transformer::count_targets(Tensor targets) {
-  const int32_t* t = targets.ptr<int32_t>();
   int64_t n = 0;
-  for (int64_t i = 0; i < targets.numel(); ++i) n += t[i] != k::kIgnoreIndex;
+  for (const int32_t t : host_ids(targets)) n += t != k::kIgnoreIndex;
   return n;
 }
 

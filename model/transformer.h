@@ -52,8 +52,10 @@ class Transformer {
   // With bf16 or f16, params() stays the f32 master copy (tagged optimizer_state, as ZeRO
   // counts it) that the optimizer updates, init fills and checkpoints save; every forward
   // first rounds it into the 16-bit compute copy (tagged parameters). Gradients are f32.
+  // device: where every buffer lives and every kernel runs; tokens and targets given to
+  // forward() are on it too.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
-              DType precision = DType::f32);
+              DType precision = DType::f32, Device device = Device::cpu);
   ~Transformer();
 
   const ModelConfig& config() const { return layout_.config(); }
@@ -64,6 +66,7 @@ class Transformer {
   int seq_len() const { return seq_len_; }
   Recompute recompute() const { return recompute_; }
   DType precision() const { return precision_; }
+  Device device() const { return device_; }
 
   // Runs the forward pass on tokens (B, T) and returns the sum of per-token losses over the
   // targets that are not ignore_index (kernels/cross_entropy.h). targets may be undefined:
@@ -75,7 +78,8 @@ class Transformer {
   // Returns the unscaled sum of losses. The logits buffer holds their gradient afterwards.
   double forward_backward(Tensor tokens, Tensor targets, float loss_scale);
 
-  // Copies the last forward's logits, without vocabulary padding, into out (B, T, V) f32.
+  // Copies the last forward's logits, without vocabulary padding, into out (B, T, V) f32 on
+  // the CPU.
   void copy_logits(Tensor out) const;
   // Per-token losses of the last forward, (B, T) f32.
   Tensor losses() const;
@@ -84,7 +88,8 @@ class Transformer {
 
  private:
   struct Activations;
-  static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len, DType precision);
+  static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len, DType precision,
+                                      Device device);
   void check_inputs(Tensor tokens, Tensor targets) const;
   void forward_blocks(Tensor tokens);
   // Block l's forward from its kept input: writes the block's activations and its output.
@@ -110,6 +115,7 @@ class Transformer {
   FlatTensors grads_;
   Recompute recompute_;
   DType precision_;
+  Device device_;
   std::optional<FlatTensors> compute_weights_;
   int batch_size_;
   int seq_len_;

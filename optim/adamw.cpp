@@ -19,10 +19,10 @@ void AdamWConfig::validate() const {
 }
 
 // The config is validated before the moments are allocated.
-AdamW::AdamW(const ParameterLayout& layout, AdamWConfig config)
+AdamW::AdamW(const ParameterLayout& layout, AdamWConfig config, Device device)
     : config_((config.validate(), config)),
-      m_(layout, MemTag::optimizer_state),
-      v_(layout, MemTag::optimizer_state) {}
+      m_(layout, MemTag::optimizer_state, device),
+      v_(layout, MemTag::optimizer_state, device) {}
 
 bool AdamW::decays(const ParamInfo& p) const { return p.is_matrix && (!p.is_embedding || config_.decay_embeddings); }
 

@@ -24,7 +24,8 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const ParameterLayout& layout, AdamWConfig config);
+  // The moments live on `device`, beside the parameters they update.
+  AdamW(const ParameterLayout& layout, AdamWConfig config, Device device = Device::cpu);
 
   // One update with learning rate lr, every gradient multiplied by grad_scale first (the
   // clipping coefficient). Reads grads; updates params, m and v.
