@@ -9,9 +9,11 @@
 
 #include "core/allocator.h"
 #include "core/buffer.h"
+#include "core/device.h"
 #include "core/rng.h"
 #include "kernels/linear.h"
 #include "model/transformer.h"
+#include "train/batch_buffers.h"
 #include "train/step.h"
 #include "train/throughput.h"
 
@@ -70,20 +72,19 @@ void print_activation_bytes(const StepBenchOptions& o) {
 StepBenchResult run_step_bench(const StepBenchOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   if (o.steps < 1 || o.warmup < 0) throw Error(str("bench step: --steps must be >= 1 and --warmup >= 0"));
-  Transformer model(o.model, o.batch_size, o.seq_len, o.recompute, o.precision);
+  Transformer model(o.model, o.batch_size, o.seq_len, o.recompute, o.precision, o.device);
   init_parameters(model.params(), 1);
-  AdamW optimizer(model.layout(), AdamWConfig{});
-  const size_t bytes = static_cast<size_t>(o.batch_size) * o.seq_len * sizeof(int32_t);
-  Buffer token_buffer(bytes, MemTag::workspace), target_buffer(bytes, MemTag::workspace);
-  MicroBatch mb{token_buffer.view(DType::i32, {o.batch_size, o.seq_len}),
-                target_buffer.view(DType::i32, {o.batch_size, o.seq_len})};
+  AdamW optimizer(model.layout(), AdamWConfig{}, o.device);
+  BatchBuffers batch(1, o.batch_size, o.seq_len, o.device);
+  const MicroBatch& host = batch.host(0);
   const ElementRng rng(2, "bench.tokens");
-  for (int64_t i = 0; i < mb.tokens.numel(); ++i) {
-    mb.tokens.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(2 * i) * o.model.vocab_size);
-    mb.targets.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(2 * i + 1) * o.model.vocab_size);
+  for (int64_t i = 0; i < host.tokens.numel(); ++i) {
+    host.tokens.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(2 * i) * o.model.vocab_size);
+    host.targets.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(2 * i + 1) * o.model.vocab_size);
   }
+  batch.upload();
 
-  const double peak = measure_gemm_peak_gflop_per_s(o.precision);
+  const double peak = measure_gemm_peak_gflop_per_s(o.precision, o.device);
   const double tokens = static_cast<double>(o.batch_size) * o.seq_len;
   const StepFlops counted = training_flops(o.model, o.seq_len, o.batch_size * int64_t{o.seq_len}, o.recompute);
   const double flops = counted.model;
@@ -94,15 +95,17 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   std::printf("# batch %d x seq %d = %.0f tokens/step, %s, recompute %s, %d threads, %d warm-up + %d timed steps\n",
               o.batch_size, o.seq_len, tokens, std::string(dtype_name(o.precision)).c_str(),
               std::string(recompute_name(o.recompute)).c_str(), omp_get_max_threads(), o.warmup, o.steps);
-  std::printf("# GEMM peak (%s 2048^3 through linear_forward, same threads): %.1f GFLOP/s; %.3f GFLOP per step\n",
-              std::string(dtype_name(o.precision)).c_str(), peak, flops / 1e9);
+  std::printf("# GEMM peak (%s 2048^3 through linear_forward on %s): %.1f GFLOP/s; %.3f GFLOP per step\n",
+              std::string(dtype_name(o.precision)).c_str(), std::string(device_name(o.device)).c_str(), peak,
+              flops / 1e9);
   std::printf("#%6s %12s %14s %10s %10s\n", "step", "time_ms", "tokens_per_s", "GFLOP/s", "of_peak");
 
   std::vector<double> times;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
-    if (i == o.warmup) reset_peak_memory(Device::cpu);
+    if (i == o.warmup) reset_peak_memory(o.device);
     const auto start = std::chrono::steady_clock::now();
-    train_step(model, optimizer, std::span(&mb, 1), 1e-4f, 1.0f);
+    train_step(model, optimizer, batch.on_device(), 1e-4f, 1.0f);
+    synchronize(o.device);  // the optimizer's kernels may still be running
     const double s = seconds_since(start);
     if (i < o.warmup) continue;
     times.push_back(s);
@@ -118,7 +121,7 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   std::printf("# median: %.2f ms/step, %.1f tokens/s, %.1f GFLOP/s = %.1f%% of GEMM peak (MFU); HFU %.1f%%\n",
               r.median_step_ms, r.tokens_per_s, r.gflop_per_s, 100.0 * r.gflop_per_s / peak,
               100.0 * counted.hardware / s / 1e9 / peak);
-  const MemoryStats mem = memory_stats(Device::cpu);
+  const MemoryStats mem = memory_stats(o.device);
   std::printf("# peak memory per tag (MiB):");
   for (int t = 0; t < kNumMemTags; ++t)
     std::printf(" %s=%.1f", std::string(mem_tag_name(static_cast<MemTag>(t))).c_str(), mem.peak_bytes[t] / 1048576.0);

@@ -1,6 +1,7 @@
 // `dtrain bench step`: times full training steps (forward, backward, clip, AdamW) of a model
-// shape on the CPU and relates them to this machine's GEMM peak in the run's precision (sgemm
-// for f32, oneDNN's bf16 GEMM for bf16), measured in the same run.
+// shape on the CPU or a GPU and relates them to the device's GEMM peak in the run's precision
+// (sgemm for f32 and oneDNN's bf16 GEMM for bf16 on the CPU, cuBLASLt on a GPU), measured in
+// the same run; on a GPU, also to its datasheet dense peak.
 //
 // FLOPs are counted as train/throughput.h says.
 #pragma once
@@ -21,6 +22,7 @@ struct StepBenchOptions {
   int threads = 0;  // 0: OpenMP's default
   Recompute recompute = Recompute::none;
   DType precision = DType::f32;
+  Device device = Device::cpu;
 };
 
 struct StepBenchResult {

@@ -1,17 +1,19 @@
 #include "bench/step_bench.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
+#include "core/device.h"
 
 namespace dt::cli {
 
 int command_bench_step(int argc, char** argv, int first) {
-  Args args("bench step", "time training steps (forward, backward, clip, AdamW) of a model shape on the CPU");
+  Args args("bench step", "time training steps (forward, backward, clip, AdamW) of a model shape on the CPU or a GPU");
   declare_model_flags(args, "gpt2-124m");
   args.flag("batch", "8", "sequences per step")
       .flag("seq", "256", "tokens per sequence")
       .flag("steps", "10", "timed steps (the median is reported)")
       .flag("warmup", "2", "untimed steps before timing")
-      .flag("threads", "0", "OpenMP threads (0: OMP_NUM_THREADS or all cores)");
+      .flag("threads", "0", "OpenMP threads (0: OMP_NUM_THREADS or all cores)")
+      .flag("device", "cpu", "cpu or cuda");
   declare_run_flags(args);
   if (!args.parse(argc, argv, first)) return 0;
   run_step_bench({.model = model_from_flags(args),
@@ -21,7 +23,8 @@ int command_bench_step(int argc, char** argv, int first) {
                   .warmup = static_cast<int>(args.get_int("warmup")),
                   .threads = static_cast<int>(args.get_int("threads")),
                   .recompute = recompute_from_flags(args),
-                  .precision = precision_from_flags(args)});
+                  .precision = precision_from_flags(args),
+                  .device = device_from_name(args.get("device"))});
   return 0;
 }
 

@@ -27,10 +27,8 @@ int command_eval(int argc, char** argv, int first) {
   const int batch = static_cast<int>(args.get_int("batch-size")), seq = static_cast<int>(args.get_int("seq-len"));
   Transformer model(config, batch, seq);
   std::memcpy(model.params().all().data, weights.params->all().data, weights.params->all().bytes());
-  Buffer tokens(static_cast<size_t>(batch) * seq * sizeof(int32_t), MemTag::workspace);
-  Buffer targets(static_cast<size_t>(batch) * seq * sizeof(int32_t), MemTag::workspace);
-  const Evaluation e = evaluate(model, split, static_cast<int>(args.get_int("batches")),
-                                tokens.view(DType::i32, {batch, seq}), targets.view(DType::i32, {batch, seq}));
+  BatchBuffers scratch(1, batch, seq, Device::cpu);
+  const Evaluation e = evaluate(model, split, static_cast<int>(args.get_int("batches")), scratch);
   std::printf("%s on %s/%s*.bin: loss %.4f | perplexity %.2f | %lld tokens\n", weights.origin.c_str(),
               args.get("data").c_str(), args.get("split").c_str(), e.loss, std::exp(e.loss),
               static_cast<long long>(e.tokens));

@@ -10,6 +10,12 @@
 
 namespace dt {
 
+Device device_from_name(std::string_view name) {
+  for (const Device device : {Device::cpu, Device::cuda})
+    if (device_name(device) == name) return device;
+  throw Error(str("unknown device '", name, "'; valid devices are cpu, cuda"));
+}
+
 bool cuda_built() {
 #ifdef DTRAIN_WITH_CUDA
   return true;

@@ -4,10 +4,16 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace dt {
+
+// Parses "cpu" or "cuda"; throws dt::Error naming the valid values.
+Device device_from_name(std::string_view name);
 
 // Whether this build has the CUDA backend (nvcc was found at configure time).
 bool cuda_built();
@@ -19,6 +25,16 @@ void require_device(Device device);
 
 // Copies bytes between any two devices; returns when the copy is complete.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// The elements of t as a vector on the CPU, copied from wherever t is (for checks and sums of
+// small tensors: token ids, per-token losses). T must have t's element size.
+template <typename T>
+std::vector<T> host_values(const Tensor& t) {
+  std::vector<T> values(static_cast<size_t>(t.numel()));
+  DT_CHECK(sizeof(T) == dtype_size(t.dtype), "host_values of ", t.describe(), " as ", sizeof(T), "-byte elements");
+  copy_bytes(values.data(), Device::cpu, t.data, t.device, t.bytes());
+  return values;
+}
+
 // Sets bytes to zero, in order with the kernels queued on the device.
 void zero_bytes(void* dst, Device device, size_t bytes);
 // Waits for everything queued on the device (nothing to wait for on the CPU).

@@ -33,4 +33,8 @@ namespace cpu {
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
 }  // namespace cpu
 
+namespace cuda {
+void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
+}  // namespace cuda
+
 }  // namespace dt::kernels

@@ -23,4 +23,10 @@ void accumulate(Tensor dst, Tensor src);
 void scale(Tensor x, double factor);
 }  // namespace cpu
 
+namespace cuda {
+void add_forward(Tensor out, Tensor a, Tensor b);
+void accumulate(Tensor dst, Tensor src);
+void scale(Tensor x, double factor);
+}  // namespace cuda
+
 }  // namespace dt::kernels

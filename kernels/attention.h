@@ -36,4 +36,9 @@ void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_
 void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head);
 }  // namespace cpu
 
+namespace cuda {
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head);
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head);
+}  // namespace cuda
+
 }  // namespace dt::kernels

@@ -30,4 +30,8 @@ namespace cpu {
 void attention_decode(Tensor out, Tensor q, Tensor kv, int n_head, int n_kv_head);
 }  // namespace cpu
 
+namespace cuda {
+void attention_decode(Tensor out, Tensor q, Tensor kv, int n_head, int n_kv_head);
+}  // namespace cuda
+
 }  // namespace dt::kernels

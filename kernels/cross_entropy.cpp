@@ -14,7 +14,8 @@ void check(std::string_view op, const Tensor& losses, const Tensor& logits, cons
   const int64_t N = logits.dim(0);
   expect_shape(op, "losses", losses, {N});
   DT_CHECK(targets.dtype == DType::i32 && targets.shape == Shape({N}), op, ": targets ", targets.describe());
-  const int32_t* t = targets.ptr<int32_t>();
+  const std::vector<int32_t> host = host_values<int32_t>(targets);  // a copy when targets are on a GPU
+  const int32_t* t = host.data();
   for (int64_t n = 0; n < N; ++n)
     DT_CHECK((t[n] >= 0 && t[n] < V) || t[n] == ignore_index, op, ": target ", t[n], " at row ", n,
              " outside [0, ", V, ") and not the ignore index ", ignore_index);

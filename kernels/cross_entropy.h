@@ -36,4 +36,10 @@ void cross_entropy_forward_backward(Tensor losses, Tensor logits, Tensor targets
                                     float loss_scale, int32_t ignore_index);
 }  // namespace cpu
 
+namespace cuda {
+void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t vocab_size, int32_t ignore_index);
+void cross_entropy_forward_backward(Tensor losses, Tensor logits, Tensor targets, int64_t vocab_size,
+                                    float loss_scale, int32_t ignore_index);
+}  // namespace cuda
+
 }  // namespace dt::kernels

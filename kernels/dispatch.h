@@ -30,8 +30,7 @@ DType accumulation_dtype(DType storage);
 
 // Calls cpu::op_name(args...) for CPU tensors and cuda::op_name(args...) for CUDA tensors. A
 // build without the CUDA backend says so instead (core/device.h names the reason and the fix).
-// DTRAIN_CUDA_KERNELS: defined once kernels/cuda/ implements every op (issue 6, in progress).
-#ifdef DTRAIN_CUDA_KERNELS
+#ifdef DTRAIN_WITH_CUDA
 #define DT_DISPATCH_CUDA_CASE(op_name, ...) return ::dt::kernels::cuda::op_name(__VA_ARGS__);
 #else
 #define DT_DISPATCH_CUDA_CASE(op_name, ...)                                                       \

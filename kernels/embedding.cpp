@@ -7,7 +7,8 @@ namespace dt::kernels {
 namespace {
 void check_ids(std::string_view op, const Tensor& ids, int64_t rows) {
   DT_CHECK(ids.dtype == DType::i32, op, ": ids ", ids.describe(), " must be i32");
-  const int32_t* p = ids.ptr<int32_t>();
+  const std::vector<int32_t> host = host_values<int32_t>(ids);  // a copy when ids are on a GPU
+  const int32_t* p = host.data();
   for (int64_t i = 0; i < ids.numel(); ++i)
     DT_CHECK(p[i] >= 0 && p[i] < rows, op, ": id ", p[i], " at ", i, " outside the table's ", rows, " rows");
 }

@@ -33,4 +33,11 @@ void position_embedding_forward(Tensor out, Tensor wpe);
 void position_embedding_backward(Tensor dwpe, Tensor dout);
 }  // namespace cpu
 
+namespace cuda {
+void embedding_forward(Tensor out, Tensor ids, Tensor table);
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout);
+void position_embedding_forward(Tensor out, Tensor wpe);
+void position_embedding_backward(Tensor dwpe, Tensor dout);
+}  // namespace cuda
+
 }  // namespace dt::kernels

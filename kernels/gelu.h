@@ -19,4 +19,9 @@ void gelu_forward(Tensor out, Tensor inp);
 void gelu_backward(Tensor dinp, Tensor inp, Tensor dout);
 }  // namespace cpu
 
+namespace cuda {
+void gelu_forward(Tensor out, Tensor inp);
+void gelu_backward(Tensor dinp, Tensor inp, Tensor dout);
+}  // namespace cuda
+
 }  // namespace dt::kernels

@@ -32,4 +32,10 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
                         Tensor mean, Tensor rstd);
 }  // namespace cpu
 
+namespace cuda {
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias, float eps);
+void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
+                        Tensor mean, Tensor rstd);
+}  // namespace cuda
+
 }  // namespace dt::kernels

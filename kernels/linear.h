@@ -32,4 +32,10 @@ void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight);
 void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp);
 }  // namespace cpu
 
+namespace cuda {
+void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
+void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight);
+void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp);
+}  // namespace cuda
+
 }  // namespace dt::kernels

@@ -17,4 +17,9 @@ double sum_of_squares(Tensor x);
 bool all_finite(Tensor x);
 }  // namespace cpu
 
+namespace cuda {
+double sum_of_squares(Tensor x);
+bool all_finite(Tensor x);
+}  // namespace cuda
+
 }  // namespace dt::kernels

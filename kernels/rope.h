@@ -50,4 +50,9 @@ void rope_forward(Tensor qkv, Tensor cos, Tensor sin, int n_head, int n_kv_head)
 void rope_backward(Tensor dqkv, Tensor cos, Tensor sin, int n_head, int n_kv_head);
 }  // namespace cpu
 
+namespace cuda {
+void rope_forward(Tensor qkv, Tensor cos, Tensor sin, int n_head, int n_kv_head);
+void rope_backward(Tensor dqkv, Tensor cos, Tensor sin, int n_head, int n_kv_head);
+}  // namespace cuda
+
 }  // namespace dt::kernels

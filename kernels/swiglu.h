@@ -24,4 +24,9 @@ void swiglu_forward(Tensor out, Tensor inp);
 void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp);
 }  // namespace cpu
 
+namespace cuda {
+void swiglu_forward(Tensor out, Tensor inp);
+void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp);
+}  // namespace cuda
+
 }  // namespace dt::kernels

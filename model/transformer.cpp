@@ -85,20 +85,10 @@ struct Transformer::Activations {
 
 namespace {
 
-// The ids of a token or target tensor on the CPU, wherever the tensor is (a copy of B * T
-// integers: small beside a step).
-std::vector<int32_t> host_ids(Tensor ids) {
-  std::vector<int32_t> host(static_cast<size_t>(ids.numel()));
-  copy_bytes(host.data(), Device::cpu, ids.data, ids.device, host.size() * sizeof(int32_t));
-  return host;
-}
-
 // The sum of per-token losses (f32), in token order on the CPU: the same number on every device.
 double sum_in_order(Tensor losses) {
-  std::vector<float> host(static_cast<size_t>(losses.numel()));
-  copy_bytes(host.data(), Device::cpu, losses.data, losses.device, host.size() * sizeof(float));
   double sum = 0;
-  for (const float loss : host) sum += loss;
+  for (const float loss : host_values<float>(losses)) sum += loss;
   return sum;
 }
 
@@ -188,7 +178,7 @@ void Transformer::check_inputs(Tensor tokens, Tensor targets) const {
                     batch_size_, ", ", seq_len_, "); pass at most that many sequences and tokens"));
   const int V = config().vocab_size;
   auto check_ids = [&](Tensor ids, std::string_view what, bool allow_ignore) {
-    const std::vector<int32_t> host = host_ids(ids);
+    const std::vector<int32_t> host = host_values<int32_t>(ids);
     const int32_t* p = host.data();
     for (int64_t i = 0; i < ids.numel(); ++i) {
       if ((p[i] >= 0 && p[i] < V) || (allow_ignore && p[i] == k::kIgnoreIndex)) continue;
@@ -396,7 +386,7 @@ Tensor Transformer::losses() const {
 
 int64_t Transformer::count_targets(Tensor targets) {
   int64_t n = 0;
-  for (const int32_t t : host_ids(targets)) n += t != k::kIgnoreIndex;
+  for (const int32_t t : host_values<int32_t>(targets)) n += t != k::kIgnoreIndex;
   return n;
 }
 

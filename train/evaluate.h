@@ -3,9 +3,9 @@
 // `dtrain eval` afterwards) sees the same tokens and the numbers compare.
 #pragma once
 
-#include "core/tensor.h"
 #include "data/token_dataset.h"
 #include "model/transformer.h"
+#include "train/batch_buffers.h"
 
 namespace dt {
 
@@ -15,7 +15,7 @@ struct Evaluation {
 };
 
 // Uses the model's micro-batch shape; evaluates min(batches, what the split holds) batches,
-// at least one. tokens and targets are (B, T) i32 scratch.
-Evaluation evaluate(Transformer& model, const TokenDataset& split, int batches, Tensor tokens, Tensor targets);
+// at least one. scratch: one micro-batch of the model's shape on its device.
+Evaluation evaluate(Transformer& model, const TokenDataset& split, int batches, BatchBuffers& scratch);
 
 }  // namespace dt

@@ -400,8 +400,6 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
                   str("must be a multiple of train.micro_batch_size * parallel.dp = ", t.micro_batch_size, " * ", p.dp,
                       " = ", t.micro_batch_size * p.dp, " (a step accumulates whole micro-batches); set ",
                       batch_fixes(t.global_batch_size, t.micro_batch_size, p.dp)));
-  check.require(t.device != "cuda", "train.device",
-                "the CUDA backend is not built yet (issue 6); set train.device = \"cpu\"");
   check.require(t.grad_clip >= 0 && std::isfinite(t.grad_clip), "train.grad_clip",
                 "must be finite and at least 0 (0 disables clipping)");
   check.require(t.precision != DType::f16 || config.loss_scale.enabled, "train.precision",

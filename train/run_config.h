@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 #include "model/config.h"
 #include "model/transformer.h"
@@ -60,10 +61,11 @@ struct RunConfig {
     int64_t steps = 1000;
     int micro_batch_size = 8;    // sequences per micro-batch per data-parallel rank
     int global_batch_size = 8;   // sequences per optimizer step, over all ranks
-    std::string device = "cpu";  // "cpu" ("cuda" is issue 6)
+    std::string device = "cpu";  // "cpu" or "cuda"
     DType precision = DType::f32;
     Recompute recompute = Recompute::none;
     float grad_clip = 1.0f;      // 0 disables clipping
+    Device target_device() const { return device_from_name(device); }
   } train;
 
   LrSchedule lr;       // [optim] lr, min_lr_ratio, warmup_steps, decay, decay_steps; total = train.steps

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ckpt/hf_config.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "data/token_shard.h"
 #include "tests/testing.h"
@@ -229,13 +230,11 @@ TEST(RunConfig, ParallelismNotBuiltYetIsRejectedWithTheFix) {
   testing::TempDir dir;
   const auto e = load_error(write_config(dir, std::string(kTiny) +
                                                   "[parallel]\ndp = 2\ntp = 2\nzero_stage = 2\nsequence_parallel = "
-                                                  "true\n[train]\ndevice = \"cuda\"\nglobal_batch_size = 16\n"));
+                                                  "true\n[train]\nglobal_batch_size = 16\n"));
   for (const char* line : {"parallel.dp = 2: data parallelism is not built yet; set parallel.dp = 1",
                            "parallel.tp = 2: tensor parallelism is not built yet; set parallel.tp = 1",
                            "parallel.zero_stage = 2: ZeRO sharding is not built yet; set parallel.zero_stage = 0",
-                           "parallel.sequence_parallel = true: sequence parallelism is not built yet",
-                           "train.device = \"cuda\": the CUDA backend is not built yet (issue 6); set train.device = "
-                           "\"cpu\""})
+                           "parallel.sequence_parallel = true: sequence parallelism is not built yet"})
     EXPECT_NE(e.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << e;
 }
 
@@ -380,6 +379,23 @@ TEST(RunConfig, InitFromAHuggingFaceDirectoryGivesTheModel) {
       << differs;
   const auto missing = load_error(write_config(dir, kTiny), {"init.from=/no/such/model"});
   EXPECT_NE(missing.find("init.from = \"/no/such/model\": no such file or directory"), std::string::npos) << missing;
+}
+
+// The configuration names a device; whether this machine has it is a property of the run's
+// inputs, checked before anything is allocated (config show works anywhere).
+TEST(RunConfig, ACudaDeviceIsCheckedWithTheRunsInputs) {
+  testing::TempDir dir;
+  const RunConfig c = load_run_config(write_config(dir, kTiny), {"train.device=cuda"});
+  EXPECT_EQ(c.train.target_device(), Device::cuda);
+  if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "a CUDA device is available here";
+  try {
+    check_run_inputs(c);
+    ADD_FAILURE() << "a run on an unusable device passed its input checks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.device = \"cuda\": " + cuda_unavailable_reason()), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(load_error(write_config(dir, kTiny), {"train.device=tpu"}).find("train.device"), std::string::npos);
 }
 
 TEST(RunConfig, EveryExampleInConfigsLoads) {

@@ -2,6 +2,7 @@
 // is allocated.
 #include <filesystem>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "data/token_dataset.h"
 #include "train/run_config.h"
@@ -34,6 +35,8 @@ void check_run_inputs(const RunConfig& config) {
       }
     }
   }
+  if (const std::string why = config.train.target_device() == Device::cpu ? "" : cuda_unavailable_reason(); !why.empty())
+    problems.push_back(str(file, ": train.device = \"", config.train.device, "\": ", why, "; or set train.device = \"cpu\""));
   std::error_code ec;
   if (!d.tokenizer.empty() && !std::filesystem::is_regular_file(d.tokenizer, ec))
     problems.push_back(str(file, ": data.tokenizer = \"", d.tokenizer.string(),

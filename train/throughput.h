@@ -36,7 +36,8 @@ double forward_flops_per_token(const ModelConfig& model, int seq_len);
 // FLOPs of a training step (forward and backward) over `tokens` tokens in sequences of seq_len.
 StepFlops training_flops(const ModelConfig& model, int seq_len, int64_t tokens, Recompute recompute);
 
-// Best of several runs of a 2048^3 product through kernels::linear_forward in `precision`.
-double measure_gemm_peak_gflop_per_s(DType precision);
+// Best of several runs of a 2048^3 product through kernels::linear_forward in `precision` on
+// `device` (each run waits for the device to finish).
+double measure_gemm_peak_gflop_per_s(DType precision, Device device = Device::cpu);
 
 }  // namespace dt

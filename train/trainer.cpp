@@ -11,11 +11,13 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_checkpoint.h"
 #include "core/allocator.h"
+#include "core/device.h"
 #include "core/version.h"
 #include "data/data_loader.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "model/inference.h"
+#include "train/batch_buffers.h"
 #include "train/evaluate.h"
 #include "train/generate.h"
 #include "train/metrics.h"
@@ -29,25 +31,6 @@ namespace dt {
 
 namespace {
 
-// (B, T) i32 token and target buffers for each micro-batch of a step.
-class MicroBatches {
- public:
-  MicroBatches(int count, int batch_size, int seq_len) {
-    const size_t bytes = static_cast<size_t>(batch_size) * seq_len * sizeof(int32_t);
-    for (int m = 0; m < count; ++m) {
-      buffers_.emplace_back(bytes, MemTag::workspace);
-      buffers_.emplace_back(bytes, MemTag::workspace);
-      batches_.push_back({buffers_[2 * m].view(DType::i32, {batch_size, seq_len}),
-                          buffers_[2 * m + 1].view(DType::i32, {batch_size, seq_len})});
-    }
-  }
-  std::vector<MicroBatch>& batches() { return batches_; }
-
- private:
-  std::vector<Buffer> buffers_;
-  std::vector<MicroBatch> batches_;
-};
-
 void write_text_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
@@ -55,15 +38,26 @@ void write_text_file(const std::filesystem::path& path, const std::string& text)
     throw Error(str("cannot write ", path.string(), ": check that log.run_dir is writable and the disk has space"));
 }
 
-// The weights init.from names: a safetensors file, or a Hugging Face directory's.
+// The weights init.from names: a safetensors file, or a Hugging Face directory's. Read on the
+// CPU, then copied where the parameters live.
 void load_init_from(const RunConfig& config, FlatTensors& params) {
   std::filesystem::path file = config.init.from;
   if (std::filesystem::is_directory(file)) file /= "model.safetensors";
-  ckpt::load_hf_safetensors(params, file);
+  FlatTensors host(params.layout(), MemTag::workspace, Device::cpu);
+  ckpt::load_hf_safetensors(host, file);
+  copy_bytes(params.all().data, params.all().device, host.all().data, Device::cpu, host.all().bytes());
 }
 
 // One sample of the model's current parameters, decoded, for the log.
-std::string sample_text(const RunConfig& config, const FlatTensors& params, const Tokenizer& tokenizer) {
+std::string sample_text(const RunConfig& config, const FlatTensors& model_params, const Tokenizer& tokenizer) {
+  // Inference runs on the CPU (model/inference.h): a model on a GPU is sampled from a host copy.
+  std::optional<FlatTensors> host_copy;
+  if (model_params.all().device != Device::cpu) {
+    host_copy.emplace(model_params.layout(), MemTag::workspace, Device::cpu);
+    copy_bytes(host_copy->all().data, Device::cpu, model_params.all().data, model_params.all().device,
+               model_params.all().bytes());
+  }
+  const FlatTensors& params = host_copy ? *host_copy : model_params;
   std::vector<int32_t> prompt = tokenizer.encode(config.sample.prompt);
   if (prompt.empty()) prompt.push_back(tokenizer.eot_token());
   const int room = config.model.max_seq_len - static_cast<int>(prompt.size());
@@ -104,8 +98,9 @@ TrainSummary run_training(const RunConfig& config) {
   if (!config.data.tokenizer.empty()) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(config.data.tokenizer));
   DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle);
 
-  Transformer model(mc, B, T, config.train.recompute, config.train.precision);
-  AdamW optimizer(model.layout(), config.adamw);
+  const Device device = config.train.target_device();
+  Transformer model(mc, B, T, config.train.recompute, config.train.precision, device);
+  AdamW optimizer(model.layout(), config.adamw, device);
   std::unique_ptr<LossScaler> scaler;
   if (config.loss_scale.enabled) scaler = std::make_unique<LossScaler>(config.loss_scale.config);
 
@@ -150,17 +145,16 @@ TrainSummary run_training(const RunConfig& config) {
   if (!config.log.run_dir.empty()) std::printf("run directory %s\n", config.log.run_dir.string().c_str());
 
   // MFU is measured against this machine's GEMM peak in the run's precision, taken now.
-  const double peak_flops = measure_gemm_peak_gflop_per_s(config.train.precision) * 1e9;
-  reset_peak_memory(Device::cpu);  // the measurement's buffers are not the run's
+  const double peak_flops = measure_gemm_peak_gflop_per_s(config.train.precision, device) * 1e9;
+  reset_peak_memory(device);  // the measurement's buffers are not the run's
   const StepFlops flops = training_flops(mc, T, tokens_per_step, config.train.recompute);
   std::fflush(stdout);
 
-  MicroBatches step_batches(accumulation, B, T);
-  MicroBatches eval_batch(1, B, T);
+  BatchBuffers step_batches(accumulation, B, T, device);
+  BatchBuffers eval_batch(1, B, T, device);
   const auto validate = [&](int64_t step, ProgressDisplay& progress) {
     if (!val_data) return;
-    const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch.batches()[0].tokens,
-                                  eval_batch.batches()[0].targets);
+    const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch);
     summary.val_loss = e.loss;
     if (metrics) metrics->log_validation(step, e.loss);
     progress.message(str("step ", step, ": validation loss ", fixed(e.loss, 4), " (perplexity ",
@@ -182,10 +176,11 @@ TrainSummary run_training(const RunConfig& config) {
   ProgressDisplay progress(config.log.progress, summary.first_step, total_steps, config.log.every);
   int64_t step = summary.first_step;
   while (step < total_steps && !stop.requested()) {
-    for (MicroBatch& mb : step_batches.batches()) loader.next(mb.tokens, mb.targets);
+    for (int m = 0; m < step_batches.count(); ++m) loader.next(step_batches.host(m).tokens, step_batches.host(m).targets);
     const auto start = std::chrono::steady_clock::now();
+    step_batches.upload();
     const float lr = config.lr.at(step);
-    const StepStats stats = train_step(model, optimizer, step_batches.batches(), lr, config.train.grad_clip,
+    const StepStats stats = train_step(model, optimizer, step_batches.on_device(), lr, config.train.grad_clip,
                                        scaler.get(), step + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
@@ -196,7 +191,7 @@ TrainSummary run_training(const RunConfig& config) {
       metrics->log_step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
                          .tokens = tokens_per_step, .tokens_per_s = tokens_per_s, .step_ms = seconds * 1e3,
                          .mfu = mfu, .hfu = hfu, .loss_scale = stats.loss_scale, .skipped = !stats.applied,
-                         .memory = memory_stats(Device::cpu)});
+                         .memory = memory_stats(device)});
     progress.step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
                    .tokens_per_s = tokens_per_s, .mfu = mfu, .hfu = hfu, .step_ms = seconds * 1e3,
                    .loss_scale = scaler ? stats.loss_scale : 0, .skipped_by = stats.applied ? "" : stats.nonfinite});
@@ -220,7 +215,7 @@ TrainSummary run_training(const RunConfig& config) {
                                            std::chrono::steady_clock::now() - run_start).count())));
   if (scaler)
     progress.message(str("loss scaling: ", scaler->skipped_steps(), " steps skipped, final scale ", scaler->scale()));
-  progress.message(str("memory: ", format_memory_stats(memory_stats(Device::cpu))));
+  progress.message(str("memory", device == Device::cpu ? "" : " (GPU)", ": ", format_memory_stats(memory_stats(device))));
   return summary;
 }
 

@@ -1,8 +1,10 @@
 #include "train/training_checkpoint.h"
 
+#include <deque>
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 
 namespace dt {
@@ -61,15 +63,48 @@ void load_checkpoint_parameters(const ckpt::Checkpoint& checkpoint, FlatTensors&
 
 namespace {
 
-// The tensors of a checkpoint with their names, in one order for saving and loading.
-std::vector<std::pair<std::string, Tensor>> training_tensors(Transformer& model, AdamW& optimizer) {
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [prefix, flat] : {std::pair<std::string, FlatTensors*>{"model.", &model.params()},
-                                     {"adamw.m.", &optimizer.m()},
-                                     {"adamw.v.", &optimizer.v()}})
-    for (const ParamInfo& p : model.layout().params()) tensors.emplace_back(prefix + p.name, flat->shown(p));
-  return tensors;
-}
+// The flat buffers a training checkpoint holds — the parameters and AdamW's moments — as host
+// memory, which is what checkpoints are read from and written to: the buffers themselves for a
+// model on the CPU, else host copies (download() before saving, upload() after loading).
+class HostBuffers {
+ public:
+  HostBuffers(Transformer& model, AdamW& optimizer) {
+    for (const auto& [prefix, flat] : {std::pair<std::string, FlatTensors*>{"model.", &model.params()},
+                                       {"adamw.m.", &optimizer.m()},
+                                       {"adamw.v.", &optimizer.v()}}) {
+      FlatTensors* host = flat;
+      if (model.device() != Device::cpu) host = &copies_.emplace_back(flat->layout(), MemTag::workspace, Device::cpu);
+      entries_.push_back({prefix, flat, host});
+    }
+  }
+  // Every tensor with its checkpoint name, in one order for saving and loading.
+  std::vector<std::pair<std::string, Tensor>> tensors() const {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const Entry& e : entries_)
+      for (const ParamInfo& p : e.host->layout().params()) out.emplace_back(e.prefix + p.name, e.host->shown(p));
+    return out;
+  }
+  void download() const {
+    for (const Entry& e : entries_) copy(*e.host, *e.own);
+  }
+  void upload() const {
+    for (const Entry& e : entries_) copy(*e.own, *e.host);
+  }
+
+ private:
+  struct Entry {
+    std::string prefix;
+    FlatTensors* own;   // where training keeps it
+    FlatTensors* host;  // the same, or its host copy
+  };
+  static void copy(FlatTensors& dst, const FlatTensors& src) {
+    if (&dst == &src) return;
+    const Tensor to = dst.all(), from = src.all();
+    copy_bytes(to.data, to.device, from.data, from.device, from.bytes());
+  }
+  std::deque<FlatTensors> copies_;  // stable addresses
+  std::vector<Entry> entries_;
+};
 
 void check_same_model(const ckpt::Checkpoint& checkpoint, const ModelConfig& config) {
   const nlohmann::ordered_json ours = model_description(config);
@@ -96,11 +131,13 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
     const LossScalerState s = scaler->state();
     state["loss_scaler"] = {{"scale", s.scale}, {"finite_in_a_row", s.finite_in_a_row}, {"skipped", s.skipped}};
   }
+  const HostBuffers buffers(model, optimizer);
+  buffers.download();
   return ckpt::save_checkpoint(root,
                                {.step = progress.step,
                                 .model = model_description(model.config()),
                                 .state = state,
-                                .tensors = training_tensors(model, optimizer)},
+                                .tensors = buffers.tensors()},
                                keep_last);
 }
 
@@ -108,7 +145,9 @@ TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, Tr
                                           LossScaler* scaler) {
   return with_context(str("resuming from checkpoint '", checkpoint.directory().string(), "'"), [&] {
     check_same_model(checkpoint, model.config());
-    for (const auto& [name, tensor] : training_tensors(model, optimizer)) checkpoint.read_into(name, tensor);
+    const HostBuffers buffers(model, optimizer);
+    for (const auto& [name, tensor] : buffers.tensors()) checkpoint.read_into(name, tensor);
+    buffers.upload();
     const nlohmann::json& state = checkpoint.state();
     optimizer.restore_steps_taken(state.at("adamw_steps").get<int64_t>());
     if (scaler) {

@@ -1,0 +1,246 @@
+// The CUDA linear layer (cuBLASLt) against the CPU one (BLAS, oneDNN) on the same inputs:
+// forward with and without a bias, the input gradient, and the weight and bias gradients
+// accumulating into what is already there; f32, f64, bf16 and f16; shapes that are not
+// multiples of any tile or vector width, a leading shape (B, T, C), views that start off a
+// 16-byte boundary (cuBLASLt must be told the real alignment), and a tall weight-gradient
+// product (k = N large) where cuBLASLt may split k. Each test skips, saying why, without a GPU.
+//
+// Bounds. Every output element is a dot product of length K (plus a bias or an accumulated
+// value), summed in different orders by cuBLASLt and BLAS/oneDNN. Rounding errors of such a
+// sum grow like sqrt(K) ulps of the magnitudes summed (K ulps in the worst case), so an element
+// may differ by 2 sqrt(K) eps sum_k |a_k b_k|, eps that of the accumulation type (fp32 for
+// f32, bf16 and f16; fp64 for f64). That is far below what an index or transpose mistake
+// produces (the size of the result itself, ~ sum |a b| / sqrt(K)). A 16-bit output is then
+// rounded once on each side: one more step of the 16-bit type, 2^-8 relative for bf16 and 2^-11
+// for f16 (rounding to nearest: half a step each, in opposite directions at worst), plus f16's
+// subnormal spacing.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/linear.h"
+#include "tests/cuda_testing.h"
+#include "tests/storage_testing.h"
+
+namespace dt::kernels {
+namespace {
+
+using testing::OwnedTensor;
+
+OwnedTensor gpu_copy(const Tensor& t, bool misaligned = false) {
+  const size_t offset = misaligned ? dtype_size(t.dtype) : 0;
+  Buffer buffer(t.bytes() + offset, MemTag::workspace, Device::cuda, /*zero=*/false);
+  Tensor view = buffer.view(t.dtype, t.shape, offset);
+  copy_bytes(view.data, Device::cuda, t.data, Device::cpu, t.bytes());
+  return {std::move(buffer), view};
+}
+
+OwnedTensor cpu_copy(const Tensor& t) { return testing::copy_to(t, Device::cpu); }
+
+std::vector<double> values(const Tensor& t) {
+  if (t.dtype == DType::bf16 || t.dtype == DType::f16) return values(testing::widened(t).t);
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) out[i] = testing::element(t, i);
+  return out;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.bytes() == b.bytes() && std::memcmp(a.data, b.data, a.bytes()) == 0;
+}
+
+// Random values in a storage dtype (16-bit ones rounded from f32).
+OwnedTensor random(DType dtype, Shape shape, uint64_t seed, double std = 1.0) {
+  if (dtype == DType::bf16 || dtype == DType::f16) return testing::random_storage(dtype, shape, seed, std);
+  return testing::random_normal(dtype, shape, seed, std);
+}
+
+// The accumulation type's epsilon, the 16-bit output's relative rounding step (0 when the
+// output is not 16-bit) and its smallest spacing.
+double accumulation_eps(DType storage) { return storage == DType::f64 ? DBL_EPSILON : FLT_EPSILON; }
+double output_step(DType stored) {
+  return stored == DType::bf16 ? std::ldexp(1.0, -8) : stored == DType::f16 ? std::ldexp(1.0, -11) : 0.0;
+}
+double output_floor(DType stored) { return stored == DType::f16 ? std::ldexp(1.0, -24) : 0.0; }
+
+// Compares the GPU result with the CPU's element by element against the bound above.
+// magnitude[i] = sum_k |a_k b_k| (+ |bias| or |initial value|) for element i.
+void expect_near(const Tensor& cpu, const Tensor& gpu_on_host, const std::vector<double>& magnitude, int64_t K,
+                 DType storage, const std::string& what) {
+  const std::vector<double> a = values(cpu), b = values(gpu_on_host);
+  ASSERT_EQ(a.size(), b.size());
+  const double eps = accumulation_eps(storage), step = output_step(cpu.dtype), floor = output_floor(cpu.dtype);
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double bound =
+        2 * std::sqrt(static_cast<double>(std::max<int64_t>(K, 1))) * eps * magnitude[i] + step * std::fabs(a[i]) + floor;
+    ASSERT_NEAR(b[i], a[i], bound) << what << " element " << i;
+    worst = std::max(worst, std::fabs(b[i] - a[i]));
+  }
+  ::testing::Test::RecordProperty(what + " max_abs_difference", std::to_string(worst));
+}
+
+// sum_k |A[i, k]| |B[j, k]| for row-major A (I, K) and B (J, K): the magnitudes of A @ B^T.
+std::vector<double> abs_products(const std::vector<double>& A, const std::vector<double>& B, int64_t I, int64_t J,
+                                 int64_t K) {
+  std::vector<double> out(static_cast<size_t>(I * J), 0.0);
+  for (int64_t i = 0; i < I; ++i)
+    for (int64_t j = 0; j < J; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += std::fabs(A[i * K + k]) * std::fabs(B[j * K + k]);
+      out[i * J + j] = s;
+    }
+  return out;
+}
+
+// Row-major transpose of an (R, Cn) matrix of doubles.
+std::vector<double> transposed(const std::vector<double>& X, int64_t R, int64_t Cn) {
+  std::vector<double> out(X.size());
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < Cn; ++c) out[c * R + r] = X[r * Cn + c];
+  return out;
+}
+
+struct LinearCase {
+  Shape inp;  // (..., C)
+  int64_t OC;
+  bool bias;
+};
+
+const LinearCase kCases[] = {
+    {{2, 37, 67}, 45, true},   // a (B, T, C) input; nothing a multiple of 8
+    {{128, 256}, 192, true},   // aligned shapes: the bias epilogue
+    {{128, 256}, 192, false},  // no bias
+    {{3, 5}, 1, true},         // one output channel
+    {{8192, 64}, 96, true},    // k = N = 8192 in the weight gradient: split-k territory
+};
+
+std::string name_of(const LinearCase& c, DType dtype, bool misaligned) {
+  return std::string(dtype_name(dtype)) + " inp " + c.inp.to_string() + " OC " + std::to_string(c.OC) +
+         (c.bias ? " bias" : " no bias") + (misaligned ? " misaligned" : "");
+}
+
+void run_case(const LinearCase& c, DType dtype, bool misaligned) {
+  const int64_t C = c.inp[-1], N = c.inp.numel() / C, OC = c.OC;
+  const DType grad_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
+  Shape out_shape(c.inp.begin(), c.inp.end() - 1);
+  out_shape.push_back(OC);
+  const std::string name = name_of(c, dtype, misaligned);
+
+  const OwnedTensor inp = random(dtype, c.inp, 1);
+  const OwnedTensor weight = random(dtype, {OC, C}, 2, 1.0 / std::sqrt(static_cast<double>(C)));
+  const OwnedTensor bias = c.bias ? random(dtype, {OC}, 3) : OwnedTensor{};
+  const OwnedTensor dout = random(dtype, out_shape, 4);
+  const OwnedTensor dweight0 = testing::random_normal(grad_dtype, {OC, C}, 5);
+  const OwnedTensor dbias0 = testing::random_normal(grad_dtype, {OC}, 6);
+  const std::vector<double> x = values(inp.t), w = values(weight.t), dy = values(dout.t);
+
+  // forward: out(N, OC) = inp @ weight^T + bias.
+  {
+    const OwnedTensor out = testing::zeros(dtype, out_shape);
+    linear_forward(out.t, inp.t, weight.t, bias.t);
+    const OwnedTensor g_inp = gpu_copy(inp.t, misaligned), g_weight = gpu_copy(weight.t, misaligned);
+    const OwnedTensor g_bias = c.bias ? gpu_copy(bias.t, misaligned) : OwnedTensor{};
+    const OwnedTensor g_out = gpu_copy(out.t, misaligned);
+    linear_forward(g_out.t, g_inp.t, g_weight.t, g_bias.t);
+    std::vector<double> magnitude = abs_products(x, w, N, OC, C);
+    if (c.bias) {
+      const std::vector<double> b = values(bias.t);
+      for (int64_t i = 0; i < N * OC; ++i) magnitude[i] += std::fabs(b[i % OC]);
+    }
+    expect_near(out.t, cpu_copy(g_out.t).t, magnitude, C, dtype, "forward " + name);
+    // Twice: the same bits.
+    const OwnedTensor first = cpu_copy(g_out.t);
+    linear_forward(g_out.t, g_inp.t, g_weight.t, g_bias.t);
+    EXPECT_TRUE(same_bits(first.t, cpu_copy(g_out.t).t)) << "forward repeats, " << name;
+  }
+
+  // backward_input: dinp(N, C) = dout @ weight.
+  {
+    const OwnedTensor dinp = testing::zeros(dtype, c.inp);
+    linear_backward_input(dinp.t, dout.t, weight.t);
+    const OwnedTensor g_dout = gpu_copy(dout.t, misaligned), g_weight = gpu_copy(weight.t, misaligned);
+    const OwnedTensor g_dinp = gpu_copy(dinp.t, misaligned);
+    linear_backward_input(g_dinp.t, g_dout.t, g_weight.t);
+    expect_near(dinp.t, cpu_copy(g_dinp.t).t, abs_products(dy, transposed(w, OC, C), N, C, OC), OC, dtype,
+                "backward_input " + name);
+  }
+
+  // backward_weight: dweight(OC, C) += dout^T @ inp; dbias += column sums of dout.
+  {
+    const OwnedTensor dweight = cpu_copy(dweight0.t), dbias = cpu_copy(dbias0.t);
+    const Tensor dbias_or_none = c.bias ? dbias.t : Tensor{};
+    linear_backward_weight(dweight.t, dbias_or_none, dout.t, inp.t);
+    const OwnedTensor g_dout = gpu_copy(dout.t, misaligned), g_inp = gpu_copy(inp.t, misaligned);
+    const OwnedTensor g_dweight = gpu_copy(dweight0.t, misaligned), g_dbias = gpu_copy(dbias0.t, misaligned);
+    const Tensor g_dbias_or_none = c.bias ? g_dbias.t : Tensor{};
+    linear_backward_weight(g_dweight.t, g_dbias_or_none, g_dout.t, g_inp.t);
+
+    std::vector<double> magnitude = abs_products(transposed(dy, N, OC), transposed(x, N, C), OC, C, N);
+    const std::vector<double> dw0 = values(dweight0.t);
+    for (size_t i = 0; i < magnitude.size(); ++i) magnitude[i] += std::fabs(dw0[i]);
+    expect_near(dweight.t, cpu_copy(g_dweight.t).t, magnitude, N, dtype, "backward_weight dweight " + name);
+    if (c.bias) {
+      std::vector<double> column_magnitude(static_cast<size_t>(OC), 0.0);
+      const std::vector<double> db0 = values(dbias0.t);
+      for (int64_t o = 0; o < OC; ++o) {
+        column_magnitude[o] = std::fabs(db0[o]);
+        for (int64_t n = 0; n < N; ++n) column_magnitude[o] += std::fabs(dy[n * OC + o]);
+      }
+      expect_near(dbias.t, cpu_copy(g_dbias.t).t, column_magnitude, N, dtype, "backward_weight dbias " + name);
+    } else {
+      EXPECT_TRUE(same_bits(cpu_copy(g_dbias.t).t, dbias0.t)) << "dbias untouched without a bias, " << name;
+    }
+
+    // Accumulating again from the same start gives the same bits: the algorithm is cached and
+    // the column sum has a fixed order.
+    const OwnedTensor first_dweight = cpu_copy(g_dweight.t), first_dbias = cpu_copy(g_dbias.t);
+    copy_bytes(g_dweight.t.data, Device::cuda, dweight0.t.data, Device::cpu, dweight0.t.bytes());
+    copy_bytes(g_dbias.t.data, Device::cuda, dbias0.t.data, Device::cpu, dbias0.t.bytes());
+    linear_backward_weight(g_dweight.t, g_dbias_or_none, g_dout.t, g_inp.t);
+    EXPECT_TRUE(same_bits(first_dweight.t, cpu_copy(g_dweight.t).t)) << "dweight repeats, " << name;
+    EXPECT_TRUE(same_bits(first_dbias.t, cpu_copy(g_dbias.t).t)) << "dbias repeats, " << name;
+  }
+}
+
+TEST(CudaLinear, Float32MatchesTheCpu) {
+  DT_SKIP_WITHOUT_CUDA();
+  for (const LinearCase& c : kCases)
+    for (const bool misaligned : {false, true}) run_case(c, DType::f32, misaligned);
+}
+
+TEST(CudaLinear, BFloat16MatchesTheCpu) {
+  DT_SKIP_WITHOUT_CUDA();
+  for (const LinearCase& c : kCases)
+    for (const bool misaligned : {false, true}) run_case(c, DType::bf16, misaligned);
+}
+
+TEST(CudaLinear, Float16MatchesTheCpu) {
+  DT_SKIP_WITHOUT_CUDA();
+  for (const LinearCase& c : kCases)
+    for (const bool misaligned : {false, true}) run_case(c, DType::f16, misaligned);
+}
+
+TEST(CudaLinear, Float64MatchesTheCpu) {
+  DT_SKIP_WITHOUT_CUDA();
+  for (const LinearCase& c : kCases) run_case(c, DType::f64, /*misaligned=*/false);
+}
+
+// An empty batch (N = 0) launches nothing and leaves the accumulated gradients alone.
+TEST(CudaLinear, EmptyBatchLeavesGradientsAlone) {
+  DT_SKIP_WITHOUT_CUDA();
+  const OwnedTensor inp = gpu_copy(testing::zeros(DType::f32, {0, 16}).t);
+  const OwnedTensor dout = gpu_copy(testing::zeros(DType::f32, {0, 8}).t);
+  const OwnedTensor dweight0 = testing::random_normal(DType::f32, {8, 16}, 1);
+  const OwnedTensor dbias0 = testing::random_normal(DType::f32, {8}, 2);
+  const OwnedTensor dweight = gpu_copy(dweight0.t), dbias = gpu_copy(dbias0.t);
+  linear_backward_weight(dweight.t, dbias.t, dout.t, inp.t);
+  EXPECT_TRUE(same_bits(cpu_copy(dweight.t).t, dweight0.t));
+  EXPECT_TRUE(same_bits(cpu_copy(dbias.t).t, dbias0.t));
+}
+
+}  // namespace
+}  // namespace dt::kernels

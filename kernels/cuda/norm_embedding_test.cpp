@@ -1,0 +1,253 @@
+// LayerNorm, RMSNorm and the embeddings on the GPU against the CPU ops on the same inputs, for
+// every storage type, on sizes that are not multiples of the pack width or the block, with more
+// rows than the backward's 1024 row ranges, and on views one element off 16-byte alignment (the
+// kernels' unpacked path).
+//
+// Bounds, with why:
+//   norms, f32        within 1e-5 of the largest magnitude (out, mean, rstd, dinp, dweight,
+//                     dbias): the row sums over C and the weight-gradient sums over N run in
+//                     another order (warp trees and 1024 row ranges against the CPU's SIMD lanes
+//                     and 256 row blocks); each order's rounding error grows like sqrt(terms) *
+//                     2^-24 relative to the sum of magnitudes, a few 1e-6 here. f64 within 1e-12.
+//   norms, 16-bit     out and dinp within one ulp of the storage at the largest magnitude (2^-7
+//                     bf16, 2^-10 f16): both sides round f32 values that agree to ~1e-6, so a
+//                     rounding may fall on either side of a tie. The f32 statistics and weight
+//                     gradients as for f32.
+//   embeddings        the same bits: the forwards copy or add once per element, and the
+//                     backwards add each row in the CPU's order (position order per token, batch
+//                     order per position), starting from the existing gradient.
+// And the weight gradients repeat bit for bit from one GPU run to the next (no atomics).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "kernels/dispatch.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/rmsnorm.h"
+#include "tests/cuda_testing.h"
+#include "tests/storage_testing.h"
+
+namespace dt::kernels {
+namespace {
+
+using testing::OwnedTensor;
+
+constexpr DType kAllStorage[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
+
+bool is_16bit(DType d) { return d == DType::bf16 || d == DType::f16; }
+
+// Random values stored as `dtype` (16-bit ones rounded from f32).
+OwnedTensor random(DType dtype, Shape shape, uint64_t seed, double std = 1.0, double mean = 0.0) {
+  if (is_16bit(dtype)) return testing::random_storage(dtype, shape, seed, std, mean);
+  return testing::random_normal(dtype, shape, seed, std, mean);
+}
+
+// A GPU copy of host tensor t, starting `offset` elements into its allocation: offset 1 puts it
+// off 16-byte alignment, so the kernels take their element-by-element path.
+OwnedTensor to_gpu(const Tensor& t, int64_t offset = 0) {
+  const size_t offset_bytes = static_cast<size_t>(offset) * dtype_size(t.dtype);
+  Buffer buffer(t.bytes() + offset_bytes, MemTag::workspace, Device::cuda, /*zero=*/false);
+  const Tensor view = buffer.view(t.dtype, t.shape, offset_bytes);
+  copy_bytes(view.data, Device::cuda, t.data, Device::cpu, t.bytes());
+  return {std::move(buffer), view};
+}
+
+OwnedTensor to_host(const Tensor& t) { return testing::copy_to(t, Device::cpu); }
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype == b.dtype && a.bytes() == b.bytes() && std::memcmp(a.data, b.data, a.bytes()) == 0;
+}
+
+// max |actual - expected| / max |expected| over two host tensors of one dtype, 16-bit values
+// widened exactly; a NaN in either counts as an infinite error.
+double max_error(const Tensor& actual, const Tensor& expected) {
+  EXPECT_EQ(actual.dtype, expected.dtype);
+  const auto wide = [](const Tensor& t) {
+    return is_16bit(t.dtype) ? testing::widened(t) : testing::converted(t, DType::f64);
+  };
+  const OwnedTensor a = wide(actual), e = wide(expected);
+  double worst = 0, scale = 1e-30;
+  for (int64_t i = 0; i < a.t.numel(); ++i) {
+    const double d = std::fabs(testing::element(a.t, i) - testing::element(e.t, i));
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    scale = std::max(scale, std::fabs(testing::element(e.t, i)));
+  }
+  return worst / scale;
+}
+
+// The bound for a tensor stored as d (see the top): one storage ulp for 16-bit, else f32 or f64.
+double bound_for(DType d) {
+  switch (d) {
+    case DType::bf16:
+      return 0x1p-7;
+    case DType::f16:
+      return 0x1p-10;
+    case DType::f64:
+      return 1e-12;
+    default:
+      return 1e-5;
+  }
+}
+
+// (N, C): C = 37 fits no pack width; N = 2100 rows give the backward's 1024 row ranges two or
+// three rows each; C = 1000 whole packs of every width, several per thread for f64.
+const std::vector<Shape> kNormShapes = {{9, 37}, {2100, 40}, {3, 1000}};
+
+TEST(CudaLayerNorm, ForwardAndBackwardMatchTheCpuAndRepeatBitForBit) {
+  DT_SKIP_WITHOUT_CUDA();
+  for (const DType dtype : kAllStorage)
+    for (const Shape& shape : kNormShapes)
+      for (const int64_t offset : {0, 1}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + shape.to_string() + " offset " + std::to_string(offset));
+        const DType stats = accumulation_dtype(dtype);
+        const int64_t N = shape[0], C = shape[1];
+        const OwnedTensor x = random(dtype, shape, 1, 1.5, 0.5), w = random(dtype, {C}, 2, 1.0, 1.0),
+                          b = random(dtype, {C}, 3), dy = random(dtype, shape, 4);
+        const OwnedTensor out = testing::zeros(dtype, shape), mean = testing::zeros(stats, {N}),
+                          rstd = testing::zeros(stats, {N});
+        layernorm_forward(out.t, mean.t, rstd.t, x.t, w.t, b.t);
+        const OwnedTensor gx = to_gpu(x.t, offset), gw = to_gpu(w.t, offset), gb = to_gpu(b.t, offset),
+                          gdy = to_gpu(dy.t, offset);
+        const OwnedTensor gout = to_gpu(out.t, offset), gmean = to_gpu(mean.t), grstd = to_gpu(rstd.t);
+        layernorm_forward(gout.t, gmean.t, grstd.t, gx.t, gw.t, gb.t);
+        EXPECT_LE(max_error(to_host(gout.t).t, out.t), bound_for(dtype));
+        EXPECT_LE(max_error(to_host(gmean.t).t, mean.t), bound_for(stats));
+        EXPECT_LE(max_error(to_host(grstd.t).t, rstd.t), bound_for(stats));
+
+        // Backward accumulates: start every gradient from nonzero values. Both sides use the
+        // CPU's mean and rstd, so only the backward is compared.
+        const OwnedTensor dx0 = random(dtype, shape, 5), dw0 = random(stats, {C}, 6), db0 = random(stats, {C}, 7);
+        const OwnedTensor dx = to_host(dx0.t), dw = to_host(dw0.t), db = to_host(db0.t);
+        layernorm_backward(dx.t, dw.t, db.t, dy.t, x.t, w.t, mean.t, rstd.t);
+        const OwnedTensor cpu_mean = to_gpu(mean.t), cpu_rstd = to_gpu(rstd.t);
+        std::vector<OwnedTensor> runs;  // dx, dw, db of two GPU runs
+        for (int run = 0; run < 2; ++run) {
+          OwnedTensor gdx = to_gpu(dx0.t, offset), gdw = to_gpu(dw0.t), gdb = to_gpu(db0.t);
+          layernorm_backward(gdx.t, gdw.t, gdb.t, gdy.t, gx.t, gw.t, cpu_mean.t, cpu_rstd.t);
+          runs.push_back(to_host(gdx.t));
+          runs.push_back(to_host(gdw.t));
+          runs.push_back(to_host(gdb.t));
+        }
+        EXPECT_LE(max_error(runs[0].t, dx.t), bound_for(dtype));
+        EXPECT_LE(max_error(runs[1].t, dw.t), bound_for(stats));
+        EXPECT_LE(max_error(runs[2].t, db.t), bound_for(stats));
+        for (int i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(runs[i].t, runs[i + 3].t)) << "gradient " << i;
+      }
+}
+
+TEST(CudaRmsNorm, ForwardAndBackwardMatchTheCpuAndRepeatBitForBit) {
+  DT_SKIP_WITHOUT_CUDA();
+  constexpr float kEps = 1e-5f;
+  for (const DType dtype : kAllStorage)
+    for (const Shape& shape : kNormShapes)
+      for (const int64_t offset : {0, 1}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + shape.to_string() + " offset " + std::to_string(offset));
+        const DType stats = accumulation_dtype(dtype);
+        const int64_t N = shape[0], C = shape[1];
+        const OwnedTensor x = random(dtype, shape, 11, 1.5, 0.5), w = random(dtype, {C}, 12, 1.0, 1.0),
+                          dy = random(dtype, shape, 13);
+        const OwnedTensor out = testing::zeros(dtype, shape), rstd = testing::zeros(stats, {N});
+        rmsnorm_forward(out.t, rstd.t, x.t, w.t, kEps);
+        const OwnedTensor gx = to_gpu(x.t, offset), gw = to_gpu(w.t, offset), gdy = to_gpu(dy.t, offset);
+        const OwnedTensor gout = to_gpu(out.t, offset), grstd = to_gpu(rstd.t);
+        rmsnorm_forward(gout.t, grstd.t, gx.t, gw.t, kEps);
+        EXPECT_LE(max_error(to_host(gout.t).t, out.t), bound_for(dtype));
+        EXPECT_LE(max_error(to_host(grstd.t).t, rstd.t), bound_for(stats));
+
+        const OwnedTensor dx0 = random(dtype, shape, 14), dw0 = random(stats, {C}, 15);
+        const OwnedTensor dx = to_host(dx0.t), dw = to_host(dw0.t);
+        rmsnorm_backward(dx.t, dw.t, dy.t, x.t, w.t, rstd.t);
+        const OwnedTensor cpu_rstd = to_gpu(rstd.t);
+        std::vector<OwnedTensor> runs;  // dx, dw of two GPU runs
+        for (int run = 0; run < 2; ++run) {
+          OwnedTensor gdx = to_gpu(dx0.t, offset), gdw = to_gpu(dw0.t);
+          rmsnorm_backward(gdx.t, gdw.t, gdy.t, gx.t, gw.t, cpu_rstd.t);
+          runs.push_back(to_host(gdx.t));
+          runs.push_back(to_host(gdw.t));
+        }
+        EXPECT_LE(max_error(runs[0].t, dx.t), bound_for(dtype));
+        EXPECT_LE(max_error(runs[1].t, dw.t), bound_for(stats));
+        for (int i = 0; i < 2; ++i) EXPECT_TRUE(same_bits(runs[i].t, runs[i + 2].t)) << "gradient " << i;
+      }
+}
+
+TEST(CudaNorms, EmptyInputsAreNoOps) {
+  DT_SKIP_WITHOUT_CUDA();
+  const OwnedTensor w = to_gpu(testing::zeros(DType::f32, {16}).t), dw = to_gpu(testing::zeros(DType::f32, {16}).t);
+  const OwnedTensor zero = testing::zeros(DType::f32, {16});
+  // Zero rows: views that point somewhere (the forwards refuse out == inp) and are never read.
+  const Tensor x{w.t.data, DType::f32, {0, 16}, Device::cuda}, out{dw.t.data, DType::f32, {0, 16}, Device::cuda};
+  const Tensor stats{w.t.data, DType::f32, {0}, Device::cuda};
+  EXPECT_NO_THROW(layernorm_forward(out, stats, stats, x, w.t, w.t));
+  EXPECT_NO_THROW(layernorm_backward(out, dw.t, dw.t, x, x, w.t, stats, stats));
+  EXPECT_NO_THROW(rmsnorm_forward(out, stats, x, w.t, 1e-5f));
+  EXPECT_NO_THROW(rmsnorm_backward(out, dw.t, x, x, w.t, stats));
+  synchronize(Device::cuda);
+  EXPECT_TRUE(same_bits(to_host(dw.t).t, zero.t));  // the weight gradients are left as they were
+}
+
+// N ids into a (Vp) table: id 0 at every third position (a run of 100, longer than the 32 ids a
+// warp scans at once), the rest spread over the other rows with repeats, and row Vp - 1 unused.
+OwnedTensor token_ids(int64_t N, int64_t Vp) {
+  OwnedTensor ids = testing::zeros(DType::i32, {N});
+  for (int64_t n = 0; n < N; ++n)
+    ids.ptr<int32_t>()[n] = n % 3 == 0 ? 0 : static_cast<int32_t>(1 + (n * 7) % (Vp - 2));
+  return ids;
+}
+
+TEST(CudaEmbedding, TokenEmbeddingMatchesTheCpuBitForBit) {
+  DT_SKIP_WITHOUT_CUDA();
+  constexpr int64_t N = 300, Vp = 50;
+  // The ids stay in host memory: the dispatch (kernels/embedding.cpp) reads them there to check
+  // their range, and the CUDA op copies them to the device itself.
+  const OwnedTensor ids = token_ids(N, Vp);
+  for (const DType dtype : kAllStorage)
+    for (const int64_t C : {37, 64})
+      for (const int64_t offset : {0, 1}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " C " + std::to_string(C) + " offset " + std::to_string(offset));
+        const DType grad_dtype = accumulation_dtype(dtype);
+        const OwnedTensor table = random(dtype, {Vp, C}, 21), dy = random(dtype, {N, C}, 22);
+        const OwnedTensor out = testing::zeros(dtype, {N, C});
+        embedding_forward(out.t, ids.t, table.t);
+        const OwnedTensor gtable = to_gpu(table.t, offset), gout = to_gpu(testing::zeros(dtype, {N, C}).t, offset);
+        embedding_forward(gout.t, ids.t, gtable.t);
+        EXPECT_TRUE(same_bits(to_host(gout.t).t, out.t));
+
+        const OwnedTensor dtable0 = random(grad_dtype, {Vp, C}, 23);  // accumulates: start nonzero
+        const OwnedTensor dtable = to_host(dtable0.t);
+        embedding_backward(dtable.t, ids.t, dy.t);
+        const OwnedTensor gdtable = to_gpu(dtable0.t, offset), gdy = to_gpu(dy.t, offset);
+        embedding_backward(gdtable.t, ids.t, gdy.t);
+        EXPECT_TRUE(same_bits(to_host(gdtable.t).t, dtable.t));
+      }
+}
+
+TEST(CudaEmbedding, PositionEmbeddingMatchesTheCpuBitForBit) {
+  DT_SKIP_WITHOUT_CUDA();
+  constexpr int64_t B = 3, T = 7, L = 10;  // L > T: only the first T rows of wpe are used
+  for (const DType dtype : kAllStorage)
+    for (const int64_t C : {37, 64})
+      for (const int64_t offset : {0, 1}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " C " + std::to_string(C) + " offset " + std::to_string(offset));
+        const DType grad_dtype = accumulation_dtype(dtype);
+        const OwnedTensor wpe = random(dtype, {L, C}, 31), out0 = random(dtype, {B, T, C}, 32),
+                          dy = random(dtype, {B, T, C}, 33), dwpe0 = random(grad_dtype, {L, C}, 34);
+        const OwnedTensor out = to_host(out0.t), dwpe = to_host(dwpe0.t);
+        position_embedding_forward(out.t, wpe.t);
+        position_embedding_backward(dwpe.t, dy.t);
+        const OwnedTensor gout = to_gpu(out0.t, offset), gwpe = to_gpu(wpe.t, offset), gdy = to_gpu(dy.t, offset),
+                          gdwpe = to_gpu(dwpe0.t, offset);
+        position_embedding_forward(gout.t, gwpe.t);
+        position_embedding_backward(gdwpe.t, gdy.t);
+        EXPECT_TRUE(same_bits(to_host(gout.t).t, out.t));
+        EXPECT_TRUE(same_bits(to_host(gdwpe.t).t, dwpe.t));  // rows T..L-1 untouched on both sides
+      }
+}
+
+}  // namespace
+}  // namespace dt::kernels
