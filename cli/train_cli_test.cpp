@@ -13,6 +13,7 @@
 #include "ckpt/checkpoint.h"
 #include "data/token_shard.h"
 #include "train/run_config.h"
+#include "tests/cuda_testing.h"
 #include "tests/testing.h"
 
 namespace dt {
@@ -132,23 +133,34 @@ TEST(TrainCli, LogsEveryStepAndFillsTheRunDirectory) {
 // being written (DTRAIN_INJECT_FAULT stalls it there), then the same command again, which
 // resumes from step 10's checkpoint. Every logged loss and every byte of the final parameters
 // and moments must agree.
-TEST(TrainCli, SigkillDuringACheckpointWriteResumesFromThePreviousOneBitForBit) {
+void expect_sigkill_mid_save_resumes_bit_for_bit(const std::string& overrides) {
   const TrainRun run;
-  ASSERT_EQ(run_dtrain(run.args("straight")).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("straight", overrides)).status, 0);
   {
-    BackgroundDtrain killed(run.args("killed"), "DTRAIN_INJECT_FAULT=checkpoint-write-stalls@20");
+    BackgroundDtrain killed(run.args("killed", overrides), "DTRAIN_INJECT_FAULT=checkpoint-write-stalls@20");
     const auto partial = run.path("killed") / "checkpoints" / "step_000000020.tmp" / "tensors.safetensors";
     ASSERT_TRUE(testing::wait_until([&] { return std::filesystem::exists(partial); }, 120));
     killed.signal(SIGKILL);
     EXPECT_EQ(killed.wait().status, -1);
   }
   EXPECT_EQ(ckpt::Checkpoint(ckpt::Checkpoint::latest(run.path("killed") / "checkpoints")).step(), 10);
-  const auto resumed = run_dtrain(run.args("killed"));
+  const auto resumed = run_dtrain(run.args("killed", overrides));
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from "), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("(step 10)"), std::string::npos) << resumed.output;
   EXPECT_EQ(run.losses("killed"), run.losses("straight"));
   EXPECT_TRUE(run.final_tensors("killed") == run.final_tensors("straight")) << "final checkpoints differ";
+}
+
+TEST(TrainCli, SigkillDuringACheckpointWriteResumesFromThePreviousOneBitForBit) {
+  expect_sigkill_mid_save_resumes_bit_for_bit("");
+}
+
+// The same on a GPU, in bf16: the CUDA kernels are deterministic, so resuming is bit-exact there
+// too (issue 6).
+TEST(TrainCli, OnTheGpuResumingIsBitForBitToo) {
+  DT_SKIP_WITHOUT_CUDA();
+  expect_sigkill_mid_save_resumes_bit_for_bit("train.device=cuda train.precision=bf16");
 }
 
 // SIGTERM, as a cluster preempting the job sends it: the step finishes, a checkpoint is saved,

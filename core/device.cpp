@@ -1,5 +1,7 @@
 #include "core/device.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "core/error.h"
@@ -50,6 +52,21 @@ void require_device(Device device) {
   if (device == Device::cpu) return;
   const std::string reason = cuda_unavailable_reason();
   if (!reason.empty()) throw Error(str("cannot use device \"cuda\": ", reason, "; or set train.device = \"cpu\""));
+}
+
+size_t device_free_bytes(Device device) {
+  require_device(device);
+  if (device == Device::cpu) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  size_t free = 0, total = 0;
+  DT_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+#else
+  return 0;
+#endif
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {

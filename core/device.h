@@ -23,6 +23,10 @@ std::string cuda_unavailable_reason();
 // Throws dt::Error saying why and what to do when `device` cannot be used here.
 void require_device(Device device);
 
+// Bytes the device can still allocate (its free memory; for the CPU, what the OS reports
+// available).
+size_t device_free_bytes(Device device);
+
 // Copies bytes between any two devices; returns when the copy is complete.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 // The elements of t as a vector on the CPU, copied from wherever t is (for checks and sums of

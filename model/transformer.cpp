@@ -2,12 +2,13 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "core/buffer.h"
 #include "core/device.h"
-#include "kernels/convert.h"
 #include "kernels/add.h"
 #include "kernels/attention.h"
+#include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
@@ -38,12 +39,13 @@ struct Transformer::Activations {
   std::vector<Layer> layers;
   Region encoded, lnf, lnf_mean, lnf_rstd, logits, losses;  // in saved
   Region dres, dtmp, dqkv, dfch, dact;                       // in scratch
+  int64_t saved_bytes = 0, scratch_bytes = 0;
   Buffer saved, scratch;
 
-  Activations(const ModelConfig& c, int64_t n_max, Recompute recompute, DType precision, Device device) {
+  // Lays out the regions; allocates the two buffers on `device` unless it is nullopt (sizing only).
+  Activations(const ModelConfig& c, int64_t n_max, Recompute recompute, DType precision, std::optional<Device> device) {
     const int64_t C = c.d_model, F = c.ffn_hidden();
     const int64_t mean_width = c.family == ModelFamily::gpt2 ? 1 : 0;  // RMSNorm keeps no mean
-    int64_t saved_bytes = 0, scratch_bytes = 0;
     // Each region starts on a cache line so that no two regions share one.
     auto region = [n_max](int64_t& total, int64_t width, DType dtype) {
       const Region r{.offset = total, .width = width, .dtype = dtype};
@@ -73,8 +75,9 @@ struct Transformer::Activations {
     lnf = s(C), lnf_mean = stat(mean_width), lnf_rstd = stat(1), logits = s(c.padded_vocab_size()), losses = stat(1);
     auto w = [&](int64_t width) { return region(scratch_bytes, width, precision); };
     dres = w(C), dtmp = w(C), dqkv = w(c.qkv_width()), dfch = w(c.ffn_in_width()), dact = w(F);
-    saved = Buffer(static_cast<size_t>(saved_bytes), MemTag::activations, device, false);
-    scratch = Buffer(static_cast<size_t>(scratch_bytes), MemTag::workspace, device, false);
+    if (!device) return;
+    saved = Buffer(static_cast<size_t>(saved_bytes), MemTag::activations, *device, false);
+    scratch = Buffer(static_cast<size_t>(scratch_bytes), MemTag::workspace, *device, false);
   }
 
   // Region r viewed as (N, width).
@@ -121,7 +124,7 @@ DType precision_from_name(std::string_view name) {
 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                          DType precision, Device device)
-    : layout_(validated(config, batch_size, seq_len, precision, device)),  // before anything is allocated
+    : layout_(validated(config, batch_size, seq_len, recompute, precision, device)),  // before anything is allocated
       params_(layout_, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state, device),
       grads_(layout_, MemTag::gradients, device),
       recompute_(recompute),
@@ -148,6 +151,31 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
   copy_bytes(rope_table_.data(), device, host_table.data(), Device::cpu, table_bytes);
 }
 
+size_t Transformer::training_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                                   DType precision) {
+  const auto params = static_cast<size_t>(ParameterLayout(config).total_elements());
+  // f32 master weights, f32 gradients, AdamW's two f32 moments, and the 16-bit compute copy.
+  size_t bytes = params * (4 + 4 + 8 + (precision == DType::f32 ? 0 : dtype_size(precision)));
+  const Activations sizes(config, static_cast<int64_t>(batch_size) * seq_len, recompute, precision, std::nullopt);
+  return bytes + static_cast<size_t>(sizes.saved_bytes + sizes.scratch_bytes);
+}
+
+void Transformer::check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                                    DType precision) {
+  if (config.head_size() > 256)
+    throw Error(str("head size ", config.head_size(), " (d_model ", config.d_model, " / n_head ", config.n_head,
+                    ") is above the 256 the CUDA attention kernels support; use more heads, or device = \"cpu\""));
+  const size_t needed = training_bytes(config, batch_size, seq_len, recompute, precision);
+  const size_t available = device_free_bytes(Device::cuda);
+  if (needed > available)
+    throw Error(str("training this model needs about ", format_bytes(static_cast<double>(needed)),
+                    " of GPU memory (parameters, gradients, AdamW moments and the activations of a micro-batch of ",
+                    batch_size, " x ", seq_len, " tokens, recompute ", recompute_name(recompute), ") but the GPU has ",
+                    format_bytes(static_cast<double>(available)),
+                    " free; use a smaller micro_batch_size or seq_len, train.recompute = \"full\", precision bf16, "
+                    "or a smaller model"));
+}
+
 Tensor Transformer::rope_cos() const { return rope_table_.view(DType::f32, {seq_len_, config().head_size() / 2}); }
 
 Tensor Transformer::rope_sin() const {
@@ -157,8 +185,8 @@ Tensor Transformer::rope_sin() const {
 
 Transformer::~Transformer() = default;
 
-const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len, DType precision,
-                                          Device device) {
+const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                                          DType precision, Device device) {
   validate_model_config(config);
   require_device(device);
   if (precision != DType::f32 && precision != DType::bf16 && precision != DType::f16)
@@ -167,6 +195,7 @@ const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_s
   if (seq_len < 1 || seq_len > config.max_seq_len)
     throw Error(str("sequence length ", seq_len, " must be in [1, model.max_seq_len = ", config.max_seq_len,
                     "]; shorten the sequence or use a model with a longer max_seq_len"));
+  if (device == Device::cuda) check_fits_on_gpu(config, batch_size, seq_len, recompute, precision);
   return config;
 }
 

@@ -58,6 +58,11 @@ class Transformer {
               DType precision = DType::f32, Device device = Device::cpu);
   ~Transformer();
 
+  // Bytes a training run of this shape holds on its device: parameters (with the 16-bit copy),
+  // gradients, AdamW's moments and the activations of one micro-batch under `recompute`.
+  static size_t training_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                               DType precision);
+
   const ModelConfig& config() const { return layout_.config(); }
   const ParameterLayout& layout() const { return layout_; }
   FlatTensors& params() { return params_; }
@@ -88,8 +93,11 @@ class Transformer {
 
  private:
   struct Activations;
-  static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len, DType precision,
-                                      Device device);
+  static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                                      DType precision, Device device);
+  // Before allocating on a GPU: a head size the attention kernels take, and the memory.
+  static void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                                DType precision);
   void check_inputs(Tensor tokens, Tensor targets) const;
   void forward_blocks(Tensor tokens);
   // Block l's forward from its kept input: writes the block's activations and its output.
