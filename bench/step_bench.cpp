@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench/gpu_peaks.h"
 #include "core/allocator.h"
 #include "core/buffer.h"
 #include "core/device.h"
@@ -121,14 +122,27 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   std::printf("# median: %.2f ms/step, %.1f tokens/s, %.1f GFLOP/s = %.1f%% of GEMM peak (MFU); HFU %.1f%%\n",
               r.median_step_ms, r.tokens_per_s, r.gflop_per_s, 100.0 * r.gflop_per_s / peak,
               100.0 * counted.hardware / s / 1e9 / peak);
+  std::string datasheet_mfu;
+  if (o.device == Device::cuda) {
+    const std::string gpu = device_description(o.device);
+    if (const auto peak_sheet = datasheet_peak(gpu, o.precision)) {
+      r.datasheet_mfu = r.gflop_per_s / (peak_sheet->tflops * 1e3);
+      std::printf("# %s: %.1f%% of the %s's datasheet dense %s peak (%.1f TFLOP/s)\n", gpu.c_str(),
+                  100.0 * r.datasheet_mfu, peak_sheet->model.c_str(), std::string(dtype_name(o.precision)).c_str(),
+                  peak_sheet->tflops);
+      datasheet_mfu = str(" datasheet_mfu=", r.datasheet_mfu);
+    } else {
+      std::printf("# %s is not in bench/gpu_peaks.cpp: MFU against the measured GEMM peak only\n", gpu.c_str());
+    }
+  }
   const MemoryStats mem = memory_stats(o.device);
   std::printf("# peak memory per tag (MiB):");
   for (int t = 0; t < kNumMemTags; ++t)
     std::printf(" %s=%.1f", std::string(mem_tag_name(static_cast<MemTag>(t))).c_str(), mem.peak_bytes[t] / 1048576.0);
   std::printf(" total=%.1f\n", mem.total_peak_bytes / 1048576.0);
   print_activation_bytes(o);
-  std::printf("result tokens_per_s=%.1f median_step_ms=%.2f gflop_per_s=%.1f gemm_peak_gflop_per_s=%.1f\n",
-              r.tokens_per_s, r.median_step_ms, r.gflop_per_s, peak);
+  std::printf("result tokens_per_s=%.1f median_step_ms=%.2f gflop_per_s=%.1f gemm_peak_gflop_per_s=%.1f%s\n",
+              r.tokens_per_s, r.median_step_ms, r.gflop_per_s, peak, datasheet_mfu.c_str());
   return r;
 }
 

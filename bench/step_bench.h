@@ -30,6 +30,7 @@ struct StepBenchResult {
   double tokens_per_s = 0;
   double gflop_per_s = 0;
   double gemm_peak_gflop_per_s = 0;
+  double datasheet_mfu = 0;  // on a GPU in bench/gpu_peaks.cpp's table; else 0
 };
 
 // Bytes of the activations tag that one more block adds under `policy`: the difference between

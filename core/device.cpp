@@ -54,6 +54,16 @@ void require_device(Device device) {
   if (!reason.empty()) throw Error(str("cannot use device \"cuda\": ", reason, "; or set train.device = \"cpu\""));
 }
 
+std::string device_description(Device device) {
+  require_device(device);
+  if (device == Device::cpu) return "cpu";
+#ifdef DTRAIN_WITH_CUDA
+  return cuda::device_info().name;
+#else
+  return "cuda";
+#endif
+}
+
 size_t device_free_bytes(Device device) {
   require_device(device);
   if (device == Device::cpu) {

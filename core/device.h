@@ -23,6 +23,9 @@ std::string cuda_unavailable_reason();
 // Throws dt::Error saying why and what to do when `device` cannot be used here.
 void require_device(Device device);
 
+// What the device is, for logs: "cpu", or CUDA's name for the GPU ("NVIDIA H100 80GB HBM3").
+std::string device_description(Device device);
+
 // Bytes the device can still allocate (its free memory; for the CPU, what the OS reports
 // available).
 size_t device_free_bytes(Device device);
