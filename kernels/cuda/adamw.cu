@@ -89,8 +89,6 @@ unsigned grid_for(int64_t items) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks_for(items, kThreads), kMaxBlocks)));
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) {
@@ -100,7 +98,7 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep
   float *p = static_cast<float*>(param.data), *mp = static_cast<float*>(m.data), *vp = static_cast<float*>(v.data);
   const float* g = static_cast<const float*>(grad.data);
   int64_t done = 0;
-  if (aligned16(p) && aligned16(g) && aligned16(mp) && aligned16(vp) && n >= 4) {
+  if (aligned_16(p) && aligned_16(g) && aligned_16(mp) && aligned_16(vp) && n >= 4) {
     const int64_t vectors = n / 4;
     adamw_vector4<<<grid_for(vectors), kThreads, 0, compute_stream()>>>(
         reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g), reinterpret_cast<float4*>(mp),

@@ -478,16 +478,6 @@ void check_grid(std::string_view op, const Dims& d, int heads) {
            " exceeds the CUDA grid's 65535 blocks per dimension");
 }
 
-bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// 16-byte loads of head rows: every head starts at a multiple of HS, so HS * sizeof(S) % 16 == 0
-// and 16-byte-aligned base pointers make every row of every tile aligned.
-template <typename S>
-bool rows_packable(int head_size, std::initializer_list<const void*> pointers) {
-  if (head_size * sizeof(S) % 16 != 0) return false;
-  return std::all_of(pointers.begin(), pointers.end(), aligned_16);
-}
-
 template <typename Kernel>
 void launch_tiled(Kernel kernel, dim3 grid, int64_t smem_elements, int element_bytes, auto... args) {
   const int64_t bytes = smem_elements * element_bytes;
@@ -508,7 +498,9 @@ void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_
   dispatch_storage(qkv.dtype, [&]<typename S>() {
     using T = compute_t<S>;
     const T scale = T(1) / std::sqrt(T(d.HS));  // as the CPU kernel computes it
-    const bool packed = rows_packable<S>(d.HS, {qkv.data});
+    // Every head starts at a multiple of HS, so HS a multiple of the pack width and 16-byte
+    // aligned base pointers make every row of every tile aligned for 16-byte loads.
+    const bool packed = can_pack<S>(d.HS, {qkv.data});
     dispatch_head_size(op, d.HS, [&]<int kHeadMax>() {
       constexpr Tile tile = fit_tile(forward_smem, kHeadMax, sizeof(T));
       static_assert(forward_smem(tile, padded(kHeadMax)) * int64_t{sizeof(T)} <= kSmemLimitBytes);
@@ -528,7 +520,7 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
   dispatch_storage(qkv.dtype, [&]<typename S>() {
     using T = compute_t<S>;
     const T scale = T(1) / std::sqrt(T(d.HS));
-    const bool packed = rows_packable<S>(d.HS, {qkv.data, dout.data});
+    const bool packed = can_pack<S>(d.HS, {qkv.data, dout.data});  // as in the forward
     dispatch_head_size(op, d.HS, [&]<int kHeadMax>() {
       // D = rowsum(dout * out), (B, NH, T) like lse; freed to the stream-ordered cache on return.
       const Buffer delta_buffer(static_cast<size_t>(d.B * d.NH * d.T) * sizeof(T), MemTag::workspace, Device::cuda,

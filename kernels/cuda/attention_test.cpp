@@ -19,6 +19,8 @@ namespace dt::kernels {
 namespace {
 
 using testing::OwnedTensor;
+using testing::random_values;
+using testing::values;
 
 struct Case {
   const char* name;
@@ -37,20 +39,6 @@ OwnedTensor nan_filled(DType dtype, Shape shape, Device device) {
   std::memset(host.t.data, 0xff, host.t.bytes());
   if (device == Device::cpu) return host;
   return testing::copy_to(host.t, device);
-}
-
-// Normal values in any storage dtype (16-bit ones rounded from f32).
-OwnedTensor random_input(DType dtype, Shape shape, uint64_t seed) {
-  if (dtype == DType::bf16 || dtype == DType::f16) return testing::random_storage(dtype, shape, seed);
-  return testing::random_normal(dtype, shape, seed);
-}
-
-// Every element of a host tensor (f32, f64, bf16 or f16) as double.
-std::vector<double> values(const Tensor& t) {
-  if (t.dtype == DType::bf16 || t.dtype == DType::f16) return values(testing::widened(t).t);
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = testing::element(t, i);
-  return v;
 }
 
 // max_i |actual_i - expected_i| / max_i |expected_i|; infinite if actual has a NaN.
@@ -171,8 +159,8 @@ TEST(CudaAttentionDeterminism, SameBitsAcrossRuns) {
   const Case c{"gqa", 2, 150, 6, 2, 64};
   for (const DType dtype : {DType::f32, DType::bf16}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
-    const OwnedTensor qkv = random_input(dtype, qkv_shape(c), 67);
-    const OwnedTensor dout = random_input(dtype, out_shape(c), 68);
+    const OwnedTensor qkv = random_values(dtype, qkv_shape(c), 67);
+    const OwnedTensor dout = random_values(dtype, out_shape(c), 68);
     const AttentionResult first = run_attention(c, qkv.t, dout.t, Device::cuda);
     const AttentionResult second = run_attention(c, qkv.t, dout.t, Device::cuda);
     EXPECT_EQ(std::memcmp(first.out.t.data, second.out.t.data, first.out.t.bytes()), 0);

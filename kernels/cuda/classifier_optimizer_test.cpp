@@ -7,7 +7,6 @@
 
 #include <cfloat>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -21,31 +20,10 @@ namespace dt::kernels {
 namespace {
 
 using testing::OwnedTensor;
-
-// A device copy of the host tensor t; with `misaligned`, starting one element past a 16-byte
-// boundary (as parameter views inside a flat buffer may), which sends the kernels down their
-// scalar paths.
-OwnedTensor gpu_copy(const Tensor& t, bool misaligned = false) {
-  const size_t offset = misaligned ? dtype_size(t.dtype) : 0;
-  Buffer buffer(t.bytes() + offset, MemTag::workspace, Device::cuda, /*zero=*/false);
-  Tensor view = buffer.view(t.dtype, t.shape, offset);
-  copy_bytes(view.data, Device::cuda, t.data, Device::cpu, t.bytes());
-  return {std::move(buffer), view};
-}
-
-OwnedTensor cpu_copy(const Tensor& t) { return testing::copy_to(t, Device::cpu); }
-
-// The elements of a host tensor of any float dtype, as doubles.
-std::vector<double> values(const Tensor& t) {
-  if (t.dtype == DType::bf16 || t.dtype == DType::f16) return values(testing::widened(t).t);
-  std::vector<double> out(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) out[i] = testing::element(t, i);
-  return out;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.bytes() == b.bytes() && std::memcmp(a.data, b.data, a.bytes()) == 0;
-}
+using testing::same_bits;
+using testing::to_gpu;
+using testing::to_host;
+using testing::values;
 
 // ---- sum_of_squares, all_finite -----------------------------------------------------------
 
@@ -55,7 +33,7 @@ TEST(CudaReduce, SumOfSquaresMatchesTheCpu) {
     for (const int64_t n : {int64_t{1}, int64_t{3}, int64_t{1000}, int64_t{100003}, int64_t{(1 << 20) + 5}})
       for (const bool misaligned : {false, true}) {
         const OwnedTensor x = testing::random_normal(dtype, {n}, 11 + n);
-        const OwnedTensor gpu = gpu_copy(x.t, misaligned);
+        const OwnedTensor gpu = to_gpu(x.t, /*offset=*/misaligned ? 1 : 0);
         const double cpu_sum = sum_of_squares(x.t), gpu_sum = sum_of_squares(gpu.t);
         // Both square exactly and add in double, in different orders: each side's error is
         // below (its longest chain of additions) * 2^-53 of the sum of these positive terms,
@@ -68,7 +46,7 @@ TEST(CudaReduce, SumOfSquaresMatchesTheCpu) {
 TEST(CudaReduce, SumOfSquaresRepeatsBitForBit) {
   DT_SKIP_WITHOUT_CUDA();
   const OwnedTensor x = testing::random_normal(DType::f32, {3'000'017}, 5);
-  const OwnedTensor gpu = gpu_copy(x.t);
+  const OwnedTensor gpu = to_gpu(x.t);
   const double first = sum_of_squares(gpu.t);
   for (int run = 0; run < 3; ++run) EXPECT_EQ(sum_of_squares(gpu.t), first);
   EXPECT_EQ(sum_of_squares(Tensor{.data = gpu.t.data, .dtype = DType::f32, .shape = {0}, .device = Device::cuda}),
@@ -83,12 +61,12 @@ TEST(CudaReduce, AllFiniteFindsInfAndNaNAnywhere) {
       for (const double bad : {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
                                std::numeric_limits<double>::quiet_NaN()}) {
         OwnedTensor x = testing::random_normal(dtype, {n}, 3);
-        EXPECT_TRUE(all_finite(gpu_copy(x.t).t));
+        EXPECT_TRUE(all_finite(to_gpu(x.t).t));
         if (dtype == DType::f64) x.ptr<double>()[where] = bad;
         else x.ptr<float>()[where] = static_cast<float>(bad);
-        EXPECT_FALSE(all_finite(gpu_copy(x.t).t)) << dtype_name(dtype) << " " << bad << " at " << where;
-        EXPECT_FALSE(all_finite(gpu_copy(x.t, /*misaligned=*/true).t));
-        EXPECT_EQ(all_finite(gpu_copy(x.t).t), all_finite(x.t));
+        EXPECT_FALSE(all_finite(to_gpu(x.t).t)) << dtype_name(dtype) << " " << bad << " at " << where;
+        EXPECT_FALSE(all_finite(to_gpu(x.t, /*offset=*/1).t));
+        EXPECT_EQ(all_finite(to_gpu(x.t).t), all_finite(x.t));
       }
   }
 }
@@ -110,13 +88,14 @@ TEST(CudaAdamW, OneStepMatchesTheCpu) {
         // The starting state, kept for the bounds.
         const std::vector<double> p0 = values(param.t), g0 = values(grad.t), m0 = values(m.t), v0 = values(v.t);
 
-        OwnedTensor gp = gpu_copy(param.t, misaligned), gg = gpu_copy(grad.t, misaligned),
-                    gm = gpu_copy(m.t, misaligned), gv = gpu_copy(v.t, misaligned);
+        const int64_t offset = misaligned ? 1 : 0;  // elements off a 16-byte boundary
+        OwnedTensor gp = to_gpu(param.t, offset), gg = to_gpu(grad.t, offset), gm = to_gpu(m.t, offset),
+                    gv = to_gpu(v.t, offset);
         adamw_update(param.t, grad.t, m.t, v.t, s);
         adamw_update(gp.t, gg.t, gm.t, gv.t, s);
         const std::vector<double> p_cpu = values(param.t), m_cpu = values(m.t), v_cpu = values(v.t);
-        const std::vector<double> p_gpu = values(cpu_copy(gp.t).t), m_gpu = values(cpu_copy(gm.t).t),
-                                  v_gpu = values(cpu_copy(gv.t).t);
+        const std::vector<double> p_gpu = values(to_host(gp.t).t), m_gpu = values(to_host(gm.t).t),
+                                  v_gpu = values(to_host(gv.t).t);
 
         // The GPU rounds each operation of the unfused formula; the CPU build may fuse a multiply
         // and an add (GCC contracts by default), which moves a result by at most an ulp of the
@@ -145,10 +124,10 @@ TEST(CudaAdamW, RepeatsBitForBit) {
   const OwnedTensor zero = testing::zeros(DType::f32, {n});
   std::vector<OwnedTensor> results;
   for (int run = 0; run < 2; ++run) {
-    OwnedTensor p = gpu_copy(param.t), g = gpu_copy(grad.t), m = gpu_copy(zero.t), v = gpu_copy(zero.t);
+    OwnedTensor p = to_gpu(param.t), g = to_gpu(grad.t), m = to_gpu(zero.t), v = to_gpu(zero.t);
     for (int64_t step = 1; step <= 3; ++step)
       adamw_update(p.t, g.t, m.t, v.t, {.lr = 1e-3f, .weight_decay = 0.1f, .step = step});
-    results.push_back(cpu_copy(p.t));
+    results.push_back(to_host(p.t));
   }
   EXPECT_TRUE(same_bits(results[0].t, results[1].t));
 }
@@ -200,7 +179,7 @@ const ClassifierCase kClassifierCases[] = {
 double f32_sum_relative_bound(int64_t V) { return 1e-6 + 2e-7 * std::sqrt(static_cast<double>(V)); }
 
 void expect_losses_near(const Tensor& cpu, const Tensor& gpu, int64_t V, DType dtype, const char* what) {
-  const std::vector<double> a = values(cpu), b = values(cpu_copy(gpu).t);
+  const std::vector<double> a = values(cpu), b = values(to_host(gpu).t);
   for (size_t n = 0; n < a.size(); ++n) {
     const double bound = dtype == DType::f64 ? 1e-12 * (1 + std::fabs(a[n]))
                                              : f32_sum_relative_bound(V) + 8 * FLT_EPSILON * std::fabs(a[n]);
@@ -216,13 +195,13 @@ TEST(CudaCrossEntropy, ForwardMatchesTheCpuAndLeavesTheLogits) {
       const OwnedTensor logits = logits_for(c, dtype, 7);
       const DType loss_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
       const OwnedTensor cpu_losses = testing::zeros(loss_dtype, {c.N});
-      const OwnedTensor gpu_losses = gpu_copy(cpu_losses.t);
-      const OwnedTensor gpu_logits = gpu_copy(logits.t);
+      const OwnedTensor gpu_losses = to_gpu(cpu_losses.t);
+      const OwnedTensor gpu_logits = to_gpu(logits.t);
       cross_entropy_forward(cpu_losses.t, logits.t, targets.t, c.V);
       cross_entropy_forward(gpu_losses.t, gpu_logits.t, targets.t, c.V);
       expect_losses_near(cpu_losses.t, gpu_losses.t, c.V, dtype, "forward");
-      EXPECT_TRUE(same_bits(cpu_copy(gpu_logits.t).t, logits.t)) << "forward wrote the logits";
-      const std::vector<double> gpu_loss_values = values(cpu_copy(gpu_losses.t).t);
+      EXPECT_TRUE(same_bits(to_host(gpu_logits.t).t, logits.t)) << "forward wrote the logits";
+      const std::vector<double> gpu_loss_values = values(to_host(gpu_losses.t).t);
       for (int64_t n = 0; n < c.N; ++n) {
         if (targets.ptr<int32_t>()[n] == kIgnoreIndex) {
           EXPECT_EQ(gpu_loss_values[n], 0.0) << "ignored row " << n;
@@ -239,15 +218,15 @@ TEST(CudaCrossEntropy, FusedBackwardMatchesTheCpu) {
       for (const bool misaligned : {false, true}) {
         const OwnedTensor targets = targets_for(c);
         const OwnedTensor cpu_logits = logits_for(c, dtype, 8);
-        const OwnedTensor gpu_logits = gpu_copy(cpu_logits.t, misaligned);
+        const OwnedTensor gpu_logits = to_gpu(cpu_logits.t, /*offset=*/misaligned ? 1 : 0);
         const DType loss_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
         const OwnedTensor cpu_losses = testing::zeros(loss_dtype, {c.N});
-        const OwnedTensor gpu_losses = gpu_copy(cpu_losses.t);
+        const OwnedTensor gpu_losses = to_gpu(cpu_losses.t);
         cross_entropy_forward_backward(cpu_losses.t, cpu_logits.t, targets.t, c.V, loss_scale);
         cross_entropy_forward_backward(gpu_losses.t, gpu_logits.t, targets.t, c.V, loss_scale);
         expect_losses_near(cpu_losses.t, gpu_losses.t, c.V, dtype, "forward_backward");
 
-        const OwnedTensor gpu_grad = cpu_copy(gpu_logits.t);
+        const OwnedTensor gpu_grad = to_host(gpu_logits.t);
         const std::vector<double> a = values(cpu_logits.t), b = values(gpu_grad.t);
         for (int64_t n = 0; n < c.N; ++n) {
           const int32_t target = targets.ptr<int32_t>()[n];
@@ -288,11 +267,11 @@ TEST(CudaCrossEntropy, RepeatsBitForBit) {
   const OwnedTensor logits = logits_for(c, DType::bf16, 9);
   std::vector<OwnedTensor> grads, losses;
   for (int run = 0; run < 2; ++run) {
-    const OwnedTensor x = gpu_copy(logits.t);
-    const OwnedTensor l = gpu_copy(testing::zeros(DType::f32, {c.N}).t);
+    const OwnedTensor x = to_gpu(logits.t);
+    const OwnedTensor l = to_gpu(testing::zeros(DType::f32, {c.N}).t);
     cross_entropy_forward_backward(l.t, x.t, targets.t, c.V, 1.0f / 8);
-    grads.push_back(cpu_copy(x.t));
-    losses.push_back(cpu_copy(l.t));
+    grads.push_back(to_host(x.t));
+    losses.push_back(to_host(l.t));
   }
   EXPECT_TRUE(same_bits(grads[0].t, grads[1].t));
   EXPECT_TRUE(same_bits(losses[0].t, losses[1].t));

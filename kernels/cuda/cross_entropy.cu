@@ -38,13 +38,6 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 
-// 16 bytes of S, loaded and stored as one vector.
-template <typename S>
-struct alignas(16) Pack {
-  static constexpr int width = 16 / sizeof(S);
-  S v[width];
-};
-
 template <typename T>
 __device__ __forceinline__ T exp_of(T x) {
   if constexpr (std::is_same_v<T, float>)
@@ -133,7 +126,7 @@ __device__ SoftmaxState<T> block_merge(SoftmaxState<T> state) {
 template <typename S, bool vectorized>
 __device__ void fill_row(S* row, int64_t Vp, compute_t<S> value) {
   if constexpr (vectorized) {
-    using P = Pack<S>;
+    using P = Pack<S, kPackWidth<S>>;
     P pack;
     for (int k = 0; k < P::width; ++k) store(&pack.v[k], value);
     P* rp = reinterpret_cast<P*>(row);
@@ -149,7 +142,7 @@ __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows(compute_t<S>* __restrict__ losses, S* __restrict__ logits, const int32_t* __restrict__ targets,
                        int64_t V, int64_t Vp, int32_t ignore_index, bool with_gradient, compute_t<S> loss_scale) {
   using T = compute_t<S>;
-  using P = Pack<S>;
+  using P = Pack<S, kPackWidth<S>>;
   const int64_t n = blockIdx.x;
   S* row = logits + n * Vp;
   const int32_t target = targets[n];
@@ -220,8 +213,7 @@ void launch(Tensor losses, Tensor logits, Tensor targets, int64_t V, int32_t ign
     copy_bytes(staged.data(), Device::cuda, targets.data, targets.device, targets.bytes());
     device_targets = static_cast<const int32_t*>(staged.data());
   }
-  const bool vectorized =
-      reinterpret_cast<uintptr_t>(logits.data) % 16 == 0 && (Vp * static_cast<int64_t>(sizeof(S))) % 16 == 0;
+  const bool vectorized = can_pack<S>(Vp, {logits.data});
   const T scale = loss_scale ? static_cast<T>(*loss_scale) : T{0};
   const auto kernel = vectorized ? cross_entropy_rows<S, true> : cross_entropy_rows<S, false>;
   kernel<<<static_cast<unsigned>(N), kThreads, 0, compute_stream()>>>(static_cast<T*>(losses.data),

@@ -17,7 +17,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -32,50 +31,13 @@
 namespace dt::kernels {
 namespace {
 
+using testing::kAllStorage;
+using testing::max_error;
 using testing::OwnedTensor;
-
-constexpr DType kAllStorage[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
-
-bool is_16bit(DType d) { return d == DType::bf16 || d == DType::f16; }
-
-// Random values stored as `dtype` (16-bit ones rounded from f32).
-OwnedTensor random(DType dtype, Shape shape, uint64_t seed, double std = 1.0) {
-  if (is_16bit(dtype)) return testing::random_storage(dtype, shape, seed, std);
-  return testing::random_normal(dtype, shape, seed, std);
-}
-
-// A GPU copy of host tensor t, starting `offset` elements into its allocation: offset 1 puts it
-// off 16-byte alignment, so the kernels take their element-by-element path.
-OwnedTensor to_gpu(const Tensor& t, int64_t offset = 0) {
-  const size_t offset_bytes = static_cast<size_t>(offset) * dtype_size(t.dtype);
-  Buffer buffer(t.bytes() + offset_bytes, MemTag::workspace, Device::cuda, /*zero=*/false);
-  const Tensor view = buffer.view(t.dtype, t.shape, offset_bytes);
-  copy_bytes(view.data, Device::cuda, t.data, Device::cpu, t.bytes());
-  return {std::move(buffer), view};
-}
-
-OwnedTensor to_host(const Tensor& t) { return testing::copy_to(t, Device::cpu); }
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype == b.dtype && a.bytes() == b.bytes() && std::memcmp(a.data, b.data, a.bytes()) == 0;
-}
-
-// max |actual - expected| / max |expected| over two host tensors of one dtype, 16-bit values
-// widened exactly; a NaN in either counts as an infinite error.
-double max_error(const Tensor& actual, const Tensor& expected) {
-  EXPECT_EQ(actual.dtype, expected.dtype);
-  const auto wide = [](const Tensor& t) {
-    return is_16bit(t.dtype) ? testing::widened(t) : testing::converted(t, DType::f64);
-  };
-  const OwnedTensor a = wide(actual), e = wide(expected);
-  double worst = 0, scale = 1e-30;
-  for (int64_t i = 0; i < a.t.numel(); ++i) {
-    const double d = std::fabs(testing::element(a.t, i) - testing::element(e.t, i));
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    scale = std::max(scale, std::fabs(testing::element(e.t, i)));
-  }
-  return worst / scale;
-}
+using testing::random_values;
+using testing::same_bits;
+using testing::to_gpu;
+using testing::to_host;
 
 // One ulp of the storage at the largest magnitude for 16-bit, else the f32 or f64 bound (see the top).
 double bound_for(DType d, double f32_bound, double f64_bound = 1e-14) {
@@ -100,7 +62,7 @@ TEST(CudaAdd, MatchesTheCpuBitForBit) {
     for (const Shape& shape : kShapes)
       for (const int64_t offset : {0, 1}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + shape.to_string() + " offset " + std::to_string(offset));
-        const OwnedTensor a = random(dtype, shape, 1), b = random(dtype, shape, 2, 0.1);
+        const OwnedTensor a = random_values(dtype, shape, 1), b = random_values(dtype, shape, 2, 0.1);
         const OwnedTensor cpu_out = testing::zeros(dtype, shape);
         add_forward(cpu_out.t, a.t, b.t);
         const OwnedTensor ga = to_gpu(a.t, offset), gb = to_gpu(b.t, offset), gout = to_gpu(cpu_out.t, offset);
@@ -138,7 +100,7 @@ TEST(CudaGelu, ForwardAndBackwardMatchTheCpu) {
       for (const int64_t offset : {0, 1}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + shape.to_string() + " offset " + std::to_string(offset));
         // std 3: both tails of the sigmoid and the curved middle.
-        const OwnedTensor x = random(dtype, shape, 3, 3.0), dy = random(dtype, shape, 4);
+        const OwnedTensor x = random_values(dtype, shape, 3, 3.0), dy = random_values(dtype, shape, 4);
         const OwnedTensor out = testing::zeros(dtype, shape), dx = testing::zeros(dtype, shape);
         gelu_forward(out.t, x.t);
         gelu_backward(dx.t, x.t, dy.t);
@@ -169,7 +131,7 @@ TEST(CudaSwiglu, ForwardAndBackwardMatchTheCpu) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + shape.to_string() + " offset " + std::to_string(offset));
         Shape out_shape(shape.begin(), shape.end() - 1);
         out_shape.push_back(shape[-1] / 2);
-        const OwnedTensor x = random(dtype, shape, 5, 2.0), dy = random(dtype, out_shape, 6);
+        const OwnedTensor x = random_values(dtype, shape, 5, 2.0), dy = random_values(dtype, out_shape, 6);
         const OwnedTensor out = testing::zeros(dtype, out_shape), dx = testing::zeros(dtype, shape);
         swiglu_forward(out.t, x.t);
         swiglu_backward(dx.t, dy.t, x.t);
@@ -211,7 +173,7 @@ TEST(CudaRope, ForwardAndBackwardMatchTheCpuAndLeaveValuesAlone) {
         const OwnedTensor gcos = to_gpu(cos.t), gsin = to_gpu(sin.t);
 
         const Shape shape{B, T, (kHeads + 2 * kKvHeads) * head_size};
-        const OwnedTensor original = random(dtype, shape, 7), dqkv_original = random(dtype, shape, 8);
+        const OwnedTensor original = random_values(dtype, shape, 7), dqkv_original = random_values(dtype, shape, 8);
         const OwnedTensor qkv = to_host(original.t), dqkv = to_host(dqkv_original.t);
         const OwnedTensor gqkv = to_gpu(original.t, offset), gdqkv = to_gpu(dqkv_original.t, offset);
         rope_forward(qkv.t, cos.t, sin.t, kHeads, kKvHeads);

@@ -2,7 +2,7 @@
 //
 // The forwards are copies and adds over (N, C): memory bound, so each thread moves 16-byte packs
 // (4 f32, 2 f64, 8 bf16/f16) when C and the pointers allow, else single elements, in grid-stride
-// loops over one wave of blocks.
+// loops over one wave of blocks (kernels/cuda/elementwise.cuh's grid).
 //
 // The backwards must be deterministic (no floating-point atomics) and in fact give the CPU's
 // bits, because they add in the CPU's order:
@@ -26,6 +26,7 @@
 #include <initializer_list>
 
 #include "core/buffer.h"
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/storage.cuh"
 #include "kernels/embedding.h"
 
@@ -33,33 +34,16 @@ namespace dt::kernels::cuda {
 
 namespace {
 
+// can_pack (storage.cuh) for the stored tensors, and the f32 (f64) gradient table aligned for
+// its pack of V = kPackWidth<S> elements (sizeof(T) * V bytes).
 template <typename S>
-constexpr int kPackWidth = static_cast<int>(16 / sizeof(S));
-template <typename S, int V>
-struct alignas(sizeof(S) * V) Pack {
-  S v[V];
-};
-
-bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
-// Packs of V = kPackWidth<S> stored elements when C is a multiple of V and each pointer is
-// aligned for its pack (16 bytes of S; sizeof(T) * V bytes for the f32 (f64) gradient tables).
-template <typename S>
-bool can_pack(int64_t C, std::initializer_list<const void*> storage, const void* gradient = nullptr) {
-  constexpr int V = kPackWidth<S>;
-  if (C % V != 0) return false;
-  for (const void* p : storage)
-    if (!aligned_to(p, 16)) return false;
-  return gradient == nullptr || aligned_to(gradient, sizeof(compute_t<S>) * V);
+bool can_pack_with_gradient(int64_t C, std::initializer_list<const void*> storage, const void* gradient) {
+  return can_pack<S>(C, storage) && aligned_to(gradient, sizeof(compute_t<S>) * kPackWidth<S>);
 }
 
-constexpr int kThreads = 256;
-// At most one full wave (2048 resident threads per SM on sm_80 and sm_90); the grid-stride
-// loops cover the rest.
-unsigned grid_for(int64_t work) {
-  const unsigned wave = static_cast<unsigned>(::dt::cuda::device_info().sm_count) * (2048 / kThreads);
-  return std::max(1u, std::min(blocks_for(work, kThreads), wave));
-}
+// The grid-stride kernels' blocks (kernels/cuda/elementwise.cuh), at least one.
+constexpr int kThreads = kElementwiseThreads;
+unsigned grid_for(int64_t work) { return std::max(1u, one_wave_grid(work)); }
 
 // ids as a device pointer: the tensor itself, or its copy in `staging` when it is in host memory.
 const int32_t* device_ids(const Tensor& ids, Buffer& staging) {
@@ -221,7 +205,7 @@ void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) {
     const S* dy = storage_ptr<S>(dout);
     constexpr int kWarps = kThreads / 32;
     const auto row_groups = static_cast<unsigned>((N + kWarps - 1) / kWarps);
-    if (can_pack<S>(C, {dy}, dw)) {
+    if (can_pack_with_gradient<S>(C, {dy}, dw)) {
       constexpr int V = kPackWidth<S>;
       const dim3 grid(row_groups, static_cast<unsigned>((C / V + 31) / 32));
       embedding_backward_kernel<S, V><<<grid, kThreads, 0, stream>>>(dw, dy, keys_out, values_out, N, C);
@@ -258,7 +242,7 @@ void position_embedding_backward(Tensor dwpe, Tensor dout) {
     using T = compute_t<S>;
     T* dw = static_cast<T*>(dwpe.data);
     const S* dy = storage_ptr<S>(dout);
-    if (can_pack<S>(C, {dy}, dw)) {
+    if (can_pack_with_gradient<S>(C, {dy}, dw)) {
       constexpr int V = kPackWidth<S>;
       position_backward_kernel<S, V><<<grid_for(T_len * (C / V)), kThreads, 0, compute_stream()>>>(dw, dy, B, T_len,
                                                                                                     C);

@@ -12,13 +12,14 @@
 // number fixed by N alone, and block k walks its range in row order, adding each row's terms
 // into per-column partials in shared memory (each thread owns its columns, so no two threads
 // touch one partial). The partials go to a workspace; a second kernel adds them into dweight
-// and dbias in block order. 1024 ranges keep every SM busy on the first kernel while the
-// partials (8 KiB per column) stay small next to the rows themselves.
-#include <algorithm>
+// and dbias in a fixed order (kernels/cuda/column_partials.cuh, shared with rmsnorm.cu). 1024
+// ranges keep every SM busy on the first kernel while the partials (8 KiB per column) stay small
+// next to the rows themselves.
 #include <cstdint>
-#include <initializer_list>
 
 #include "core/buffer.h"
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/column_partials.cuh"
 #include "kernels/cuda/storage.cuh"
 #include "kernels/layernorm.h"
 
@@ -26,36 +27,8 @@ namespace dt::kernels::cuda {
 
 namespace {
 
-template <typename S>
-constexpr int kPackWidth = static_cast<int>(16 / sizeof(S));
-template <typename S, int V>
-struct alignas(sizeof(S) * V) Pack {
-  S v[V];
-};
-
-bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 __device__ __forceinline__ float rsqrt_of(float x) { return 1.0f / sqrtf(x); }
 __device__ __forceinline__ double rsqrt_of(double x) { return 1.0 / sqrt(x); }
-
-// The sum of v over the block (a multiple of 32 threads), the same value in every thread:
-// a butterfly within each warp, then the warps' sums in warp order. warp_sums: 32 shared slots.
-template <typename T>
-__device__ T block_sum(T v, T* warp_sums) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
-  __syncthreads();
-  T total = 0;
-  for (unsigned w = 0; w < blockDim.x / 32; ++w) total += warp_sums[w];
-  __syncthreads();  // the slots are reused by the next call
-  return total;
-}
-
-template <typename S, int V>
-__device__ __forceinline__ Pack<S, V> load_pack(const S* row, int64_t p) {
-  return reinterpret_cast<const Pack<S, V>*>(row)[p];
-}
 
 // One block per row n: sets out[n, :], mean[n], rstd[n].
 template <typename S, int V>
@@ -107,13 +80,9 @@ __global__ void backward_kernel(compute_t<S>* partials, S* dinp, const S* dout, 
   T* pw = reinterpret_cast<T*>(shared_bytes);  // (C) this block's dweight partial
   T* pb = pw + C;                              // (C) this block's dbias partial
   const int64_t packs = C / V;
-  for (int64_t c = threadIdx.x * int64_t{V}; c < C; c += blockDim.x * int64_t{V})
-    for (int k = 0; k < V; ++k) pw[c + k] = pb[c + k] = 0;
-  // The same split as kernels/cpu/float_type.h's split_range: N / G rows each, one more for the
-  // first N % G blocks.
-  const int64_t G = gridDim.x, base = N / G, extra = N % G, k = blockIdx.x;
-  const int64_t begin = k * base + std::min(k, extra), end = begin + base + (k < extra ? 1 : 0);
-  for (int64_t n = begin; n < end; ++n) {
+  zero_column_partials<2, V>(pw, C);
+  const RowRange rows = block_row_range(N);
+  for (int64_t n = rows.begin; n < rows.end; ++n) {
     const S *x = inp + n * C, *dy = dout + n * C;
     const T m = mean[n], s = rstd[n];
     T sum_dxhat = 0, sum_dxhat_xhat = 0;
@@ -144,60 +113,7 @@ __global__ void backward_kernel(compute_t<S>* partials, S* dinp, const S* dout, 
     }
   }
   // Each thread wrote only its own columns of pw and pb, so no barrier is needed before this.
-  T* out = partials + k * 2 * C;
-  for (int64_t c = threadIdx.x * int64_t{V}; c < C; c += blockDim.x * int64_t{V})
-    for (int j = 0; j < V; ++j) {
-      out[c + j] = pw[c + j];
-      out[C + c + j] = pb[c + j];
-    }
-}
-
-// out[c] += sum over k < blocks, in a fixed order, of partials[k * stride + c]. A block covers
-// 32 columns with kSlices warps; slice y sums k = y, y + kSlices, ... (each load a coalesced
-// 32-column row), and the slices' sums are added in slice order.
-constexpr int kSlices = 8;
-template <typename T>
-__global__ void add_block_partials_kernel(T* out, const T* partials, int64_t blocks, int64_t width, int64_t stride) {
-  __shared__ T slice_sums[kSlices][32];
-  const int64_t c = blockIdx.x * int64_t{32} + threadIdx.x;
-  T sum = 0;
-  if (c < width)
-    for (int64_t k = threadIdx.y; k < blocks; k += kSlices) sum += partials[k * stride + c];
-  slice_sums[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < width) {
-    T total = 0;
-    for (int y = 0; y < kSlices; ++y) total += slice_sums[y][threadIdx.x];
-    out[c] += total;
-  }
-}
-
-// Row ranges of the backward: a function of N alone, so the bits do not depend on the device.
-constexpr int64_t kMaxRowBlocks = 1024;
-
-// Threads for rows of `packs` packs: a multiple of 32, at most 512 (each thread then loops).
-unsigned row_threads(int64_t packs) {
-  return static_cast<unsigned>(std::clamp<int64_t>((packs + 31) / 32 * 32, 32, 512));
-}
-
-// Packs when C is a multiple of the pack width and every row pointer is 16-byte aligned.
-template <typename S>
-bool can_pack(int64_t C, std::initializer_list<const void*> pointers) {
-  return C % kPackWidth<S> == 0 && std::all_of(pointers.begin(), pointers.end(), aligned_16);
-}
-
-// Lets `kernel` use `bytes` of dynamic shared memory, past the default 48 KiB where the device
-// allows it; a clear error where it does not.
-template <typename Kernel>
-void allow_shared_bytes(Kernel kernel, size_t bytes, int64_t C) {
-  if (bytes <= 48 * 1024) return;
-  int device = 0, limit = 0;
-  DT_CUDA_CHECK(cudaGetDevice(&device));
-  DT_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > static_cast<size_t>(limit))
-    throw Error(str("layernorm_backward: C = ", C, " needs ", bytes, " bytes of shared memory per block for the ",
-                    "weight-gradient partials; this GPU allows ", limit, ". Use a smaller model width."));
-  DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  store_column_partials<2, V>(partials, pw, C);
 }
 
 }  // namespace
@@ -230,7 +146,7 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
     S* dx = storage_ptr<S>(dinp);
     const S *dy = storage_ptr<S>(dout), *x = storage_ptr<S>(inp), *w = storage_ptr<S>(weight);
     const T *m = static_cast<const T*>(mean.data), *s = static_cast<const T*>(rstd.data);
-    const int64_t blocks = std::min(N, kMaxRowBlocks);
+    const int64_t blocks = row_blocks(N);
     Buffer partial_buffer(static_cast<size_t>(blocks * 2 * C) * sizeof(T), MemTag::workspace, Device::cuda,
                           /*zero=*/false);
     T* partials = static_cast<T*>(partial_buffer.data());
@@ -238,23 +154,17 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
     const auto grid = static_cast<unsigned>(blocks);
     if (can_pack<S>(C, {dx, dy, x, w})) {
       constexpr int V = kPackWidth<S>;
-      allow_shared_bytes(backward_kernel<S, V>, shared_bytes, C);
+      allow_column_partials_bytes(backward_kernel<S, V>, shared_bytes, C, "layernorm_backward");
       backward_kernel<S, V><<<grid, row_threads(C / V), shared_bytes, compute_stream()>>>(partials, dx, dy, x, w, m,
                                                                                           s, N, C);
     } else {
-      allow_shared_bytes(backward_kernel<S, 1>, shared_bytes, C);
+      allow_column_partials_bytes(backward_kernel<S, 1>, shared_bytes, C, "layernorm_backward");
       backward_kernel<S, 1><<<grid, row_threads(C), shared_bytes, compute_stream()>>>(partials, dx, dy, x, w, m, s,
                                                                                       N, C);
     }
     DT_CUDA_CHECK_LAUNCH();
-    const dim3 reduce_threads(32, kSlices);
-    const auto reduce_grid = static_cast<unsigned>((C + 31) / 32);
-    add_block_partials_kernel<T><<<reduce_grid, reduce_threads, 0, compute_stream()>>>(
-        static_cast<T*>(dweight.data), partials, blocks, C, 2 * C);
-    DT_CUDA_CHECK_LAUNCH();
-    add_block_partials_kernel<T><<<reduce_grid, reduce_threads, 0, compute_stream()>>>(
-        static_cast<T*>(dbias.data), partials + C, blocks, C, 2 * C);
-    DT_CUDA_CHECK_LAUNCH();
+    add_column_partials(static_cast<T*>(dweight.data), partials, blocks, C, 2 * C);
+    add_column_partials(static_cast<T*>(dbias.data), partials + C, blocks, C, 2 * C);
     // partial_buffer goes back to the caching allocator here, while the kernels may still run:
     // the allocator is stream-ordered on the compute stream, so the memory is not handed to
     // another user before they finish.

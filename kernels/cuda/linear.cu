@@ -35,6 +35,7 @@
 #include <cstdint>
 
 #include "core/buffer.h"
+#include "kernels/cuda/column_partials.cuh"
 #include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/storage.cuh"
 #include "kernels/linear.h"
@@ -91,30 +92,23 @@ void fill_rows_with_bias(S* out, const S* bias, int64_t rows, int64_t OC) {
 //
 // Pass 1: block (32 columns x 8 row lanes) over a chunk of rows; lane ty sums rows
 // ty, ty + 8, ... of the chunk for its column (a warp reads 32 adjacent columns of one row),
-// and the 8 lanes' sums are added in lane order. With one chunk the block adds its sums into
-// dbias directly; otherwise it writes partials[chunk, column] and pass 2 adds the chunks in
-// chunk order. The number of chunks depends on N alone, so the order does too.
-constexpr int kSumColumns = 32, kSumLanes = 8;
+// and the 8 lanes' sums are added in lane order (column_sum, kernels/cuda/column_partials.cuh,
+// as the norms' weight gradients). With one chunk the block adds its sums into dbias directly;
+// otherwise it writes partials[chunk, column] and pass 2 adds the chunks in chunk order. The
+// number of chunks depends on N alone, so the order does too.
 constexpr int64_t kRowsPerChunk = 256;
 constexpr int64_t kMaxChunks = 64;
 
 template <typename S>
-__global__ void __launch_bounds__(kSumColumns* kSumLanes)
+__global__ void __launch_bounds__(kColumnSumColumns* kColumnSumLanes)
     column_sums(const S* __restrict__ dout, int64_t N, int64_t OC, int64_t rows_per_chunk,
                 compute_t<S>* __restrict__ partials, compute_t<S>* __restrict__ dbias) {
   using T = compute_t<S>;
-  __shared__ T lane_sums[kSumLanes][kSumColumns];
-  const int64_t column = static_cast<int64_t>(blockIdx.x) * kSumColumns + threadIdx.x;
+  const int64_t column = static_cast<int64_t>(blockIdx.x) * kColumnSumColumns + threadIdx.x;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
   const int64_t end = std::min(N, begin + rows_per_chunk);
-  T sum = 0;
-  if (column < OC)
-    for (int64_t n = begin + threadIdx.y; n < end; n += kSumLanes) sum += load(dout[n * OC + column]);
-  lane_sums[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
+  const T total = column_sum<T>(dout, begin, end, OC, column, OC);
   if (threadIdx.y != 0 || column >= OC) return;
-  T total = 0;
-  for (int lane = 0; lane < kSumLanes; ++lane) total += lane_sums[lane][threadIdx.x];
   if (gridDim.y == 1)
     dbias[column] += total;
   else
@@ -139,8 +133,9 @@ void accumulate_bias_gradient(compute_t<S>* dbias, const S* dout, int64_t N, int
   Buffer partials;
   if (chunks > 1) partials = Buffer(static_cast<size_t>(chunks * OC) * sizeof(T), MemTag::workspace, Device::cuda,
                                     /*zero=*/false);
-  const dim3 grid(static_cast<unsigned>((OC + kSumColumns - 1) / kSumColumns), static_cast<unsigned>(chunks));
-  column_sums<S><<<grid, dim3(kSumColumns, kSumLanes), 0, compute_stream()>>>(
+  const dim3 grid(static_cast<unsigned>((OC + kColumnSumColumns - 1) / kColumnSumColumns),
+                  static_cast<unsigned>(chunks));
+  column_sums<S><<<grid, dim3(kColumnSumColumns, kColumnSumLanes), 0, compute_stream()>>>(
       dout, N, OC, rows_per_chunk, static_cast<T*>(partials.data()), dbias);
   DT_CUDA_CHECK_LAUNCH();
   if (chunks > 1) {

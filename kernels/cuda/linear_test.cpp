@@ -18,7 +18,6 @@
 
 #include <cfloat>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -30,33 +29,12 @@ namespace dt::kernels {
 namespace {
 
 using testing::OwnedTensor;
+using testing::random_values;
+using testing::same_bits;
+using testing::to_gpu;
+using testing::to_host;
+using testing::values;
 
-OwnedTensor gpu_copy(const Tensor& t, bool misaligned = false) {
-  const size_t offset = misaligned ? dtype_size(t.dtype) : 0;
-  Buffer buffer(t.bytes() + offset, MemTag::workspace, Device::cuda, /*zero=*/false);
-  Tensor view = buffer.view(t.dtype, t.shape, offset);
-  copy_bytes(view.data, Device::cuda, t.data, Device::cpu, t.bytes());
-  return {std::move(buffer), view};
-}
-
-OwnedTensor cpu_copy(const Tensor& t) { return testing::copy_to(t, Device::cpu); }
-
-std::vector<double> values(const Tensor& t) {
-  if (t.dtype == DType::bf16 || t.dtype == DType::f16) return values(testing::widened(t).t);
-  std::vector<double> out(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) out[i] = testing::element(t, i);
-  return out;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.bytes() == b.bytes() && std::memcmp(a.data, b.data, a.bytes()) == 0;
-}
-
-// Random values in a storage dtype (16-bit ones rounded from f32).
-OwnedTensor random(DType dtype, Shape shape, uint64_t seed, double std = 1.0) {
-  if (dtype == DType::bf16 || dtype == DType::f16) return testing::random_storage(dtype, shape, seed, std);
-  return testing::random_normal(dtype, shape, seed, std);
-}
 
 // The accumulation type's epsilon, the 16-bit output's relative rounding step (0 when the
 // output is not 16-bit) and its smallest spacing.
@@ -129,11 +107,12 @@ void run_case(const LinearCase& c, DType dtype, bool misaligned) {
   Shape out_shape(c.inp.begin(), c.inp.end() - 1);
   out_shape.push_back(OC);
   const std::string name = name_of(c, dtype, misaligned);
+  const int64_t offset = misaligned ? 1 : 0;  // elements off a 16-byte boundary
 
-  const OwnedTensor inp = random(dtype, c.inp, 1);
-  const OwnedTensor weight = random(dtype, {OC, C}, 2, 1.0 / std::sqrt(static_cast<double>(C)));
-  const OwnedTensor bias = c.bias ? random(dtype, {OC}, 3) : OwnedTensor{};
-  const OwnedTensor dout = random(dtype, out_shape, 4);
+  const OwnedTensor inp = random_values(dtype, c.inp, 1);
+  const OwnedTensor weight = random_values(dtype, {OC, C}, 2, 1.0 / std::sqrt(static_cast<double>(C)));
+  const OwnedTensor bias = c.bias ? random_values(dtype, {OC}, 3) : OwnedTensor{};
+  const OwnedTensor dout = random_values(dtype, out_shape, 4);
   const OwnedTensor dweight0 = testing::random_normal(grad_dtype, {OC, C}, 5);
   const OwnedTensor dbias0 = testing::random_normal(grad_dtype, {OC}, 6);
   const std::vector<double> x = values(inp.t), w = values(weight.t), dy = values(dout.t);
@@ -142,47 +121,47 @@ void run_case(const LinearCase& c, DType dtype, bool misaligned) {
   {
     const OwnedTensor out = testing::zeros(dtype, out_shape);
     linear_forward(out.t, inp.t, weight.t, bias.t);
-    const OwnedTensor g_inp = gpu_copy(inp.t, misaligned), g_weight = gpu_copy(weight.t, misaligned);
-    const OwnedTensor g_bias = c.bias ? gpu_copy(bias.t, misaligned) : OwnedTensor{};
-    const OwnedTensor g_out = gpu_copy(out.t, misaligned);
+    const OwnedTensor g_inp = to_gpu(inp.t, offset), g_weight = to_gpu(weight.t, offset);
+    const OwnedTensor g_bias = c.bias ? to_gpu(bias.t, offset) : OwnedTensor{};
+    const OwnedTensor g_out = to_gpu(out.t, offset);
     linear_forward(g_out.t, g_inp.t, g_weight.t, g_bias.t);
     std::vector<double> magnitude = abs_products(x, w, N, OC, C);
     if (c.bias) {
       const std::vector<double> b = values(bias.t);
       for (int64_t i = 0; i < N * OC; ++i) magnitude[i] += std::fabs(b[i % OC]);
     }
-    expect_near(out.t, cpu_copy(g_out.t).t, magnitude, C, dtype, "forward " + name);
+    expect_near(out.t, to_host(g_out.t).t, magnitude, C, dtype, "forward " + name);
     // Twice: the same bits.
-    const OwnedTensor first = cpu_copy(g_out.t);
+    const OwnedTensor first = to_host(g_out.t);
     linear_forward(g_out.t, g_inp.t, g_weight.t, g_bias.t);
-    EXPECT_TRUE(same_bits(first.t, cpu_copy(g_out.t).t)) << "forward repeats, " << name;
+    EXPECT_TRUE(same_bits(first.t, to_host(g_out.t).t)) << "forward repeats, " << name;
   }
 
   // backward_input: dinp(N, C) = dout @ weight.
   {
     const OwnedTensor dinp = testing::zeros(dtype, c.inp);
     linear_backward_input(dinp.t, dout.t, weight.t);
-    const OwnedTensor g_dout = gpu_copy(dout.t, misaligned), g_weight = gpu_copy(weight.t, misaligned);
-    const OwnedTensor g_dinp = gpu_copy(dinp.t, misaligned);
+    const OwnedTensor g_dout = to_gpu(dout.t, offset), g_weight = to_gpu(weight.t, offset);
+    const OwnedTensor g_dinp = to_gpu(dinp.t, offset);
     linear_backward_input(g_dinp.t, g_dout.t, g_weight.t);
-    expect_near(dinp.t, cpu_copy(g_dinp.t).t, abs_products(dy, transposed(w, OC, C), N, C, OC), OC, dtype,
+    expect_near(dinp.t, to_host(g_dinp.t).t, abs_products(dy, transposed(w, OC, C), N, C, OC), OC, dtype,
                 "backward_input " + name);
   }
 
   // backward_weight: dweight(OC, C) += dout^T @ inp; dbias += column sums of dout.
   {
-    const OwnedTensor dweight = cpu_copy(dweight0.t), dbias = cpu_copy(dbias0.t);
+    const OwnedTensor dweight = to_host(dweight0.t), dbias = to_host(dbias0.t);
     const Tensor dbias_or_none = c.bias ? dbias.t : Tensor{};
     linear_backward_weight(dweight.t, dbias_or_none, dout.t, inp.t);
-    const OwnedTensor g_dout = gpu_copy(dout.t, misaligned), g_inp = gpu_copy(inp.t, misaligned);
-    const OwnedTensor g_dweight = gpu_copy(dweight0.t, misaligned), g_dbias = gpu_copy(dbias0.t, misaligned);
+    const OwnedTensor g_dout = to_gpu(dout.t, offset), g_inp = to_gpu(inp.t, offset);
+    const OwnedTensor g_dweight = to_gpu(dweight0.t, offset), g_dbias = to_gpu(dbias0.t, offset);
     const Tensor g_dbias_or_none = c.bias ? g_dbias.t : Tensor{};
     linear_backward_weight(g_dweight.t, g_dbias_or_none, g_dout.t, g_inp.t);
 
     std::vector<double> magnitude = abs_products(transposed(dy, N, OC), transposed(x, N, C), OC, C, N);
     const std::vector<double> dw0 = values(dweight0.t);
     for (size_t i = 0; i < magnitude.size(); ++i) magnitude[i] += std::fabs(dw0[i]);
-    expect_near(dweight.t, cpu_copy(g_dweight.t).t, magnitude, N, dtype, "backward_weight dweight " + name);
+    expect_near(dweight.t, to_host(g_dweight.t).t, magnitude, N, dtype, "backward_weight dweight " + name);
     if (c.bias) {
       std::vector<double> column_magnitude(static_cast<size_t>(OC), 0.0);
       const std::vector<double> db0 = values(dbias0.t);
@@ -190,19 +169,19 @@ void run_case(const LinearCase& c, DType dtype, bool misaligned) {
         column_magnitude[o] = std::fabs(db0[o]);
         for (int64_t n = 0; n < N; ++n) column_magnitude[o] += std::fabs(dy[n * OC + o]);
       }
-      expect_near(dbias.t, cpu_copy(g_dbias.t).t, column_magnitude, N, dtype, "backward_weight dbias " + name);
+      expect_near(dbias.t, to_host(g_dbias.t).t, column_magnitude, N, dtype, "backward_weight dbias " + name);
     } else {
-      EXPECT_TRUE(same_bits(cpu_copy(g_dbias.t).t, dbias0.t)) << "dbias untouched without a bias, " << name;
+      EXPECT_TRUE(same_bits(to_host(g_dbias.t).t, dbias0.t)) << "dbias untouched without a bias, " << name;
     }
 
     // Accumulating again from the same start gives the same bits: the algorithm is cached and
     // the column sum has a fixed order.
-    const OwnedTensor first_dweight = cpu_copy(g_dweight.t), first_dbias = cpu_copy(g_dbias.t);
+    const OwnedTensor first_dweight = to_host(g_dweight.t), first_dbias = to_host(g_dbias.t);
     copy_bytes(g_dweight.t.data, Device::cuda, dweight0.t.data, Device::cpu, dweight0.t.bytes());
     copy_bytes(g_dbias.t.data, Device::cuda, dbias0.t.data, Device::cpu, dbias0.t.bytes());
     linear_backward_weight(g_dweight.t, g_dbias_or_none, g_dout.t, g_inp.t);
-    EXPECT_TRUE(same_bits(first_dweight.t, cpu_copy(g_dweight.t).t)) << "dweight repeats, " << name;
-    EXPECT_TRUE(same_bits(first_dbias.t, cpu_copy(g_dbias.t).t)) << "dbias repeats, " << name;
+    EXPECT_TRUE(same_bits(first_dweight.t, to_host(g_dweight.t).t)) << "dweight repeats, " << name;
+    EXPECT_TRUE(same_bits(first_dbias.t, to_host(g_dbias.t).t)) << "dbias repeats, " << name;
   }
 }
 
@@ -232,14 +211,14 @@ TEST(CudaLinear, Float64MatchesTheCpu) {
 // An empty batch (N = 0) launches nothing and leaves the accumulated gradients alone.
 TEST(CudaLinear, EmptyBatchLeavesGradientsAlone) {
   DT_SKIP_WITHOUT_CUDA();
-  const OwnedTensor inp = gpu_copy(testing::zeros(DType::f32, {0, 16}).t);
-  const OwnedTensor dout = gpu_copy(testing::zeros(DType::f32, {0, 8}).t);
+  const OwnedTensor inp = to_gpu(testing::zeros(DType::f32, {0, 16}).t);
+  const OwnedTensor dout = to_gpu(testing::zeros(DType::f32, {0, 8}).t);
   const OwnedTensor dweight0 = testing::random_normal(DType::f32, {8, 16}, 1);
   const OwnedTensor dbias0 = testing::random_normal(DType::f32, {8}, 2);
-  const OwnedTensor dweight = gpu_copy(dweight0.t), dbias = gpu_copy(dbias0.t);
+  const OwnedTensor dweight = to_gpu(dweight0.t), dbias = to_gpu(dbias0.t);
   linear_backward_weight(dweight.t, dbias.t, dout.t, inp.t);
-  EXPECT_TRUE(same_bits(cpu_copy(dweight.t).t, dweight0.t));
-  EXPECT_TRUE(same_bits(cpu_copy(dbias.t).t, dbias0.t));
+  EXPECT_TRUE(same_bits(to_host(dweight.t).t, dweight0.t));
+  EXPECT_TRUE(same_bits(to_host(dbias.t).t, dbias0.t));
 }
 
 }  // namespace

@@ -19,8 +19,6 @@
 // And the weight gradients repeat bit for bit from one GPU run to the next (no atomics).
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -35,50 +33,13 @@
 namespace dt::kernels {
 namespace {
 
+using testing::kAllStorage;
+using testing::max_error;
 using testing::OwnedTensor;
-
-constexpr DType kAllStorage[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
-
-bool is_16bit(DType d) { return d == DType::bf16 || d == DType::f16; }
-
-// Random values stored as `dtype` (16-bit ones rounded from f32).
-OwnedTensor random(DType dtype, Shape shape, uint64_t seed, double std = 1.0, double mean = 0.0) {
-  if (is_16bit(dtype)) return testing::random_storage(dtype, shape, seed, std, mean);
-  return testing::random_normal(dtype, shape, seed, std, mean);
-}
-
-// A GPU copy of host tensor t, starting `offset` elements into its allocation: offset 1 puts it
-// off 16-byte alignment, so the kernels take their element-by-element path.
-OwnedTensor to_gpu(const Tensor& t, int64_t offset = 0) {
-  const size_t offset_bytes = static_cast<size_t>(offset) * dtype_size(t.dtype);
-  Buffer buffer(t.bytes() + offset_bytes, MemTag::workspace, Device::cuda, /*zero=*/false);
-  const Tensor view = buffer.view(t.dtype, t.shape, offset_bytes);
-  copy_bytes(view.data, Device::cuda, t.data, Device::cpu, t.bytes());
-  return {std::move(buffer), view};
-}
-
-OwnedTensor to_host(const Tensor& t) { return testing::copy_to(t, Device::cpu); }
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype == b.dtype && a.bytes() == b.bytes() && std::memcmp(a.data, b.data, a.bytes()) == 0;
-}
-
-// max |actual - expected| / max |expected| over two host tensors of one dtype, 16-bit values
-// widened exactly; a NaN in either counts as an infinite error.
-double max_error(const Tensor& actual, const Tensor& expected) {
-  EXPECT_EQ(actual.dtype, expected.dtype);
-  const auto wide = [](const Tensor& t) {
-    return is_16bit(t.dtype) ? testing::widened(t) : testing::converted(t, DType::f64);
-  };
-  const OwnedTensor a = wide(actual), e = wide(expected);
-  double worst = 0, scale = 1e-30;
-  for (int64_t i = 0; i < a.t.numel(); ++i) {
-    const double d = std::fabs(testing::element(a.t, i) - testing::element(e.t, i));
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    scale = std::max(scale, std::fabs(testing::element(e.t, i)));
-  }
-  return worst / scale;
-}
+using testing::random_values;
+using testing::same_bits;
+using testing::to_gpu;
+using testing::to_host;
 
 // The bound for a tensor stored as d (see the top): one storage ulp for 16-bit, else f32 or f64.
 double bound_for(DType d) {
@@ -106,8 +67,8 @@ TEST(CudaLayerNorm, ForwardAndBackwardMatchTheCpuAndRepeatBitForBit) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + shape.to_string() + " offset " + std::to_string(offset));
         const DType stats = accumulation_dtype(dtype);
         const int64_t N = shape[0], C = shape[1];
-        const OwnedTensor x = random(dtype, shape, 1, 1.5, 0.5), w = random(dtype, {C}, 2, 1.0, 1.0),
-                          b = random(dtype, {C}, 3), dy = random(dtype, shape, 4);
+        const OwnedTensor x = random_values(dtype, shape, 1, 1.5, 0.5), w = random_values(dtype, {C}, 2, 1.0, 1.0),
+                          b = random_values(dtype, {C}, 3), dy = random_values(dtype, shape, 4);
         const OwnedTensor out = testing::zeros(dtype, shape), mean = testing::zeros(stats, {N}),
                           rstd = testing::zeros(stats, {N});
         layernorm_forward(out.t, mean.t, rstd.t, x.t, w.t, b.t);
@@ -121,7 +82,8 @@ TEST(CudaLayerNorm, ForwardAndBackwardMatchTheCpuAndRepeatBitForBit) {
 
         // Backward accumulates: start every gradient from nonzero values. Both sides use the
         // CPU's mean and rstd, so only the backward is compared.
-        const OwnedTensor dx0 = random(dtype, shape, 5), dw0 = random(stats, {C}, 6), db0 = random(stats, {C}, 7);
+        const OwnedTensor dx0 = random_values(dtype, shape, 5), dw0 = random_values(stats, {C}, 6),
+                          db0 = random_values(stats, {C}, 7);
         const OwnedTensor dx = to_host(dx0.t), dw = to_host(dw0.t), db = to_host(db0.t);
         layernorm_backward(dx.t, dw.t, db.t, dy.t, x.t, w.t, mean.t, rstd.t);
         const OwnedTensor cpu_mean = to_gpu(mean.t), cpu_rstd = to_gpu(rstd.t);
@@ -149,8 +111,8 @@ TEST(CudaRmsNorm, ForwardAndBackwardMatchTheCpuAndRepeatBitForBit) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + shape.to_string() + " offset " + std::to_string(offset));
         const DType stats = accumulation_dtype(dtype);
         const int64_t N = shape[0], C = shape[1];
-        const OwnedTensor x = random(dtype, shape, 11, 1.5, 0.5), w = random(dtype, {C}, 12, 1.0, 1.0),
-                          dy = random(dtype, shape, 13);
+        const OwnedTensor x = random_values(dtype, shape, 11, 1.5, 0.5), w = random_values(dtype, {C}, 12, 1.0, 1.0),
+                          dy = random_values(dtype, shape, 13);
         const OwnedTensor out = testing::zeros(dtype, shape), rstd = testing::zeros(stats, {N});
         rmsnorm_forward(out.t, rstd.t, x.t, w.t, kEps);
         const OwnedTensor gx = to_gpu(x.t, offset), gw = to_gpu(w.t, offset), gdy = to_gpu(dy.t, offset);
@@ -159,7 +121,7 @@ TEST(CudaRmsNorm, ForwardAndBackwardMatchTheCpuAndRepeatBitForBit) {
         EXPECT_LE(max_error(to_host(gout.t).t, out.t), bound_for(dtype));
         EXPECT_LE(max_error(to_host(grstd.t).t, rstd.t), bound_for(stats));
 
-        const OwnedTensor dx0 = random(dtype, shape, 14), dw0 = random(stats, {C}, 15);
+        const OwnedTensor dx0 = random_values(dtype, shape, 14), dw0 = random_values(stats, {C}, 15);
         const OwnedTensor dx = to_host(dx0.t), dw = to_host(dw0.t);
         rmsnorm_backward(dx.t, dw.t, dy.t, x.t, w.t, rstd.t);
         const OwnedTensor cpu_rstd = to_gpu(rstd.t);
@@ -211,14 +173,14 @@ TEST(CudaEmbedding, TokenEmbeddingMatchesTheCpuBitForBit) {
       for (const int64_t offset : {0, 1}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " C " + std::to_string(C) + " offset " + std::to_string(offset));
         const DType grad_dtype = accumulation_dtype(dtype);
-        const OwnedTensor table = random(dtype, {Vp, C}, 21), dy = random(dtype, {N, C}, 22);
+        const OwnedTensor table = random_values(dtype, {Vp, C}, 21), dy = random_values(dtype, {N, C}, 22);
         const OwnedTensor out = testing::zeros(dtype, {N, C});
         embedding_forward(out.t, ids.t, table.t);
         const OwnedTensor gtable = to_gpu(table.t, offset), gout = to_gpu(testing::zeros(dtype, {N, C}).t, offset);
         embedding_forward(gout.t, ids.t, gtable.t);
         EXPECT_TRUE(same_bits(to_host(gout.t).t, out.t));
 
-        const OwnedTensor dtable0 = random(grad_dtype, {Vp, C}, 23);  // accumulates: start nonzero
+        const OwnedTensor dtable0 = random_values(grad_dtype, {Vp, C}, 23);  // accumulates: start nonzero
         const OwnedTensor dtable = to_host(dtable0.t);
         embedding_backward(dtable.t, ids.t, dy.t);
         const OwnedTensor gdtable = to_gpu(dtable0.t, offset), gdy = to_gpu(dy.t, offset);
@@ -235,8 +197,8 @@ TEST(CudaEmbedding, PositionEmbeddingMatchesTheCpuBitForBit) {
       for (const int64_t offset : {0, 1}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " C " + std::to_string(C) + " offset " + std::to_string(offset));
         const DType grad_dtype = accumulation_dtype(dtype);
-        const OwnedTensor wpe = random(dtype, {L, C}, 31), out0 = random(dtype, {B, T, C}, 32),
-                          dy = random(dtype, {B, T, C}, 33), dwpe0 = random(grad_dtype, {L, C}, 34);
+        const OwnedTensor wpe = random_values(dtype, {L, C}, 31), out0 = random_values(dtype, {B, T, C}, 32),
+                          dy = random_values(dtype, {B, T, C}, 33), dwpe0 = random_values(grad_dtype, {L, C}, 34);
         const OwnedTensor out = to_host(out0.t), dwpe = to_host(dwpe0.t);
         position_embedding_forward(out.t, wpe.t);
         position_embedding_backward(dwpe.t, dy.t);

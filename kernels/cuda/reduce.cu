@@ -110,8 +110,6 @@ __global__ void find_nonfinite(const T* __restrict__ x, int64_t n, int* __restri
   if (__any_sync(0xffffffffu, bad) && threadIdx.x % 32 == 0) *found = 1;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Blocks for n elements read `width` at a time: enough to cover them, at most kMaxBlocks.
 int grid_for(int64_t n, int width) {
   const int64_t needed = (n / width + kThreads - 1) / kThreads;
@@ -123,7 +121,7 @@ double sum_of_squares_impl(const Tensor& x) {
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   const T* p = static_cast<const T*>(x.data);
-  const bool vectorized = aligned16(p);
+  const bool vectorized = aligned_16(p);
   const int blocks = grid_for(n, vectorized ? Vec16<T>::width : 1);
   // partials[0, blocks) and the result after them.
   Buffer scratch((blocks + 1) * sizeof(double), MemTag::workspace, Device::cuda, /*zero=*/false);

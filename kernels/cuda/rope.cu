@@ -3,28 +3,22 @@
 // Each thread rotates one pack of pairs (element i with i + HS/2) of one query or key head at one
 // position, in place: memory bound, so the pairs move as 16-byte packs (4 f32, 2 f64, 8
 // bf16/f16) when HS/2 is a multiple of the pack width and qkv is 16-byte aligned, else one pair
-// at a time; a grid-stride loop over one wave of blocks. The value heads are never read or
-// written. Threads touch disjoint pairs, so the in-place update needs no ordering.
+// at a time; a grid-stride loop over one wave of blocks (kernels/cuda/elementwise.cuh's grid).
+// The value heads are never read or written. Threads touch disjoint pairs, so the in-place update
+// needs no ordering.
 //
 // The math is the CPU's: a * c - b * s and b * c + a * s in f32 (f64 for f64) with the table's
 // f32 angles, 16-bit values widened exactly and rounded once when stored; the backward is the
 // same rotation with s negated.
-#include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/storage.cuh"
 #include "kernels/rope.h"
 
 namespace dt::kernels::cuda {
 
 namespace {
-
-template <typename S>
-constexpr int kPackWidth = static_cast<int>(16 / sizeof(S));
-template <typename S, int V>
-struct alignas(sizeof(S) * V) Pack {
-  S v[V];
-};
 
 // qkv (N = B*T rows of W = (NH + 2*NKV) * HS): the first `rotated` = NH + NKV heads of each row
 // rotated by the angles of position t = n % T. direction +1 forward, -1 backward.
@@ -59,21 +53,18 @@ void rotate(Tensor qkv, Tensor cos, Tensor sin, int n_head, int n_kv_head, doubl
   const int64_t B = qkv.dim(0), T_len = qkv.dim(1), W = qkv.dim(2), N = B * T_len;
   const int64_t HS = W / (n_head + 2 * int64_t{n_kv_head}), half = HS / 2, rotated = n_head + int64_t{n_kv_head};
   if (N == 0 || half == 0) return;
-  constexpr int kThreads = 256;
-  // At most one full wave (2048 resident threads per SM on sm_80 and sm_90).
-  const unsigned wave = static_cast<unsigned>(::dt::cuda::device_info().sm_count) * (2048 / kThreads);
   dispatch_storage(qkv.dtype, [&]<typename S>() {
     using T = compute_t<S>;
     S* x = storage_ptr<S>(qkv);
     const T *c = static_cast<const T*>(cos.data), *s = static_cast<const T*>(sin.data);
     const auto d = static_cast<T>(direction);
     constexpr int V = kPackWidth<S>;
-    if (half % V == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-      const unsigned blocks = std::min(blocks_for(N * rotated * (half / V), kThreads), wave);
-      rotate_kernel<S, V><<<blocks, kThreads, 0, compute_stream()>>>(x, c, s, N, T_len, W, HS, rotated, d);
+    if (can_pack<S>(half, {x})) {
+      const unsigned blocks = one_wave_grid(N * rotated * (half / V));
+      rotate_kernel<S, V><<<blocks, kElementwiseThreads, 0, compute_stream()>>>(x, c, s, N, T_len, W, HS, rotated, d);
     } else {
-      const unsigned blocks = std::min(blocks_for(N * rotated * half, kThreads), wave);
-      rotate_kernel<S, 1><<<blocks, kThreads, 0, compute_stream()>>>(x, c, s, N, T_len, W, HS, rotated, d);
+      const unsigned blocks = one_wave_grid(N * rotated * half);
+      rotate_kernel<S, 1><<<blocks, kElementwiseThreads, 0, compute_stream()>>>(x, c, s, N, T_len, W, HS, rotated, d);
     }
     DT_CUDA_CHECK_LAUNCH();
   });

@@ -3,31 +3,23 @@
 // Elementwise over the (N, F) output with the gate and up halves of each (N, 2F) input row read
 // at the same column: memory bound, so each thread moves 16-byte packs (4 f32, 2 f64, 8
 // bf16/f16) when F is a multiple of the pack width and the pointers are 16-byte aligned, else
-// single elements; a grid-stride loop over one wave of blocks covers any size. The header
-// forbids out/inp and dinp/inp,dout overlap, so no ordering between threads is needed.
+// single elements; a grid-stride loop over one wave of blocks (kernels/cuda/elementwise.cuh's
+// grid) covers any size. Not elementwise_map itself: the inputs are the two halves of a wider
+// row, and the backward writes two outputs. The header forbids out/inp and dinp/inp,dout
+// overlap, so no ordering between threads is needed.
 //
 // The math is the CPU's in f32 (f64 for f64), 16-bit values widened exactly and rounded once
 // when stored. The sigmoid's exponential differs (the CPU's Cephes expf against CUDA's expf,
 // each within 2 ulp), so results agree to a few f32 ulps, not bit for bit.
-#include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 
+#include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/storage.cuh"
 #include "kernels/swiglu.h"
 
 namespace dt::kernels::cuda {
 
 namespace {
-
-template <typename S>
-constexpr int kPackWidth = static_cast<int>(16 / sizeof(S));
-template <typename S, int V>
-struct alignas(sizeof(S) * V) Pack {
-  S v[V];
-};
-
-bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 __device__ __forceinline__ float exp_of(float x) { return expf(x); }
 __device__ __forceinline__ double exp_of(double x) { return exp(x); }
@@ -90,22 +82,6 @@ __global__ void backward_kernel(S* dinp, const S* dout, const S* inp, int64_t N,
   }
 }
 
-// Grid for `packs` packs of work: at most one full wave (2048 resident threads per SM on sm_80
-// and sm_90); the grid-stride loops cover the rest.
-constexpr int kThreads = 256;
-unsigned grid_for(int64_t packs) {
-  const unsigned wave = static_cast<unsigned>(::dt::cuda::device_info().sm_count) * (2048 / kThreads);
-  return std::min(blocks_for(packs, kThreads), wave);
-}
-
-// Packs of 16 bytes when every row start is 16-byte aligned: F a multiple of the pack width and
-// each base pointer aligned.
-template <typename S>
-bool can_pack(int64_t F, std::initializer_list<const void*> pointers) {
-  if (F % kPackWidth<S> != 0) return false;
-  return std::all_of(pointers.begin(), pointers.end(), aligned_16);
-}
-
 }  // namespace
 
 void swiglu_forward(Tensor out, Tensor inp) {
@@ -116,9 +92,9 @@ void swiglu_forward(Tensor out, Tensor inp) {
     const S* x = storage_ptr<S>(inp);
     if (can_pack<S>(F, {o, x})) {
       constexpr int V = kPackWidth<S>;
-      forward_kernel<S, V><<<grid_for(N * (F / V)), kThreads, 0, compute_stream()>>>(o, x, N, F);
+      forward_kernel<S, V><<<one_wave_grid(N * (F / V)), kElementwiseThreads, 0, compute_stream()>>>(o, x, N, F);
     } else {
-      forward_kernel<S, 1><<<grid_for(N * F), kThreads, 0, compute_stream()>>>(o, x, N, F);
+      forward_kernel<S, 1><<<one_wave_grid(N * F), kElementwiseThreads, 0, compute_stream()>>>(o, x, N, F);
     }
     DT_CUDA_CHECK_LAUNCH();
   });
@@ -132,9 +108,10 @@ void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) {
     const S *dy = storage_ptr<S>(dout), *x = storage_ptr<S>(inp);
     if (can_pack<S>(F, {dx, dy, x})) {
       constexpr int V = kPackWidth<S>;
-      backward_kernel<S, V><<<grid_for(N * (F / V)), kThreads, 0, compute_stream()>>>(dx, dy, x, N, F);
+      backward_kernel<S, V><<<one_wave_grid(N * (F / V)), kElementwiseThreads, 0, compute_stream()>>>(dx, dy, x, N,
+                                                                                                       F);
     } else {
-      backward_kernel<S, 1><<<grid_for(N * F), kThreads, 0, compute_stream()>>>(dx, dy, x, N, F);
+      backward_kernel<S, 1><<<one_wave_grid(N * F), kElementwiseThreads, 0, compute_stream()>>>(dx, dy, x, N, F);
     }
     DT_CUDA_CHECK_LAUNCH();
   });
