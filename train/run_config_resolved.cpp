@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "data/token_dataset.h"
 #include "model/parameters.h"
@@ -91,6 +92,10 @@ std::string derived_quantities(const RunConfig& config) {
                                   : str("; ", scientific(flops.hardware / static_cast<double>(tokens_per_step)),
                                         " with ", recompute_name(config.train.recompute), " recomputation"))},
       {"FLOPs per step", scientific(flops.model)},
+      {"memory", str(format_bytes(static_cast<double>(Transformer::training_bytes(
+                         m, config.train.micro_batch_size, T, config.train.recompute, config.train.precision))),
+                     " on the ", config.train.device, ": parameters, gradients, AdamW moments and one micro-batch's "
+                     "activations")},
       {"tokens in the run", str(grouped(config.train.steps), " steps x ", grouped(tokens_per_step), " = ",
                                 grouped(run_tokens), " (", si(static_cast<double>(run_tokens)), ")")},
   };

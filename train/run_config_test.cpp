@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ckpt/hf_config.h"
+#include "core/allocator.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "data/token_shard.h"
@@ -303,6 +304,12 @@ global_batch_size = 512
   EXPECT_NE(d.find("16 sequences x 32 accumulation steps"), std::string::npos) << d;
   EXPECT_NE(d.find("50,257 tokens, stored padded to 50,304"), std::string::npos) << d;
   EXPECT_NE(d.find("124,439,808 (124.4M)"), std::string::npos) << d;
+  // Transformer::training_bytes (exact on the CPU: model/memory_test.cpp) for 16 x 1024 tokens.
+  EXPECT_NE(d.find(str(format_bytes(static_cast<double>(Transformer::training_bytes(model_preset("gpt2-124m"), 16, 1024,
+                                                                                   Recompute::none, DType::f32))),
+                       " on the cpu: parameters, gradients, AdamW moments")),
+            std::string::npos)
+      << d;
   EXPECT_NE(d.find("1,000 steps x 524,288 = 524,288,000 (524.3M)"), std::string::npos) << d;
   // Forward FLOPs per token: per layer 2C(3C) + 2C^2 + 2C(4C) + 2(4C)C + 2C(T + 1), then 2CV.
   const double C = 768, T = 1024, V = 50257;
