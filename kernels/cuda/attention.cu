@@ -481,6 +481,18 @@ void check_grid(std::string_view op, const Dims& d, int heads) {
 template <typename Kernel>
 void launch_tiled(Kernel kernel, dim3 grid, int64_t smem_elements, int element_bytes, auto... args) {
   const int64_t bytes = smem_elements * element_bytes;
+  // Tiles are fixed at compile time; f64 at head sizes above 128 needs about 136 KB, more than
+  // sm_86/sm_89 parts (A10, L4, L40) give a block. Say so rather than pass on cudaErrorInvalidValue.
+  static const int limit = [] {
+    int device = 0, bytes_limit = 0;
+    DT_CUDA_CHECK(cudaGetDevice(&device));
+    DT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return bytes_limit;
+  }();
+  if (bytes > limit)
+    throw Error(str("attention: this head size and dtype need ", bytes, " bytes of shared memory per block and ",
+                    ::dt::cuda::device_info().name, " allows ", limit, "; use f32/bf16/f16 storage (f64 is for the "
+                    "CPU's finite-difference tests) or a head size of at most 128"));
   DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<grid, kThreads, static_cast<size_t>(bytes), compute_stream()>>>(args...);
   DT_CUDA_CHECK_LAUNCH();

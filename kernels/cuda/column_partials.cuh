@@ -98,15 +98,19 @@ void add_column_partials(T* out, const T* partials, int64_t blocks, int64_t widt
 }
 
 // Lets `kernel` use `bytes` of dynamic shared memory for the partials of C columns, past the
-// default 48 KiB where the device allows it; a clear error, naming `op`, where it does not.
+// default 48 KiB where the device allows it; a clear error, naming `op`, where it does not. The
+// limits apply to static and dynamic shared memory together (the kernel's own warp sums count).
 template <typename Kernel>
 void allow_column_partials_bytes(Kernel kernel, size_t bytes, int64_t C, const char* op) {
-  if (bytes <= 48 * 1024) return;
+  cudaFuncAttributes attributes{};
+  DT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  const size_t total = bytes + attributes.sharedSizeBytes;
+  if (total <= 48 * 1024) return;
   int device = 0, limit = 0;
   DT_CUDA_CHECK(cudaGetDevice(&device));
   DT_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > static_cast<size_t>(limit))
-    throw Error(str(op, ": C = ", C, " needs ", bytes, " bytes of shared memory per block for the ",
+  if (total > static_cast<size_t>(limit))
+    throw Error(str(op, ": C = ", C, " needs ", total, " bytes of shared memory per block for the ",
                     "weight-gradient partials; this GPU allows ", limit, ". Use a smaller model width."));
   DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }

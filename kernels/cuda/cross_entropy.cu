@@ -77,9 +77,11 @@ struct SoftmaxState {
 
   // Adds `count` values: one rescale at most for the group.
   __device__ __forceinline__ void add(const T* x, int count) {
+    // A NaN logit must make the loss NaN, as on the CPU: fmax would drop it, so the max
+    // propagates NaN and the comparison lets it through.
     T group_max = x[0];
-    for (int i = 1; i < count; ++i) group_max = fmax(group_max, x[i]);
-    if (group_max > m) {
+    for (int i = 1; i < count; ++i) group_max = (x[i] > group_max || x[i] != x[i]) ? x[i] : group_max;
+    if (!(group_max <= m)) {
       s *= exp_of(m - group_max);  // s = 0 while m = -inf: 0 * exp(-inf) = 0
       m = group_max;
     }

@@ -149,7 +149,7 @@ void accumulate_bias_gradient(compute_t<S>* dbias, const S* dout, int64_t N, int
 
 template <typename S>
 void forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
-  const int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.numel() / C;
+  const int64_t OC = weight.dim(0), C = weight.dim(1), N = out.numel() / std::max<int64_t>(OC, 1);
   S* o = storage_ptr<S>(out);
   const S* b = bias.defined() ? storage_ptr<S>(bias) : nullptr;
   if (N == 0 || OC == 0) return;
@@ -162,9 +162,12 @@ void forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
       .bias = b,
       .bias_type = cuda_type<S>(),
       .op = "linear_forward"};
-  if (try_gemm(p)) return;
+  // The bias epilogue needs a 16-byte aligned bias on some GPUs (A100), and the heuristic is not
+  // told the bias pointer's alignment: a view at another offset takes the fallback directly.
+  const bool bias_aligned = b == nullptr || reinterpret_cast<uintptr_t>(b) % 16 == 0;
+  if (bias_aligned && try_gemm(p)) return;
   if (!b) throw Error(str(describe(p), ": cuBLASLt has no algorithm for this problem"));
-  // No bias-epilogue algorithm: out starts as the bias rows and the GEMM adds into it.
+  // No usable bias epilogue: out starts as the bias rows and the GEMM adds into it.
   fill_rows_with_bias(o, b, N, OC);
   p.bias = nullptr;
   p.beta = 1;
@@ -173,7 +176,7 @@ void forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
 
 template <typename S>
 void backward_input(Tensor dinp, Tensor dout, Tensor weight) {
-  const int64_t OC = weight.dim(0), C = weight.dim(1), N = dout.numel() / OC;
+  const int64_t OC = weight.dim(0), C = weight.dim(1), N = dinp.numel() / std::max<int64_t>(C, 1);
   if (N == 0 || C == 0) return;
   if (OC == 0) return fill_rows_with_bias<S>(storage_ptr<S>(dinp), nullptr, N, C);  // dinp = 0
   gemm({.a = {.data = weight.data, .type = cuda_type<S>(), .rows = C, .cols = OC, .ld = C},
@@ -186,7 +189,7 @@ void backward_input(Tensor dinp, Tensor dout, Tensor weight) {
 template <typename S>
 void backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp) {
   using T = compute_t<S>;
-  const int64_t OC = dweight.dim(0), C = dweight.dim(1), N = dout.numel() / OC;
+  const int64_t OC = dweight.dim(0), C = dweight.dim(1), N = dout.numel() / std::max<int64_t>(OC, 1);
   if (N == 0) return;  // nothing to add
   if (OC > 0 && C > 0) {
     gemm({.a = {.data = inp.data, .type = cuda_type<S>(), .rows = C, .cols = N, .ld = C},

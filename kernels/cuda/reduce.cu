@@ -3,8 +3,9 @@
 //
 // sum_of_squares is a deterministic two-pass reduction, so the gradient norm, and with it
 // clipping, repeats bit for bit (issue 6's deterministic mode; no floating-point atomics):
-//   pass 1: a grid whose size depends on n alone (never on the GPU's SM count, so the bits do
-//           not change between GPUs either); each thread accumulates x^2 in double over a
+//   pass 1: a grid whose size depends on n and on whether x is 16-byte aligned (the packed or
+//           the scalar mapping), never on the GPU's SM count, so the bits repeat for a given
+//           buffer layout on any GPU; each thread accumulates x^2 in double over a
 //           grid-stride loop, the block adds its threads' sums in a fixed tree (warp shuffles,
 //           then one warp over the warp sums) into partials[block];
 //   pass 2: one block adds the partials in the same fixed tree; the double is copied to the
