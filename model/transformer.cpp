@@ -400,13 +400,15 @@ void Transformer::copy_logits(Tensor out) const {
   DT_CHECK(out.dtype == DType::f32 && out.device == Device::cpu && out.numel() == N * V, "logits out ",
            out.describe());
   const Tensor logits = Activations::view(acts_->saved, acts_->logits, N);
+  // One copy to the host and one widening to f32 of the padded (N, Vp) logits, then each row
+  // without its padding columns.
   const Buffer host(logits.bytes(), MemTag::workspace, Device::cpu, false);
   copy_bytes(host.data(), Device::cpu, logits.data, logits.device, logits.bytes());
-  // Row n of the padded (N, Vp) logits, without its padding columns, into row n of out.
-  for (int64_t n = 0; n < N; ++n) {
-    const size_t row_offset = static_cast<size_t>(n * Vp) * dtype_size(logits.dtype);
-    k::convert(out.reshape({N, V}).slice_rows(n, 1).reshape({V}), host.view(logits.dtype, {V}, row_offset));
-  }
+  const Buffer widened(static_cast<size_t>(N * Vp) * sizeof(float), MemTag::workspace, Device::cpu, false);
+  const Tensor all = widened.view(DType::f32, {N * Vp});
+  k::convert(all, host.view(logits.dtype, {N * Vp}));
+  for (int64_t n = 0; n < N; ++n)
+    std::memcpy(out.ptr<float>() + n * V, all.ptr<float>() + n * Vp, static_cast<size_t>(V) * sizeof(float));
 }
 
 Tensor Transformer::losses() const {
