@@ -8,12 +8,19 @@
 //   param = param - (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 //
 // Updates param, m and v in place (all f32, shapes equal); grad is read only. step counts
-// from 1. Weight decay per range is the caller's choice (matrices yes, biases and norms no).
+// from 1. Weight decay is the caller's choice (matrices yes, biases and norms no): optim/
+// adamw.h makes one call for the ranges it decays and one for the rest.
+//
+// The multi-tensor form updates elements [begin, end) of each range of flat buffers (1-D, equal
+// lengths; kernels/flat_ranges.h) and leaves every other element alone: one launch on the GPU
+// for the whole model. The one-tensor form is the one-range case.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/tensor.h"
+#include "kernels/flat_ranges.h"
 
 namespace dt::kernels {
 
@@ -28,13 +35,17 @@ struct AdamWStep {
 };
 
 void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
+void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, std::span<const FlatRange> ranges,
+                  const AdamWStep& s);
 
 namespace cpu {
-void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
+void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, std::span<const FlatRange> ranges,
+                  const AdamWStep& s);
 }  // namespace cpu
 
 namespace cuda {
-void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s);
+void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, std::span<const FlatRange> ranges,
+                  const AdamWStep& s);
 }  // namespace cuda
 
 }  // namespace dt::kernels

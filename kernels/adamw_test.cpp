@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "tests/cuda_testing.h"
 #include "tests/gradcheck.h"
 
 namespace dt::kernels {
@@ -49,6 +50,28 @@ TEST(AdamW, FiveStepsMatchTheFormula) {
     m_err = std::max(m_err, std::fabs(m.ptr<float>()[i] - rm[i]));
   }
   EXPECT_LE(m_err / m_scale, 1e-6);
+}
+
+// The multi-tensor form updates exactly the elements of its ranges, each as the one-tensor
+// form updates it, and leaves the elements between the ranges untouched.
+TEST(AdamW, RangesUpdateTheirElementsAsOneTensorCallsAndNothingElse) {
+  constexpr int64_t n = 300;
+  const std::vector<FlatRange> ranges{{0, 37}, {48, 48 + 64}, {113, 299}};
+  const AdamWStep s{.lr = 1e-2f, .weight_decay = 0.1f, .step = 3, .grad_scale = 0.5f};
+  auto p = random_normal(DType::f32, {n}, 1), g = random_normal(DType::f32, {n}, 2),
+       m = random_normal(DType::f32, {n}, 3, 0.1), v = random_normal(DType::f32, {n}, 4, 0.01);
+  for (int64_t i = 0; i < n; ++i) v.ptr<float>()[i] = std::fabs(v.ptr<float>()[i]);
+  // The expected result: one-tensor calls on each range of copies, whose gaps keep the start.
+  const auto copy = [](const testing::OwnedTensor& t) { return testing::copy_to(t.t, Device::cpu); };
+  const testing::OwnedTensor p0 = copy(p), p1 = copy(p), m1 = copy(m), v1 = copy(v);
+  adamw_update(p.t, g.t, m.t, v.t, ranges, s);
+  for (const FlatRange& r : ranges) {
+    const auto part = [&](const testing::OwnedTensor& t) { return t.t.slice_rows(r.begin, r.size()); };
+    adamw_update(part(p1), part(g), part(m1), part(v1), s);
+  }
+  for (const auto& [got, want] : {std::pair{&p, &p1}, std::pair{&m, &m1}, std::pair{&v, &v1}})
+    EXPECT_TRUE(testing::same_bits(got->t, want->t));
+  EXPECT_FALSE(testing::same_bits(p.t, p0.t));  // the update did move the parameters
 }
 
 }  // namespace

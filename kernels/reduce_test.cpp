@@ -32,6 +32,18 @@ TEST(Reduce, SumOfSquaresHasTheSameBitsForAnyThreadCount) {
   for (const double s : sums) EXPECT_EQ(s, sums[0]);
 }
 
+// Over ranges: each range summed as a whole tensor, the ranges' sums added in order, and the
+// elements between the ranges (here huge) not counted.
+TEST(Reduce, SumOfSquaresOverRangesSkipsTheGaps) {
+  auto x = testing::random_normal(DType::f32, {5000}, 4);
+  const std::vector<FlatRange> ranges{{3, 1000}, {1016, 4000}, {4001, 5000}};
+  for (const int64_t gap : {0, 1, 2, 1000, 1001, 1015, 4000}) x.ptr<float>()[gap] = 1e30f;
+  double expected = 0;
+  for (const FlatRange& r : ranges) expected += sum_of_squares(x.t.slice_rows(r.begin, r.size()));
+  EXPECT_EQ(sum_of_squares(x.t, ranges), expected);
+  EXPECT_EQ(sum_of_squares(x.t, std::vector<FlatRange>{}), 0.0);
+}
+
 TEST(Reduce, AllFiniteDetectsInfAndNaN) {
   auto x = testing::random_normal(DType::f32, {999}, 2);
   EXPECT_TRUE(all_finite(x.t));

@@ -75,6 +75,14 @@ const ParamInfo& ParameterLayout::find(std::string_view name) const {
                   suggestion.empty() ? "" : str(" (did you mean '", suggestion, "'?)")));
 }
 
+std::vector<kernels::FlatRange> ParameterLayout::shown_ranges(
+    const std::function<bool(const ParamInfo&)>& include) const {
+  std::vector<kernels::FlatRange> ranges;
+  for (const ParamInfo& p : params_)
+    if (!include || include(p)) kernels::append_range(ranges, {p.offset, p.offset + p.numel()});
+  return ranges;
+}
+
 int64_t ParameterLayout::num_parameters() const {
   int64_t n = 0;
   for (const auto& p : params_) n += p.numel();

@@ -13,10 +13,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "core/buffer.h"
+#include "kernels/flat_ranges.h"
 #include "model/config.h"
 
 namespace dt {
@@ -49,6 +51,9 @@ class ParameterLayout {
   const ParamInfo& find(std::string_view name) const;  // throws dt::Error naming close matches
   int64_t num_parameters() const;   // shown elements only: the published count
   int64_t total_elements() const { return total_elements_; }  // buffer size incl. padding and gaps
+  // The shown elements of the parameters `include` selects (all without it), as increasing
+  // ranges of the flat buffer with touching ones merged: what the multi-tensor ops run over.
+  std::vector<kernels::FlatRange> shown_ranges(const std::function<bool(const ParamInfo&)>& include = {}) const;
 
  private:
   void add(std::string name, Shape shape, ParamInit init, float init_std, int64_t stored_rows = -1);

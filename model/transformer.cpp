@@ -225,8 +225,9 @@ void Transformer::check_inputs(Tensor tokens, Tensor targets) const {
 
 void Transformer::refresh_compute_weights() {
   if (!compute_weights_) return;
-  // Shown elements only: padding rows and alignment gaps stay zero from allocation.
-  for (const ParamInfo& p : layout_.params()) k::convert(compute_weights_->shown(p), params_.shown(p));
+  // The whole flat buffer in one pass: padding rows and alignment gaps are zero in the master
+  // weights (the optimizer updates shown elements only), so they stay zero in the copy.
+  k::convert(compute_weights_->all(), params_.all());
 }
 
 Tensor Transformer::bias(const FlatTensors& tensors, const std::string& name) const {

@@ -22,22 +22,24 @@ void AdamWConfig::validate() const {
 AdamW::AdamW(const ParameterLayout& layout, AdamWConfig config, Device device)
     : config_((config.validate(), config)),
       m_(layout, MemTag::optimizer_state, device),
-      v_(layout, MemTag::optimizer_state, device) {}
+      v_(layout, MemTag::optimizer_state, device),
+      decayed_(layout.shown_ranges([this](const ParamInfo& p) { return decays(p); })),
+      not_decayed_(layout.shown_ranges([this](const ParamInfo& p) { return !decays(p); })) {}
 
 bool AdamW::decays(const ParamInfo& p) const { return p.is_matrix && (!p.is_embedding || config_.decay_embeddings); }
 
 void AdamW::step(FlatTensors& params, const FlatTensors& grads, float lr, float grad_scale) {
   ++steps_taken_;
-  for (const ParamInfo& p : params.layout().params()) {
-    kernels::adamw_update(params.shown(p), grads.shown(p), m_.shown(p), v_.shown(p),
-                          {.lr = lr,
-                           .beta1 = config_.beta1,
-                           .beta2 = config_.beta2,
-                           .eps = config_.eps,
-                           .weight_decay = decays(p) ? config_.weight_decay : 0.0f,
-                           .step = steps_taken_,
-                           .grad_scale = grad_scale});
-  }
+  kernels::AdamWStep s{.lr = lr,
+                       .beta1 = config_.beta1,
+                       .beta2 = config_.beta2,
+                       .eps = config_.eps,
+                       .weight_decay = config_.weight_decay,
+                       .step = steps_taken_,
+                       .grad_scale = grad_scale};
+  kernels::adamw_update(params.all(), grads.all(), m_.all(), v_.all(), decayed_, s);
+  s.weight_decay = 0;
+  kernels::adamw_update(params.all(), grads.all(), m_.all(), v_.all(), not_decayed_, s);
 }
 
 }  // namespace dt

@@ -28,7 +28,8 @@ class AdamW {
   AdamW(const ParameterLayout& layout, AdamWConfig config, Device device = Device::cpu);
 
   // One update with learning rate lr, every gradient multiplied by grad_scale first (the
-  // clipping coefficient). Reads grads; updates params, m and v.
+  // clipping coefficient). Reads grads; updates params, m and v (shown elements only: padding
+  // and gaps stay zero). Two passes over the flat buffers, one launch each on the GPU.
   void step(FlatTensors& params, const FlatTensors& grads, float lr, float grad_scale);
 
   bool decays(const ParamInfo& p) const;
@@ -42,6 +43,8 @@ class AdamW {
  private:
   AdamWConfig config_;
   FlatTensors m_, v_;
+  // The parameters' ranges of the flat buffers, with weight decay and without: one update each.
+  std::vector<kernels::FlatRange> decayed_, not_decayed_;
   int64_t steps_taken_ = 0;
 };
 

@@ -7,9 +7,7 @@
 namespace dt {
 
 double global_grad_norm(const FlatTensors& grads) {
-  double sum = 0;
-  for (const ParamInfo& p : grads.layout().params()) sum += kernels::sum_of_squares(grads.shown(p));
-  return std::sqrt(sum);
+  return std::sqrt(kernels::sum_of_squares(grads.all(), grads.layout().shown_ranges()));
 }
 
 float clip_coefficient(double norm, float max_norm) {

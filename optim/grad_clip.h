@@ -5,6 +5,7 @@
 // rows are excluded (their gradient is zero anyway). Clipping, as torch.nn.utils.clip_grad_norm_:
 //   coefficient = max_norm / (norm + 1e-6), applied only when it is below 1.
 // The coefficient is folded into the optimizer's grad_scale instead of rewriting gradients.
+// One pass over the flat gradient buffer (one launch and one read-back on the GPU).
 #pragma once
 
 #include "model/parameters.h"

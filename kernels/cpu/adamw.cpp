@@ -4,7 +4,8 @@
 
 namespace dt::kernels::cpu {
 
-void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& s) {
+void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, std::span<const FlatRange> ranges,
+                  const AdamWStep& s) {
   // Scalars as PyTorch forms them: in double, then rounded to the tensors' fp32.
   const double bias_correction1 = 1.0 - std::pow(static_cast<double>(s.beta1), static_cast<double>(s.step));
   const double bias_correction2 = 1.0 - std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step));
@@ -16,15 +17,18 @@ void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep
   const float eps = s.eps, grad_scale = s.grad_scale;
   float *p = param.ptr<float>(), *mp = m.ptr<float>(), *vp = v.ptr<float>();
   const float* g = grad.ptr<float>();
-  const int64_t n = param.numel();
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * grad_scale;
-    p[i] *= decay;
-    mp[i] = mp[i] * beta1 + one_minus_beta1 * gi;
-    vp[i] = vp[i] * beta2 + one_minus_beta2 * gi * gi;
-    const float denom = std::sqrt(vp[i]) / bias_correction2_sqrt + eps;
-    p[i] += neg_step_size * mp[i] / denom;
+  // One parallel region for all ranges; each element is independent, so no barrier between them.
+#pragma omp parallel
+  for (const FlatRange& r : ranges) {
+#pragma omp for simd schedule(static) nowait
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      const float gi = g[i] * grad_scale;
+      p[i] *= decay;
+      mp[i] = mp[i] * beta1 + one_minus_beta1 * gi;
+      vp[i] = vp[i] * beta2 + one_minus_beta2 * gi * gi;
+      const float denom = std::sqrt(vp[i]) / bias_correction2_sqrt + eps;
+      p[i] += neg_step_size * mp[i] / denom;
+    }
   }
 }
 

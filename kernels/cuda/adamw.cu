@@ -9,15 +9,17 @@
 // them, so the two agree to a few ulps rather than to the bit; kernels/cuda/
 // classifier_optimizer_test.cpp states the bound.)
 //
-// Memory-bound: 16 bytes read and 12 written per parameter. When all four tensors start at
-// 16-byte boundaries each thread moves float4s (parameter ranges of the flat buffer often do;
-// a bias of odd length shifts the ones after it, which then take the scalar path). Grid-stride
-// loops over a grid sized for the tensor, capped at a few waves.
+// Memory-bound: 16 bytes read and 12 written per parameter. All ranges of the model go in one
+// launch (kernels/cuda/flat_ranges.cuh); each thread takes quads of four elements, moved as
+// float4s when the buffers and the ranges' starts allow (the flat buffers' parameters start on
+// 16-element boundaries, so they do), element by element otherwise. Grid-stride loops over a
+// grid sized for the work, capped at a few waves.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/adamw.h"
+#include "kernels/cuda/flat_ranges.cuh"
 #include "kernels/cuda/storage.cuh"
 
 namespace dt::kernels::cuda {
@@ -61,27 +63,28 @@ __device__ __forceinline__ void update(float& p, float g, float& m, float& v, co
   p = __fadd_rn(p, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));
 }
 
-__global__ void adamw_scalar(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
-                             float* __restrict__ v, int64_t n, AdamWScalars s) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    update(param[i], grad[i], m[i], v[i], s);
-}
-
-// Elements [0, 4 * vectors) as float4s; the caller runs the tail with adamw_scalar.
-__global__ void adamw_vector4(float4* __restrict__ param, const float4* __restrict__ grad, float4* __restrict__ m,
-                              float4* __restrict__ v, int64_t vectors, AdamWScalars s) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += stride) {
-    float4 p = param[i], mi = m[i], vi = v[i];
-    const float4 g = grad[i];
-    update(p.x, g.x, mi.x, vi.x, s);
-    update(p.y, g.y, mi.y, vi.y, s);
-    update(p.z, g.z, mi.z, vi.z, s);
-    update(p.w, g.w, mi.w, vi.w, s);
-    param[i] = p;
-    m[i] = mi;
-    v[i] = vi;
+// Every element of the table's ranges; with `vectorized`, full quads as float4s.
+template <bool vectorized>
+__global__ void adamw_ranges(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
+                             float* __restrict__ v, const RangeTable ranges, AdamWScalars s) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x, quads = ranges.quads();
+  for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += stride) {
+    const Quad quad = find_quad(ranges, q);
+    const int64_t i = quad.first;
+    if (vectorized && quad.count == 4) {
+      float4 p = *reinterpret_cast<float4*>(param + i), mi = *reinterpret_cast<float4*>(m + i),
+             vi = *reinterpret_cast<float4*>(v + i);
+      const float4 g = *reinterpret_cast<const float4*>(grad + i);
+      update(p.x, g.x, mi.x, vi.x, s);
+      update(p.y, g.y, mi.y, vi.y, s);
+      update(p.z, g.z, mi.z, vi.z, s);
+      update(p.w, g.w, mi.w, vi.w, s);
+      *reinterpret_cast<float4*>(param + i) = p;
+      *reinterpret_cast<float4*>(m + i) = mi;
+      *reinterpret_cast<float4*>(v + i) = vi;
+    } else {
+      for (int k = 0; k < quad.count; ++k) update(param[i + k], grad[i + k], m[i + k], v[i + k], s);
+    }
   }
 }
 
@@ -91,24 +94,17 @@ unsigned grid_for(int64_t items) {
 
 }  // namespace
 
-void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) {
-  const int64_t n = param.numel();
-  if (n == 0) return;
+void adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v, std::span<const FlatRange> ranges,
+                  const AdamWStep& step) {
   const AdamWScalars s = scalars_for(step);
   float *p = static_cast<float*>(param.data), *mp = static_cast<float*>(m.data), *vp = static_cast<float*>(v.data);
   const float* g = static_cast<const float*>(grad.data);
-  int64_t done = 0;
-  if (aligned_16(p) && aligned_16(g) && aligned_16(mp) && aligned_16(vp) && n >= 4) {
-    const int64_t vectors = n / 4;
-    adamw_vector4<<<grid_for(vectors), kThreads, 0, compute_stream()>>>(
-        reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g), reinterpret_cast<float4*>(mp),
-        reinterpret_cast<float4*>(vp), vectors, s);
-    DT_CUDA_CHECK_LAUNCH();
-    done = vectors * 4;
-  }
-  if (done < n) {
-    const int64_t rest = n - done;
-    adamw_scalar<<<grid_for(rest), kThreads, 0, compute_stream()>>>(p + done, g + done, mp + done, vp + done, rest, s);
+  const bool buffers_aligned = aligned_16(p) && aligned_16(g) && aligned_16(mp) && aligned_16(vp);
+  for (const RangeTable& table : range_tables(ranges)) {
+    if (buffers_aligned && table.quads_aligned)
+      adamw_ranges<true><<<grid_for(table.quads()), kThreads, 0, compute_stream()>>>(p, g, mp, vp, table, s);
+    else
+      adamw_ranges<false><<<grid_for(table.quads()), kThreads, 0, compute_stream()>>>(p, g, mp, vp, table, s);
     DT_CUDA_CHECK_LAUNCH();
   }
 }

@@ -132,6 +132,63 @@ TEST(CudaAdamW, RepeatsBitForBit) {
   EXPECT_TRUE(same_bits(results[0].t, results[1].t));
 }
 
+// Ranges of a flat buffer, as the optimizer passes them: many (more than one launch's 256),
+// of sizes 1 to 40, with gaps of 0 to 5 elements, so that starts fall on and off multiples of 4.
+std::vector<FlatRange> many_ranges(int count) {
+  std::vector<FlatRange> ranges;
+  int64_t at = 0;
+  for (int r = 0; r < count; ++r) {
+    const int64_t size = 1 + (r * 7) % 40;
+    append_range(ranges, {at, at + size});
+    at += size + (r * 5) % 6;
+  }
+  return ranges;
+}
+
+// The multi-tensor form in one launch per 256 ranges gives each element the bits the
+// one-tensor form gives it (the same f32 operations) and leaves the gaps alone; with every
+// range on a multiple of 4 it takes the float4 path, otherwise the element path.
+TEST(CudaAdamW, RangesMatchOneTensorCallsBitForBit) {
+  DT_SKIP_WITHOUT_CUDA();
+  std::vector<FlatRange> aligned;
+  for (int r = 0; r < 300; ++r) aligned.push_back({64 * r, 64 * r + 1 + (r * 13) % 63});
+  for (const std::vector<FlatRange>& ranges : {many_ranges(600), aligned}) {
+    const int64_t n = ranges.back().end + 3;
+    const AdamWStep s{.lr = 1e-2f, .weight_decay = 0.1f, .step = 2, .grad_scale = 0.5f};
+    const OwnedTensor param = testing::random_normal(DType::f32, {n}, 1), grad = testing::random_normal(DType::f32, {n}, 2);
+    OwnedTensor v = testing::random_normal(DType::f32, {n}, 4, 0.01);
+    for (int64_t i = 0; i < n; ++i) v.ptr<float>()[i] = std::fabs(v.ptr<float>()[i]);
+    OwnedTensor p1 = to_gpu(param.t), g = to_gpu(grad.t), m1 = to_gpu(v.t), v1 = to_gpu(v.t);
+    OwnedTensor p2 = to_gpu(param.t), m2 = to_gpu(v.t), v2 = to_gpu(v.t);
+    adamw_update(p1.t, g.t, m1.t, v1.t, ranges, s);
+    for (const FlatRange& r : ranges) {
+      const auto part = [&](const OwnedTensor& t) { return t.t.slice_rows(r.begin, r.size()); };
+      adamw_update(part(p2), part(g), part(m2), part(v2), s);
+    }
+    EXPECT_TRUE(same_bits(to_host(p1.t).t, to_host(p2.t).t)) << ranges.size() << " ranges";
+    EXPECT_TRUE(same_bits(to_host(m1.t).t, to_host(m2.t).t));
+    EXPECT_TRUE(same_bits(to_host(v1.t).t, to_host(v2.t).t));
+    EXPECT_FALSE(same_bits(to_host(p1.t).t, param.t));
+  }
+}
+
+TEST(CudaReduce, SumOfSquaresOverRangesMatchesTheCpuAndRepeats) {
+  DT_SKIP_WITHOUT_CUDA();
+  const std::vector<FlatRange> ranges = many_ranges(700);
+  const int64_t n = ranges.back().end + 3;
+  OwnedTensor x = testing::random_normal(DType::f32, {n}, 8);
+  for (int64_t i = 0; i < ranges.front().begin; ++i) x.ptr<float>()[i] = 1e30f;  // never counted
+  for (size_t r = 1; r < ranges.size(); ++r)
+    for (int64_t i = ranges[r - 1].end; i < ranges[r].begin; ++i) x.ptr<float>()[i] = 1e30f;
+  for (const bool misaligned : {false, true}) {
+    const OwnedTensor gpu = to_gpu(x.t, misaligned ? 1 : 0);
+    const double cpu_sum = sum_of_squares(x.t, ranges), gpu_sum = sum_of_squares(gpu.t, ranges);
+    // As SumOfSquaresMatchesTheCpu: exact squares added in double in two orders.
+    EXPECT_NEAR(gpu_sum, cpu_sum, 1e-12 * cpu_sum) << (misaligned ? "misaligned" : "");
+    EXPECT_EQ(sum_of_squares(gpu.t, ranges), gpu_sum);
+  }
+}
+
 // ---- cross_entropy ------------------------------------------------------------------------
 
 struct ClassifierCase {
