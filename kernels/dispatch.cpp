@@ -40,4 +40,16 @@ void expect_dtype(std::string_view op, std::string_view arg, const Tensor& t, DT
 
 DType accumulation_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
 
+void expect_residual_operands(std::string_view op, const Tensor& res, const Tensor& out, const Tensor& a,
+                              const Tensor& b) {
+  expect_dtype(op, "a", a, res.dtype, res.device);
+  expect_dtype(op, "b", b, res.dtype, res.device);
+  expect_shape(op, "a", a, res.shape);
+  expect_shape(op, "b", b, res.shape);
+  expect_disjoint(op, "out", out, "a", a);
+  expect_disjoint(op, "out", out, "b", b);
+  if (res.data != a.data) expect_disjoint(op, "res", res, "a", a);
+  if (res.data != b.data) expect_disjoint(op, "res", res, "b", b);
+}
+
 }  // namespace dt::kernels

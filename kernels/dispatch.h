@@ -25,6 +25,11 @@ void expect_storage_dtype(std::string_view op, const Tensor& t);
 // Throws, naming the op and the argument, unless `t` has dtype `dtype` and is on `device`: for
 // ops whose tensors do not all share one dtype (16-bit activations with f32 statistics).
 void expect_dtype(std::string_view op, std::string_view arg, const Tensor& t, DType dtype, Device device);
+// The residual add fused into a norm forward (kernels/layernorm.h): a and b like res, out clear of
+// all three, and res either exactly a or b (each element is read before it is written, by the
+// one thread that owns it) or clear of them.
+void expect_residual_operands(std::string_view op, const Tensor& res, const Tensor& out, const Tensor& a,
+                              const Tensor& b);
 // The dtype of gradients accumulated for parameters stored as `storage`: f64 for f64, else f32.
 DType accumulation_dtype(DType storage);
 

@@ -19,17 +19,32 @@ int64_t check(std::string_view op, const Tensor& inp, const Tensor& weight, cons
   expect_shape(op, "rstd", rstd, {N});
   return C;
 }
-}  // namespace
 
-void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias, float eps) {
-  constexpr std::string_view op = "layernorm_forward";
+// The forward's checks, shared by the fused op, whose norm input is res (named inp_name).
+void check_forward(std::string_view op, std::string_view inp_name, const Tensor& out, const Tensor& mean,
+                   const Tensor& rstd, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
   const int64_t C = check(op, inp, weight, mean, rstd);
   expect_dtype(op, "out", out, inp.dtype, inp.device);
   expect_dtype(op, "bias", bias, inp.dtype, inp.device);
   expect_shape(op, "out", out, inp.shape);
   expect_shape(op, "bias", bias, {C});
-  DT_CHECK(out.data != inp.data, op, ": out must not alias inp");
+  // Rows are normalized in parallel, so out overlapping another row of inp is as wrong as out == inp.
+  expect_disjoint(op, "out", out, inp_name, inp);
+}
+
+}  // namespace
+
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias, float eps) {
+  check_forward("layernorm_forward", "inp", out, mean, rstd, inp, weight, bias);
   DT_DISPATCH_DEVICE(layernorm_forward, inp.device, out, mean, rstd, inp, weight, bias, eps);
+}
+
+void add_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b, Tensor weight,
+                           Tensor bias, float eps) {
+  constexpr std::string_view op = "add_layernorm_forward";
+  check_forward(op, "res", out, mean, rstd, res, weight, bias);
+  expect_residual_operands(op, res, out, a, b);
+  DT_DISPATCH_DEVICE(add_layernorm_forward, res.device, res, out, mean, rstd, a, b, weight, bias, eps);
 }
 
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,

@@ -6,7 +6,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <string>
 
+#include "kernels/add.h"
+#include "kernels/dispatch.h"
 #include "tests/gradcheck.h"
 #include "tests/storage_testing.h"
 #include "tests/testing.h"
@@ -137,6 +141,94 @@ TEST(LayerNorm, WrongStorageCombinationsAreRejectedByName) {
   EXPECT_NE(m.find("layernorm_forward: weight is f32"), std::string::npos) << m;
   m = testing::error_message([&] { layernorm_backward(out.t, w.t, w32.t, out.t, x.t, w.t, stats.t, stats.t); });
   EXPECT_NE(m.find("layernorm_backward: dweight is bf16"), std::string::npos) << m;
+}
+
+// Normal values stored as `dtype`: f32 and f64 drawn directly, bf16 and f16 rounded from f32.
+testing::OwnedTensor random_stored(DType dtype, Shape shape, uint64_t seed, double std = 1.0, double mean = 0.0) {
+  if (dtype == DType::f32 || dtype == DType::f64) return random_normal(dtype, shape, seed, std, mean);
+  return testing::random_storage(dtype, shape, seed, std, mean);
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.bytes() == b.bytes() && std::memcmp(a.data, b.data, a.bytes()) == 0;
+}
+
+// The fused op's contract: the bits of add_forward followed by layernorm_forward, whether res is
+// a buffer of its own or a or b itself (the residual stream updated in place). With 16-bit
+// storage this holds only if the norm reads the sum rounded to storage, as the unfused op does.
+TEST(LayerNorm, AddLayerNormForwardIsAddThenLayerNormBitForBit) {
+  for (const DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const DType stats = accumulation_dtype(dtype);
+    const int64_t rows = 40;
+    const Shape shape{rows, C};
+    // The residual stream (mean 2) plus a branch of smaller values: sums that 16-bit storage rounds.
+    const auto a = random_stored(dtype, shape, 61, 2.0, 2.0), b = random_stored(dtype, shape, 62, 0.3),
+               w = random_stored(dtype, {C}, 63), bias = random_stored(dtype, {C}, 64);
+    auto res_ref = zeros(dtype, shape), out_ref = zeros(dtype, shape), mean_ref = zeros(stats, {rows}),
+         rstd_ref = zeros(stats, {rows});
+    add_forward(res_ref.t, a.t, b.t);
+    layernorm_forward(out_ref.t, mean_ref.t, rstd_ref.t, res_ref.t, w.t, bias.t);
+
+    auto check = [&](const char* what, const Tensor& res, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+      SCOPED_TRACE(what);
+      EXPECT_TRUE(same_bytes(res, res_ref.t));
+      EXPECT_TRUE(same_bytes(out, out_ref.t));
+      EXPECT_TRUE(same_bytes(mean, mean_ref.t));
+      EXPECT_TRUE(same_bytes(rstd, rstd_ref.t));
+    };
+    {
+      auto res = zeros(dtype, shape), out = zeros(dtype, shape), mean = zeros(stats, {rows}),
+           rstd = zeros(stats, {rows});
+      add_layernorm_forward(res.t, out.t, mean.t, rstd.t, a.t, b.t, w.t, bias.t);
+      check("res of its own", res.t, out.t, mean.t, rstd.t);
+    }
+    {
+      // random_stored is a pure function of the seed: the same values as a, in a buffer to overwrite.
+      auto a_res = random_stored(dtype, shape, 61, 2.0, 2.0), out = zeros(dtype, shape), mean = zeros(stats, {rows}),
+           rstd = zeros(stats, {rows});
+      add_layernorm_forward(a_res.t, out.t, mean.t, rstd.t, a_res.t, b.t, w.t, bias.t);
+      check("res is a", a_res.t, out.t, mean.t, rstd.t);
+    }
+    {
+      auto b_res = random_stored(dtype, shape, 62, 0.3), out = zeros(dtype, shape), mean = zeros(stats, {rows}),
+           rstd = zeros(stats, {rows});
+      add_layernorm_forward(b_res.t, out.t, mean.t, rstd.t, a.t, b_res.t, w.t, bias.t);
+      check("res is b", b_res.t, out.t, mean.t, rstd.t);
+    }
+  }
+}
+
+TEST(LayerNorm, AddLayerNormForwardRejectsOverlapsAndWrongShapesByName) {
+  constexpr std::string_view op = "add_layernorm_forward";
+  const auto a = zeros(DType::f32, {N, C}), b = zeros(DType::f32, {N, C}), res = zeros(DType::f32, {N, C}),
+             out = zeros(DType::f32, {N, C}), stats = zeros(DType::f32, {N}), w = zeros(DType::f32, {C});
+  EXPECT_NO_THROW(add_layernorm_forward(res.t, out.t, stats.t, stats.t, a.t, b.t, w.t, w.t));
+  EXPECT_NO_THROW(add_layernorm_forward(a.t, out.t, stats.t, stats.t, a.t, b.t, w.t, w.t));  // res is a
+  EXPECT_NO_THROW(add_layernorm_forward(b.t, out.t, stats.t, stats.t, a.t, b.t, w.t, w.t));  // res is b
+
+  auto expect_overlap = [&](const std::function<void()>& fn, const std::string& first, const std::string& second) {
+    const std::string m = testing::error_message(fn);
+    EXPECT_NE(m.find(std::string(op) + ": " + first), std::string::npos) << m;
+    EXPECT_NE(m.find("overlaps " + second), std::string::npos) << m;
+  };
+  expect_overlap([&] { add_layernorm_forward(res.t, res.t, stats.t, stats.t, a.t, b.t, w.t, w.t); }, "out", "res");
+  expect_overlap([&] { add_layernorm_forward(res.t, a.t, stats.t, stats.t, a.t, b.t, w.t, w.t); }, "out", "a");
+  expect_overlap([&] { add_layernorm_forward(res.t, b.t, stats.t, stats.t, a.t, b.t, w.t, w.t); }, "out", "b");
+  // res one row into a: rows would be read by one thread after another has overwritten them.
+  const auto rows = zeros(DType::f32, {N + 1, C});
+  const Tensor a_view{rows.t.data, DType::f32, {N, C}, Device::cpu},
+      res_view{rows.ptr<float>() + C, DType::f32, {N, C}, Device::cpu};
+  expect_overlap([&] { add_layernorm_forward(res_view, out.t, stats.t, stats.t, a_view, b.t, w.t, w.t); }, "res",
+                 "a");
+
+  const auto narrow = zeros(DType::f32, {N, C - 1}), a64 = zeros(DType::f64, {N, C});
+  testing::expect_error_naming([&] { add_layernorm_forward(res.t, out.t, stats.t, stats.t, a.t, narrow.t, w.t, w.t); },
+                               std::string(op), "b");
+  testing::expect_error_naming([&] { add_layernorm_forward(res.t, narrow.t, stats.t, stats.t, a.t, b.t, w.t, w.t); },
+                               std::string(op), "out");
+  testing::expect_error_naming([&] { add_layernorm_forward(res.t, out.t, stats.t, stats.t, a64.t, b.t, w.t, w.t); },
+                               std::string(op), "a");
 }
 
 }  // namespace

@@ -16,16 +16,30 @@ int64_t check(std::string_view op, const Tensor& inp, const Tensor& weight, cons
   expect_shape(op, "rstd", rstd, {N});
   return C;
 }
-}  // namespace
 
-void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
-  constexpr std::string_view op = "rmsnorm_forward";
+// The forward's checks, shared by the fused op, whose norm input is res (named inp_name).
+void check_forward(std::string_view op, std::string_view inp_name, const Tensor& out, const Tensor& rstd,
+                   const Tensor& inp, const Tensor& weight, float eps) {
   check(op, inp, weight, rstd);
   expect_dtype(op, "out", out, inp.dtype, inp.device);
   expect_shape(op, "out", out, inp.shape);
-  DT_CHECK(out.data != inp.data, op, ": out must not alias inp");
+  // Rows are normalized in parallel, so out overlapping another row of inp is as wrong as out == inp.
+  expect_disjoint(op, "out", out, inp_name, inp);
   DT_CHECK(eps >= 0, op, ": eps = ", eps, ", expected eps >= 0");
+}
+
+}  // namespace
+
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
+  check_forward("rmsnorm_forward", "inp", out, rstd, inp, weight, eps);
   DT_DISPATCH_DEVICE(rmsnorm_forward, inp.device, out, rstd, inp, weight, eps);
+}
+
+void add_rmsnorm_forward(Tensor res, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, float eps) {
+  constexpr std::string_view op = "add_rmsnorm_forward";
+  check_forward(op, "res", out, rstd, res, weight, eps);
+  expect_residual_operands(op, res, out, a, b);
+  DT_DISPATCH_DEVICE(add_rmsnorm_forward, res.device, res, out, rstd, a, b, weight, eps);
 }
 
 void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd) {

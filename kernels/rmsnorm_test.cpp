@@ -6,7 +6,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <string>
 
+#include "kernels/add.h"
+#include "kernels/dispatch.h"
 #include "tests/gradcheck.h"
 #include "tests/storage_testing.h"
 #include "tests/testing.h"
@@ -182,6 +186,83 @@ TEST(RmsNorm, WrongStorageCombinationsAreRejectedByName) {
   EXPECT_NE(m.find("rmsnorm_backward: dweight is f16"), std::string::npos) << m;
   m = testing::error_message([&] { rmsnorm_backward(rstd.t, w32.t, out.t, x.t, w.t, rstd.t); });
   EXPECT_NE(m.find("rmsnorm_backward: dinp is f32"), std::string::npos) << m;
+}
+
+// Normal values stored as `dtype`: f32 and f64 drawn directly, bf16 and f16 rounded from f32.
+testing::OwnedTensor random_stored(DType dtype, Shape shape, uint64_t seed, double std = 1.0, double mean = 0.0) {
+  if (dtype == DType::f32 || dtype == DType::f64) return random_normal(dtype, shape, seed, std, mean);
+  return testing::random_storage(dtype, shape, seed, std, mean);
+}
+
+// The fused op's contract: the bits of add_forward followed by rmsnorm_forward, whether res is a
+// buffer of its own or a or b itself (the residual stream updated in place). With 16-bit storage
+// this holds only if the norm reads the sum rounded to storage, as the unfused op does.
+TEST(RmsNorm, AddRmsNormForwardIsAddThenRmsNormBitForBit) {
+  for (const DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const DType stats = accumulation_dtype(dtype);
+    const Shape shape{N, C};
+    // The residual stream (mean 2) plus a branch of smaller values: sums that 16-bit storage rounds.
+    const auto a = random_stored(dtype, shape, 71, 2.0, 2.0), b = random_stored(dtype, shape, 72, 0.3),
+               w = random_stored(dtype, {C}, 73, 1.0, 1.0);
+    auto res_ref = zeros(dtype, shape), out_ref = zeros(dtype, shape), rstd_ref = zeros(stats, {N});
+    add_forward(res_ref.t, a.t, b.t);
+    rmsnorm_forward(out_ref.t, rstd_ref.t, res_ref.t, w.t, kEps);
+
+    auto check = [&](const char* what, const Tensor& res, const Tensor& out, const Tensor& rstd) {
+      SCOPED_TRACE(what);
+      EXPECT_TRUE(same_bits(res, res_ref.t));
+      EXPECT_TRUE(same_bits(out, out_ref.t));
+      EXPECT_TRUE(same_bits(rstd, rstd_ref.t));
+    };
+    {
+      auto res = zeros(dtype, shape), out = zeros(dtype, shape), rstd = zeros(stats, {N});
+      add_rmsnorm_forward(res.t, out.t, rstd.t, a.t, b.t, w.t, kEps);
+      check("res of its own", res.t, out.t, rstd.t);
+    }
+    {
+      // random_stored is a pure function of the seed: the same values as a, in a buffer to overwrite.
+      auto a_res = random_stored(dtype, shape, 71, 2.0, 2.0), out = zeros(dtype, shape), rstd = zeros(stats, {N});
+      add_rmsnorm_forward(a_res.t, out.t, rstd.t, a_res.t, b.t, w.t, kEps);
+      check("res is a", a_res.t, out.t, rstd.t);
+    }
+    {
+      auto b_res = random_stored(dtype, shape, 72, 0.3), out = zeros(dtype, shape), rstd = zeros(stats, {N});
+      add_rmsnorm_forward(b_res.t, out.t, rstd.t, a.t, b_res.t, w.t, kEps);
+      check("res is b", b_res.t, out.t, rstd.t);
+    }
+  }
+}
+
+TEST(RmsNorm, AddRmsNormForwardRejectsOverlapsAndWrongShapesByName) {
+  constexpr std::string_view op = "add_rmsnorm_forward";
+  const auto a = zeros(DType::f32, {N, C}), b = zeros(DType::f32, {N, C}), res = zeros(DType::f32, {N, C}),
+             out = zeros(DType::f32, {N, C}), rstd = zeros(DType::f32, {N}), w = zeros(DType::f32, {C});
+  EXPECT_NO_THROW(add_rmsnorm_forward(res.t, out.t, rstd.t, a.t, b.t, w.t, kEps));
+  EXPECT_NO_THROW(add_rmsnorm_forward(a.t, out.t, rstd.t, a.t, b.t, w.t, kEps));  // res is a
+  EXPECT_NO_THROW(add_rmsnorm_forward(b.t, out.t, rstd.t, a.t, b.t, w.t, kEps));  // res is b
+
+  auto expect_overlap = [&](const std::function<void()>& fn, const std::string& first, const std::string& second) {
+    const std::string m = testing::error_message(fn);
+    EXPECT_NE(m.find(std::string(op) + ": " + first), std::string::npos) << m;
+    EXPECT_NE(m.find("overlaps " + second), std::string::npos) << m;
+  };
+  expect_overlap([&] { add_rmsnorm_forward(res.t, res.t, rstd.t, a.t, b.t, w.t, kEps); }, "out", "res");
+  expect_overlap([&] { add_rmsnorm_forward(res.t, a.t, rstd.t, a.t, b.t, w.t, kEps); }, "out", "a");
+  expect_overlap([&] { add_rmsnorm_forward(res.t, b.t, rstd.t, a.t, b.t, w.t, kEps); }, "out", "b");
+  // res one row into b: rows would be read by one thread after another has overwritten them.
+  const auto rows = zeros(DType::f32, {N + 1, C});
+  const Tensor b_view{rows.t.data, DType::f32, {N, C}, Device::cpu},
+      res_view{rows.ptr<float>() + C, DType::f32, {N, C}, Device::cpu};
+  expect_overlap([&] { add_rmsnorm_forward(res_view, out.t, rstd.t, a.t, b_view, w.t, kEps); }, "res", "b");
+
+  const auto narrow = zeros(DType::f32, {N, C - 1}), b16 = zeros(DType::bf16, {N, C});
+  testing::expect_error_naming([&] { add_rmsnorm_forward(res.t, out.t, rstd.t, narrow.t, b.t, w.t, kEps); },
+                               std::string(op), "a");
+  testing::expect_error_naming([&] { add_rmsnorm_forward(res.t, narrow.t, rstd.t, a.t, b.t, w.t, kEps); },
+                               std::string(op), "out");
+  testing::expect_error_naming([&] { add_rmsnorm_forward(res.t, out.t, rstd.t, a.t, b16.t, w.t, kEps); },
+                               std::string(op), "b");
 }
 
 }  // namespace

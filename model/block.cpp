@@ -21,6 +21,15 @@ void norm_forward(const ModelConfig& config, const FlatTensors& weights, const s
     k::rmsnorm_forward(out, rstd, inp, weight, config.norm_eps);
 }
 
+void add_norm_forward(const ModelConfig& config, const FlatTensors& weights, const std::string& name, Tensor res,
+                      Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b) {
+  const Tensor weight = weights.stored(name + ".weight");
+  if (config.family == ModelFamily::gpt2)
+    k::add_layernorm_forward(res, out, mean, rstd, a, b, weight, family_bias(config, weights, name), config.norm_eps);
+  else
+    k::add_rmsnorm_forward(res, out, rstd, a, b, weight, config.norm_eps);
+}
+
 Tensor family_bias(const ModelConfig& config, const FlatTensors& tensors, const std::string& name) {
   return config.family == ModelFamily::gpt2 ? tensors.stored(name + ".bias") : Tensor{};
 }
@@ -51,9 +60,8 @@ void block_forward(const ModelConfig& config, const FlatTensors& weights, int la
   k::linear_forward(a.qkv, a.ln1, w("attn.qkv"), b("attn.qkv"));
   attention(a.qkv, a.atty);
   k::linear_forward(a.proj_out, a.atty, w("attn.proj"), b("attn.proj"));
-  k::add_forward(a.res2, x, a.proj_out);
+  add_norm_forward(config, weights, h + "ln_2", a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.proj_out);
 
-  norm_forward(config, weights, h + "ln_2", a.ln2, a.ln2_mean, a.ln2_rstd, a.res2);
   k::linear_forward(a.fch, a.ln2, w("mlp.fc"), b("mlp.fc"));
   if (config.family == ModelFamily::gpt2)
     k::gelu_forward(a.fch_act, a.fch);

@@ -24,6 +24,11 @@ namespace dt {
 // (N), and mean (N) for gpt2's LayerNorm (RMSNorm has none; mean is not read for llama).
 void norm_forward(const ModelConfig& config, const FlatTensors& weights, const std::string& name, Tensor out,
                   Tensor mean, Tensor rstd, Tensor inp);
+// The residual add fused with the norm after it: res = a + b, then the family's norm of res
+// into out, mean and rstd, with the bits of the two ops one after the other (kernels/
+// layernorm.h). res may be a or b.
+void add_norm_forward(const ModelConfig& config, const FlatTensors& weights, const std::string& name, Tensor res,
+                      Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b);
 // `name`.bias of `tensors` where the family has biases (gpt2), else an undefined tensor.
 Tensor family_bias(const ModelConfig& config, const FlatTensors& tensors, const std::string& name);
 // The output projection's parameter: wte when the embeddings are tied, else lm_head.

@@ -6,7 +6,6 @@
 
 #include "core/buffer.h"
 #include "core/device.h"
-#include "kernels/add.h"
 #include "kernels/attention.h"
 #include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
@@ -17,6 +16,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "model/block.h"
 
 namespace dt {
 
@@ -230,24 +230,10 @@ void Transformer::refresh_compute_weights() {
   k::convert(compute_weights_->all(), params_.all());
 }
 
-Tensor Transformer::bias(const FlatTensors& tensors, const std::string& name) const {
-  return config().family == ModelFamily::gpt2 ? tensors.stored(name + ".bias") : Tensor{};
-}
-
-const char* Transformer::output_weight_name() const { return config().tied_embeddings ? "wte" : "lm_head"; }
-
-void Transformer::norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, const std::string& name) {
-  const Tensor weight = weights().stored(name + ".weight");
-  if (config().family == ModelFamily::gpt2)
-    k::layernorm_forward(out, mean, rstd, inp, weight, bias(weights(), name), config().norm_eps);
-  else
-    k::rmsnorm_forward(out, rstd, inp, weight, config().norm_eps);
-}
-
 void Transformer::norm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor mean, Tensor rstd, const std::string& name) {
   const Tensor weight = weights().stored(name + ".weight"), dweight = grads_.stored(name + ".weight");
   if (config().family == ModelFamily::gpt2)
-    k::layernorm_backward(dinp, dweight, bias(grads_, name), dout, inp, weight, mean, rstd);
+    k::layernorm_backward(dinp, dweight, family_bias(config(), grads_, name), dout, inp, weight, mean, rstd);
   else
     k::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
 }
@@ -264,17 +250,18 @@ void Transformer::forward_blocks(Tensor tokens) {
   Tensor x = act(a.encoded);
   k::embedding_forward(x, tokens.reshape({N}), weights().stored("wte"));
   if (c.family == ModelFamily::gpt2) k::position_embedding_forward(x.reshape({B, T, C}), weights().stored("wpe"));
-  for (int l = 0; l < c.n_layer; ++l) block_forward(l, B, T);
   Tensor lnf = act(a.lnf);
-  const bool gpt2 = c.family == ModelFamily::gpt2;
-  norm_forward(lnf, gpt2 ? act(a.lnf_mean).reshape({N}) : Tensor{}, act(a.lnf_rstd).reshape({N}),
-               c.n_layer > 0 ? act(a.layers.back().res3) : x, "ln_f");
+  // ln_f comes with the last block's residual add, or, without blocks, from the embeddings.
+  for (int l = 0; l < c.n_layer; ++l) block_forward(l, B, T, /*recomputing=*/false);
+  if (c.n_layer == 0)
+    norm_forward(c, weights(), "ln_f", lnf, c.family == ModelFamily::gpt2 ? act(a.lnf_mean).reshape({N}) : Tensor{},
+                 act(a.lnf_rstd).reshape({N}), x);
   // Padding rows of the output weight are zero, so padding columns of the logits are zero; the
   // loss never reads them and sets their gradient to zero.
-  k::linear_forward(act(a.logits), lnf, weights().stored(output_weight_name()), Tensor{});
+  k::linear_forward(act(a.logits), lnf, weights().stored(output_weight_name(c)), Tensor{});
 }
 
-void Transformer::block_forward(int l, int64_t B, int64_t T) {
+void Transformer::block_forward(int l, int64_t B, int64_t T, bool recomputing) {
   const ModelConfig& c = config();
   const int64_t N = B * T, C = c.d_model, QKV = c.qkv_width();
   const bool gpt2 = c.family == ModelFamily::gpt2;
@@ -284,7 +271,7 @@ void Transformer::block_forward(int l, int64_t B, int64_t T) {
   auto rows = [&](const Activations::Region& r) { return Activations::view(a.saved, r, N).reshape({N}); };
   auto mean_rows = [&](const Activations::Region& r) { return gpt2 ? rows(r) : Tensor{}; };  // RMSNorm has none
   auto p = [&](std::string_view name) { return weights().stored(str("h.", l, ".", name)); };
-  auto b = [&](std::string_view name) { return bias(weights(), str("h.", l, ".", name)); };
+  auto b = [&](std::string_view name) { return family_bias(c, weights(), str("h.", l, ".", name)); };
   const std::string h = str("h.", l, ".");
   // The branch outputs go through dtmp: free during forward, and free in backward when full
   // recomputation reruns a block (the previous block's backward has consumed it; dres is kept).
@@ -292,24 +279,30 @@ void Transformer::block_forward(int l, int64_t B, int64_t T) {
 
   Tensor x = l == 0 ? act(a.encoded) : act(a.layers[l - 1].res3);
   Tensor ln1 = act(L.ln1), qkv = act(L.qkv), atty = act(L.atty), res2 = act(L.res2);
-  norm_forward(ln1, mean_rows(L.ln1_mean), rows(L.ln1_rstd), x, h + "ln_1");
+  if (l == 0 || recomputing) norm_forward(c, weights(), h + "ln_1", ln1, mean_rows(L.ln1_mean), rows(L.ln1_rstd), x);
   k::linear_forward(qkv, ln1, p("attn.qkv.weight"), b("attn.qkv"));
   // Rotated in place: attention and its backward need only the rotated q and k.
   if (!gpt2) k::rope_forward(qkv.reshape({B, T, QKV}), rope_cos(), rope_sin(), c.n_head, c.kv_heads());
   k::attention_forward(atty.reshape({B, T, C}), Activations::view(a.saved, L.lse, N).reshape({B, c.n_head, T}),
                        qkv.reshape({B, T, QKV}), c.n_head, c.kv_heads());
   k::linear_forward(proj_out, atty, p("attn.proj.weight"), b("attn.proj"));
-  k::add_forward(res2, x, proj_out);
-
   Tensor ln2 = act(L.ln2), fch = act(L.fch), fch_act = act(L.fch_act), res3 = act(L.res3);
-  norm_forward(ln2, mean_rows(L.ln2_mean), rows(L.ln2_rstd), res2, h + "ln_2");
+  add_norm_forward(c, weights(), h + "ln_2", res2, ln2, mean_rows(L.ln2_mean), rows(L.ln2_rstd), x, proj_out);
   k::linear_forward(fch, ln2, p("mlp.fc.weight"), b("mlp.fc"));
   if (gpt2)
     k::gelu_forward(fch_act, fch);
   else
     k::swiglu_forward(fch_act, fch);
+  if (recomputing) return;
   k::linear_forward(proj_out, fch_act, p("mlp.proj.weight"), b("mlp.proj"));
-  k::add_forward(res3, res2, proj_out);
+  if (l + 1 < c.n_layer) {
+    const Activations::Layer& next = a.layers[l + 1];
+    add_norm_forward(c, weights(), str("h.", l + 1, ".ln_1"), res3, act(next.ln1), mean_rows(next.ln1_mean),
+                     rows(next.ln1_rstd), res2, proj_out);
+  } else {
+    add_norm_forward(c, weights(), "ln_f", res3, act(a.lnf), mean_rows(a.lnf_mean), rows(a.lnf_rstd), res2,
+                     proj_out);
+  }
 }
 
 double Transformer::forward(Tensor tokens, Tensor targets) {
@@ -347,14 +340,14 @@ void Transformer::backward_blocks(Tensor tokens) {
   auto tmp = [&](const Activations::Region& r) { return Activations::view(a.scratch, r, N); };
   auto p = [&](int l, std::string_view name) { return weights().stored(str("h.", l, ".", name)); };
   auto g = [&](int l, std::string_view name) { return grads_.stored(str("h.", l, ".", name)); };
-  auto gb = [&](int l, std::string_view name) { return bias(grads_, str("h.", l, ".", name)); };
+  auto gb = [&](int l, std::string_view name) { return family_bias(c, grads_, str("h.", l, ".", name)); };
 
   // dres carries the gradient of the residual stream down through the blocks; each branch's
   // norm backward adds into it (kernels/layernorm.h and rmsnorm.h accumulate dinp).
   Tensor dres = tmp(a.dres), dtmp = tmp(a.dtmp);
   Tensor dlogits = act(a.logits);
-  k::linear_backward_input(dtmp, dlogits, weights().stored(output_weight_name()));
-  k::linear_backward_weight(grads_.stored(output_weight_name()), Tensor{}, dlogits, act(a.lnf));
+  k::linear_backward_input(dtmp, dlogits, weights().stored(output_weight_name(c)));
+  k::linear_backward_weight(grads_.stored(output_weight_name(c)), Tensor{}, dlogits, act(a.lnf));
   zero_bytes(dres.data, device_, dres.bytes());
   Tensor x_last = c.n_layer > 0 ? act(a.layers.back().res3) : act(a.encoded);
   norm_backward(dres, dtmp, x_last, mean_rows(a.lnf_mean), rows(a.lnf_rstd), "ln_f");
@@ -363,7 +356,7 @@ void Transformer::backward_blocks(Tensor tokens) {
     const Activations::Layer& L = a.layers[l];
     const std::string h = str("h.", l, ".");
     Tensor x = l == 0 ? act(a.encoded) : act(a.layers[l - 1].res3);
-    if (recompute_ == Recompute::full) block_forward(l, B, T);
+    if (recompute_ == Recompute::full) block_forward(l, B, T, /*recomputing=*/true);
     // MLP branch: dres is d(res3) here.
     Tensor dfch = tmp(a.dfch), dact = tmp(a.dact);
     k::linear_backward_input(dact, dres, p(l, "mlp.proj.weight"));

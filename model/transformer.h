@@ -100,14 +100,14 @@ class Transformer {
                                 DType precision);
   void check_inputs(Tensor tokens, Tensor targets) const;
   void forward_blocks(Tensor tokens);
-  // Block l's forward from its kept input: writes the block's activations and its output.
-  void block_forward(int l, int64_t B, int64_t T);
+  // Block l's forward from its kept input. In the forward pass it writes the block's
+  // activations, its output and, fused with the output's residual add, the norm after it (the
+  // next block's ln_1, or ln_f); block 0 also norms its own input. When backward reruns the
+  // block (`recomputing`, full recomputation) it writes only what backward reads: its own ln_1
+  // up to the MLP's activation.
+  void block_forward(int l, int64_t B, int64_t T, bool recomputing);
   void backward_blocks(Tensor tokens);
-  // The family's norm (LayerNorm or RMSNorm) of parameter prefix `name` ("h.3.ln_1", "ln_f").
-  void norm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, const std::string& name);
   void norm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor mean, Tensor rstd, const std::string& name);
-  // `name`.bias where the family has biases (gpt2), else an undefined tensor.
-  Tensor bias(const FlatTensors& tensors, const std::string& name) const;
   // The weights the kernels read: the 16-bit compute copy, or the f32 parameters themselves.
   const FlatTensors& weights() const { return compute_weights_ ? *compute_weights_ : params_; }
   // Rounds params() into the compute copy (16-bit precision only).
@@ -115,8 +115,6 @@ class Transformer {
   // llama's rotary tables, (seq_len, HS/2) each.
   Tensor rope_cos() const;
   Tensor rope_sin() const;
-  // The output projection: wte when tied, else lm_head.
-  const char* output_weight_name() const;
 
   ParameterLayout layout_;
   FlatTensors params_;

@@ -10,7 +10,8 @@
 //   once        2 C V                             the output projection (unpadded vocabulary)
 // Training is three forward passes' worth (backward computes two products per forward one).
 // Model FLOPs are what MFU counts; hardware FLOPs add the work recomputation repeats (the
-// attention core for selective, every block's forward for full), and give HFU. Neither counts
+// attention core for selective, every block's forward up to the MLP's activation for full), and
+// give HFU. Neither counts
 // the scores that flash attention recomputes inside its backward kernel, as FlashAttention's
 // own figures do not. (PaLM's 6N + 12 L C T per token counts every embedding row and the full
 // T x T score matrix; it reads about 5-30% higher at small sizes.)

@@ -18,7 +18,8 @@ TEST(Throughput, Gpt2CountsMatchTheClosedForm) {
 }
 
 // Llama: grouped-query k and v are n_kv_head / n_head of q's width, and SwiGLU has three
-// F x C matrices. Recomputation adds the attention core (selective) or the block (full).
+// F x C matrices. Recomputation adds the attention core (selective) or the block up to the MLP's
+// activation (full: not the output projection, F x C).
 TEST(Throughput, LlamaCountsGroupedQueryAttentionSwiGluAndRecomputation) {
   const ModelConfig m = model_preset("llama3.2-1b");
   const double L = m.n_layer, C = m.d_model, V = m.vocab_size, F = m.ffn_hidden(), T = 2048;
@@ -29,7 +30,7 @@ TEST(Throughput, LlamaCountsGroupedQueryAttentionSwiGluAndRecomputation) {
   const StepFlops none = training_flops(m, 2048, 1, Recompute::none);
   EXPECT_DOUBLE_EQ(none.model, 3 * forward);
   EXPECT_DOUBLE_EQ(training_flops(m, 2048, 1, Recompute::selective).hardware, 3 * forward + L * attention);
-  EXPECT_DOUBLE_EQ(training_flops(m, 2048, 1, Recompute::full).hardware, 3 * forward + L * (block_products + attention));
+  EXPECT_DOUBLE_EQ(training_flops(m, 2048, 1, Recompute::full).hardware, 3 * forward + L * (block_products - 2 * F * C + attention));
   EXPECT_DOUBLE_EQ(training_flops(m, 2048, 1, Recompute::full).model, none.model);
 }
 

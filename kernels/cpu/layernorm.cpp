@@ -50,35 +50,46 @@ inline void backward_row(T* dxr, T* pw, T* pb, const T* xr, const T* dyr, const 
   }
 }
 
-}  // namespace
-
-void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias, float eps) {
-  dispatch_storage(inp.dtype, [&]<typename S>() {
+// Both forwards: layernorm of x's rows, or with y, of res = x + y (the fused residual add).
+void forward(Tensor out, Tensor mean, Tensor rstd, Tensor res, Tensor x, Tensor y, Tensor weight, Tensor bias,
+             float eps) {
+  dispatch_storage(x.dtype, [&]<typename S>() {
     using T = compute_t<S>;
-    const int64_t C = inp.dim(-1), N = inp.numel() / C;
-    const S* x = storage_ptr<S>(inp);
+    const int64_t C = x.dim(-1), N = x.numel() / C;
+    const ResidualRows<S> rows{res.defined() ? storage_ptr<S>(res) : nullptr, storage_ptr<S>(x),
+                               y.defined() ? storage_ptr<S>(y) : nullptr, C};
     S* o = storage_ptr<S>(out);
     const Widened<S> w(weight), b(bias);
     T *mean_out = mean.ptr<T>(), *rstd_out = rstd.ptr<T>();
-    if constexpr (!is_16bit<S>) {
-#pragma omp parallel for schedule(static)
-      for (int64_t n = 0; n < N; ++n)
-        forward_row<T>(o + n * C, mean_out + n, rstd_out + n, x + n * C, w.p, b.p, C, eps);
-    } else {
-      // Each row widened into f32, normalized by the f32 loops, rounded once into out.
 #pragma omp parallel
-      {
-        RowBuffers<S, 2> rows_f32(C);
-        T *xbuf = rows_f32[0], *obuf = rows_f32[1];
+    {
+      // 16-bit: each row widened into f32, normalized by the f32 loops, rounded once into out.
+      RowBuffers<S, 2> rows_f32(C);
+      T *xbuf = rows_f32[0], *obuf = rows_f32[1];
 #pragma omp for schedule(static)
-        for (int64_t n = 0; n < N; ++n) {
-          load_row(x + n * C, xbuf, C);
-          forward_row<T>(obuf, mean_out + n, rstd_out + n, xbuf, w.p, b.p, C, eps);
+      for (int64_t n = 0; n < N; ++n) {
+        // One call site for both forwards, so they run the same reduction code.
+        const T* xr = rows.input(n, xbuf, obuf);
+        if constexpr (!is_16bit<S>) {
+          forward_row<T>(o + n * C, mean_out + n, rstd_out + n, xr, w.p, b.p, C, eps);
+        } else {
+          forward_row<T>(obuf, mean_out + n, rstd_out + n, xr, w.p, b.p, C, eps);
           store_row(o + n * C, obuf, C);
         }
       }
     }
   });
+}
+
+}  // namespace
+
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias, float eps) {
+  forward(out, mean, rstd, Tensor{}, inp, Tensor{}, weight, bias, eps);
+}
+
+void add_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b, Tensor weight,
+                           Tensor bias, float eps) {
+  forward(out, mean, rstd, res, a, b, weight, bias, eps);
 }
 
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,

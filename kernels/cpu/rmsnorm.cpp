@@ -42,34 +42,44 @@ inline void backward_row(T* dxr, T* pw, const T* xr, const T* dyr, const T* w, T
   for (int64_t c = 0; c < C; ++c) dxr[c] += s * (dyr[c] * w[c] - xr[c] * s * mean_dxhat_xhat);
 }
 
-}  // namespace
-
-void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
-  dispatch_storage(inp.dtype, [&]<typename S>() {
+// Both forwards: rmsnorm of x's rows, or with y, of res = x + y (the fused residual add).
+void forward(Tensor out, Tensor rstd, Tensor res, Tensor x, Tensor y, Tensor weight, float eps) {
+  dispatch_storage(x.dtype, [&]<typename S>() {
     using T = compute_t<S>;
-    const int64_t C = inp.dim(-1), N = inp.numel() / C;
-    const S* x = storage_ptr<S>(inp);
+    const int64_t C = x.dim(-1), N = x.numel() / C;
+    const ResidualRows<S> rows{res.defined() ? storage_ptr<S>(res) : nullptr, storage_ptr<S>(x),
+                               y.defined() ? storage_ptr<S>(y) : nullptr, C};
     S* o = storage_ptr<S>(out);
     const Widened<S> w(weight);
     T* rstd_out = rstd.ptr<T>();
-    if constexpr (!is_16bit<S>) {
-#pragma omp parallel for schedule(static)
-      for (int64_t n = 0; n < N; ++n) forward_row<T>(o + n * C, rstd_out + n, x + n * C, w.p, C, eps);
-    } else {
-      // Each row widened into f32, normalized by the f32 loops, rounded once into out.
 #pragma omp parallel
-      {
-        RowBuffers<S, 2> rows_f32(C);
-        T *xbuf = rows_f32[0], *obuf = rows_f32[1];
+    {
+      // 16-bit: each row widened into f32, normalized by the f32 loops, rounded once into out.
+      RowBuffers<S, 2> rows_f32(C);
+      T *xbuf = rows_f32[0], *obuf = rows_f32[1];
 #pragma omp for schedule(static)
-        for (int64_t n = 0; n < N; ++n) {
-          load_row(x + n * C, xbuf, C);
-          forward_row<T>(obuf, rstd_out + n, xbuf, w.p, C, eps);
+      for (int64_t n = 0; n < N; ++n) {
+        // One call site for both forwards, so they run the same reduction code.
+        const T* xr = rows.input(n, xbuf, obuf);
+        if constexpr (!is_16bit<S>) {
+          forward_row<T>(o + n * C, rstd_out + n, xr, w.p, C, eps);
+        } else {
+          forward_row<T>(obuf, rstd_out + n, xr, w.p, C, eps);
           store_row(o + n * C, obuf, C);
         }
       }
     }
   });
+}
+
+}  // namespace
+
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
+  forward(out, rstd, Tensor{}, inp, Tensor{}, weight, eps);
+}
+
+void add_rmsnorm_forward(Tensor res, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, float eps) {
+  forward(out, rstd, res, a, b, weight, eps);
 }
 
 void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd) {

@@ -118,4 +118,41 @@ void map_elements(S* out, const S* a, const S* b, int64_t n, F f) {
   }
 }
 
+// The rows a forward normalizes, as compute_t<S>: x's, or with y (the fused residual add) those
+// of res = x + y, computed as add_forward computes them (kernels/cpu/add.cpp: in compute_t<S>,
+// rounded once to S) and stored into res, then read back from there, so that the norm sees
+// exactly the stored values. res may be x or y: each element is read before it is written.
+template <typename S>
+struct ResidualRows {
+  S* res;
+  const S* x;
+  const S* y;  // null: the plain forward (res unused)
+  int64_t C;
+
+  // Row n. 16-bit rows are widened into xbuf; ybuf is scratch for y's row.
+  const compute_t<S>* input(int64_t n, compute_t<S>* xbuf, compute_t<S>* ybuf) const {
+    const S* xr = x + n * C;
+    if (y == nullptr) {
+      if constexpr (!is_16bit<S>) return xr;
+      load_row(xr, xbuf, C);
+      return xbuf;
+    }
+    const S* yr = y + n * C;
+    S* rr = res + n * C;
+    if constexpr (!is_16bit<S>) {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) rr[c] = xr[c] + yr[c];
+      return rr;
+    } else {
+      load_row(xr, xbuf, C);
+      load_row(yr, ybuf, C);
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) xbuf[c] += ybuf[c];
+      store_row(rr, xbuf, C);
+      load_row(rr, xbuf, C);
+      return xbuf;
+    }
+  }
+};
+
 }  // namespace dt::kernels::cpu

@@ -1,4 +1,5 @@
-// layernorm_forward and layernorm_backward (kernels/layernorm.h) on the GPU.
+// layernorm_forward, add_layernorm_forward and layernorm_backward (kernels/layernorm.h) on the
+// GPU.
 //
 // Forward: one block per row. The row is read three times (sum, squared deviations, output);
 // the second and third reads hit L1/L2, and the two-pass variance avoids the cancellation of
@@ -6,6 +7,15 @@
 // pass (4 f32, 2 f64, 8 bf16/f16; single elements when C or a pointer does not allow packs),
 // and row sums go through warp shuffles and then the warps' sums in warp order, so the bits
 // depend only on C.
+//
+// The fused add_layernorm_forward is the same kernel with a second input: its first pass reads
+// a and b instead of the row, stores res = a + b and sums the stored values, and the later
+// passes read res back. Because a thread owns its packs in every pass, it only ever reads back
+// its own writes, which it sees in program order: no barrier, and res may be a or b (each pack
+// is read before it is overwritten, by the one thread that owns it). The pack width is the one
+// the plain forward would pick for res, so the sums run in its order and the bits are those of
+// add_forward followed by layernorm_forward; a and b, which may be off 16-byte alignment where
+// res is not, are then read element by element.
 //
 // Backward: dinp += is per row, but dweight and dbias are sums over all N rows. No atomics (the
 // result must repeat bit for bit): the rows are cut into G = min(N, 1024) contiguous ranges, a
@@ -20,6 +30,7 @@
 #include "core/buffer.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/column_partials.cuh"
+#include "kernels/cuda/residual_rows.cuh"
 #include "kernels/cuda/storage.cuh"
 #include "kernels/layernorm.h"
 
@@ -30,17 +41,22 @@ namespace {
 __device__ __forceinline__ float rsqrt_of(float x) { return 1.0f / sqrtf(x); }
 __device__ __forceinline__ double rsqrt_of(double x) { return 1.0 / sqrt(x); }
 
-// One block per row n: sets out[n, :], mean[n], rstd[n].
+// One block per row n: sets out[n, :], mean[n], rstd[n] of inp[n, :], or with inp2 sets
+// res[n, :] = inp[n, :] + inp2[n, :] and normalizes that.
 template <typename S, int V>
-__global__ void forward_kernel(S* out, compute_t<S>* mean, compute_t<S>* rstd, const S* inp, const S* weight,
-                               const S* bias, int64_t C, float eps) {
+__global__ void forward_kernel(S* out, compute_t<S>* mean, compute_t<S>* rstd, S* res, const S* inp,
+                               const S* inp2, bool inputs_aligned, const S* weight, const S* bias, int64_t C,
+                               float eps) {
   using T = compute_t<S>;
   __shared__ T warp_sums[32];
   const int64_t n = blockIdx.x, packs = C / V;
-  const S* x = inp + n * C;
+  const bool fused = inp2 != nullptr;
+  S* r = fused ? res + n * C : nullptr;
+  const S* y = fused ? inp2 + n * C : nullptr;
+  const S* x = fused ? r : inp + n * C;  // the row passes 2 and 3 read
   T sum = 0;
   for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    const Pack<S, V> xp = load_pack<S, V>(x, p);
+    const Pack<S, V> xp = input_pack<S, V>(r, inp + n * C, y, p, inputs_aligned);
 #pragma unroll
     for (int k = 0; k < V; ++k) sum += load(xp.v[k]);
   }
@@ -116,25 +132,40 @@ __global__ void backward_kernel(compute_t<S>* partials, S* dinp, const S* dout, 
   store_column_partials<2, V>(partials, pw, C);
 }
 
-}  // namespace
-
-void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias, float eps) {
-  const int64_t C = inp.dim(-1), N = C == 0 ? 0 : inp.numel() / C;
+// Both forwards: layernorm of x's rows, or with y defined, of res = x + y.
+void forward(Tensor out, Tensor mean, Tensor rstd, Tensor res, Tensor x, Tensor y, Tensor weight, Tensor bias,
+             float eps) {
+  const int64_t C = x.dim(-1), N = C == 0 ? 0 : x.numel() / C;
   if (N == 0 || C == 0) return;
-  dispatch_storage(inp.dtype, [&]<typename S>() {
+  dispatch_storage(x.dtype, [&]<typename S>() {
     using T = compute_t<S>;
-    S* o = storage_ptr<S>(out);
-    const S *x = storage_ptr<S>(inp), *w = storage_ptr<S>(weight), *b = storage_ptr<S>(bias);
+    S *o = storage_ptr<S>(out), *r = storage_ptr<S>(res);
+    const S *a = storage_ptr<S>(x), *b = storage_ptr<S>(y), *w = storage_ptr<S>(weight),
+            *bi = storage_ptr<S>(bias);
     T *m = static_cast<T*>(mean.data), *s = static_cast<T*>(rstd.data);
     const auto grid = static_cast<unsigned>(N);
-    if (can_pack<S>(C, {o, x, w, b})) {
+    // Packs as layernorm_forward would choose them for the row it normalizes (res when fused).
+    if (can_pack<S>(C, {o, b != nullptr ? r : a, w, bi})) {
       constexpr int V = kPackWidth<S>;
-      forward_kernel<S, V><<<grid, row_threads(C / V), 0, compute_stream()>>>(o, m, s, x, w, b, C, eps);
+      const bool inputs_aligned = b == nullptr || (aligned_16(a) && aligned_16(b));
+      forward_kernel<S, V><<<grid, row_threads(C / V), 0, compute_stream()>>>(o, m, s, r, a, b, inputs_aligned, w,
+                                                                               bi, C, eps);
     } else {
-      forward_kernel<S, 1><<<grid, row_threads(C), 0, compute_stream()>>>(o, m, s, x, w, b, C, eps);
+      forward_kernel<S, 1><<<grid, row_threads(C), 0, compute_stream()>>>(o, m, s, r, a, b, true, w, bi, C, eps);
     }
     DT_CUDA_CHECK_LAUNCH();
   });
+}
+
+}  // namespace
+
+void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias, float eps) {
+  forward(out, mean, rstd, Tensor{}, inp, Tensor{}, weight, bias, eps);
+}
+
+void add_layernorm_forward(Tensor res, Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b, Tensor weight,
+                           Tensor bias, float eps) {
+  forward(out, mean, rstd, res, a, b, weight, bias, eps);
 }
 
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,

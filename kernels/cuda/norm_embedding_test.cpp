@@ -17,12 +17,20 @@
 //                     backwards add each row in the CPU's order (position order per token, batch
 //                     order per position), starting from the existing gradient.
 // And the weight gradients repeat bit for bit from one GPU run to the next (no atomics).
+//
+// The fused add_layernorm_forward and add_rmsnorm_forward are checked against the CPU's fused ops
+// with the norms' bounds (res, the add alone, has the same bits: one rounding per element on both
+// sides), and against the GPU's own add_forward followed by the plain forward bit for bit, which
+// is their contract: with res a buffer of its own and res = a, with every tensor aligned or one
+// element off, and with only a and b off (the fused kernel's packed path with a and b read
+// element by element).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "core/device.h"
+#include "kernels/add.h"
 #include "kernels/dispatch.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
@@ -138,6 +146,112 @@ TEST(CudaRmsNorm, ForwardAndBackwardMatchTheCpuAndRepeatBitForBit) {
       }
 }
 
+// Where the fused tests place each tensor: `offset` elements into its allocation for res, out,
+// weight and bias, `input_offset` for a and b.
+struct Placement {
+  int64_t offset, input_offset;
+};
+constexpr Placement kFusedPlacements[] = {{0, 0}, {1, 1}, {0, 1}};
+
+std::string trace_of(DType dtype, const Shape& shape, Placement at) {
+  return std::string(dtype_name(dtype)) + " " + shape.to_string() + " offset " + std::to_string(at.offset) +
+         " input offset " + std::to_string(at.input_offset);
+}
+
+TEST(CudaLayerNorm, AddLayerNormForwardMatchesTheCpuAndIsTheUnfusedGpuOpsBitForBit) {
+  DT_SKIP_WITHOUT_CUDA();
+  for (const DType dtype : kAllStorage)
+    for (const Shape& shape : kNormShapes)
+      for (const Placement at : kFusedPlacements) {
+        SCOPED_TRACE(trace_of(dtype, shape, at));
+        const DType stats = accumulation_dtype(dtype);
+        const int64_t N = shape[0], C = shape[1];
+        const OwnedTensor a = random_values(dtype, shape, 41, 1.5, 0.5), b = random_values(dtype, shape, 42, 0.5),
+                          w = random_values(dtype, {C}, 43, 1.0, 1.0), bias = random_values(dtype, {C}, 44);
+        const OwnedTensor zero = testing::zeros(dtype, shape), zero_stats = testing::zeros(stats, {N});
+        const OwnedTensor res = testing::zeros(dtype, shape), out = testing::zeros(dtype, shape),
+                          mean = testing::zeros(stats, {N}), rstd = testing::zeros(stats, {N});
+        add_layernorm_forward(res.t, out.t, mean.t, rstd.t, a.t, b.t, w.t, bias.t);
+
+        const OwnedTensor ga = to_gpu(a.t, at.input_offset), gb = to_gpu(b.t, at.input_offset),
+                          gw = to_gpu(w.t, at.offset), gbias = to_gpu(bias.t, at.offset);
+        const OwnedTensor gres = to_gpu(zero.t, at.offset), gout = to_gpu(zero.t, at.offset),
+                          gmean = to_gpu(zero_stats.t), grstd = to_gpu(zero_stats.t);
+        add_layernorm_forward(gres.t, gout.t, gmean.t, grstd.t, ga.t, gb.t, gw.t, gbias.t);
+        const OwnedTensor hres = to_host(gres.t), hout = to_host(gout.t), hmean = to_host(gmean.t),
+                          hrstd = to_host(grstd.t);
+        EXPECT_TRUE(same_bits(hres.t, res.t));
+        EXPECT_LE(max_error(hout.t, out.t), bound_for(dtype));
+        EXPECT_LE(max_error(hmean.t, mean.t), bound_for(stats));
+        EXPECT_LE(max_error(hrstd.t, rstd.t), bound_for(stats));
+
+        const OwnedTensor ures = to_gpu(zero.t, at.offset), uout = to_gpu(zero.t, at.offset),
+                          umean = to_gpu(zero_stats.t), urstd = to_gpu(zero_stats.t);
+        add_forward(ures.t, ga.t, gb.t);
+        layernorm_forward(uout.t, umean.t, urstd.t, ures.t, gw.t, gbias.t);
+        const OwnedTensor unfused[] = {to_host(ures.t), to_host(uout.t), to_host(umean.t), to_host(urstd.t)};
+        EXPECT_TRUE(same_bits(hres.t, unfused[0].t));
+        EXPECT_TRUE(same_bits(hout.t, unfused[1].t));
+        EXPECT_TRUE(same_bits(hmean.t, unfused[2].t));
+        EXPECT_TRUE(same_bits(hrstd.t, unfused[3].t));
+
+        // res = a: the residual stream updated in place (placed as res, so the unfused pack
+        // width is the same).
+        const OwnedTensor gres_a = to_gpu(a.t, at.offset), gout_a = to_gpu(zero.t, at.offset),
+                          gmean_a = to_gpu(zero_stats.t), grstd_a = to_gpu(zero_stats.t);
+        add_layernorm_forward(gres_a.t, gout_a.t, gmean_a.t, grstd_a.t, gres_a.t, gb.t, gw.t, gbias.t);
+        EXPECT_TRUE(same_bits(to_host(gres_a.t).t, unfused[0].t));
+        EXPECT_TRUE(same_bits(to_host(gout_a.t).t, unfused[1].t));
+        EXPECT_TRUE(same_bits(to_host(gmean_a.t).t, unfused[2].t));
+        EXPECT_TRUE(same_bits(to_host(grstd_a.t).t, unfused[3].t));
+      }
+}
+
+TEST(CudaRmsNorm, AddRmsNormForwardMatchesTheCpuAndIsTheUnfusedGpuOpsBitForBit) {
+  DT_SKIP_WITHOUT_CUDA();
+  constexpr float kEps = 1e-5f;
+  for (const DType dtype : kAllStorage)
+    for (const Shape& shape : kNormShapes)
+      for (const Placement at : kFusedPlacements) {
+        SCOPED_TRACE(trace_of(dtype, shape, at));
+        const DType stats = accumulation_dtype(dtype);
+        const int64_t N = shape[0], C = shape[1];
+        const OwnedTensor a = random_values(dtype, shape, 51, 1.5, 0.5), b = random_values(dtype, shape, 52, 0.5),
+                          w = random_values(dtype, {C}, 53, 1.0, 1.0);
+        const OwnedTensor zero = testing::zeros(dtype, shape), zero_stats = testing::zeros(stats, {N});
+        const OwnedTensor res = testing::zeros(dtype, shape), out = testing::zeros(dtype, shape),
+                          rstd = testing::zeros(stats, {N});
+        add_rmsnorm_forward(res.t, out.t, rstd.t, a.t, b.t, w.t, kEps);
+
+        const OwnedTensor ga = to_gpu(a.t, at.input_offset), gb = to_gpu(b.t, at.input_offset),
+                          gw = to_gpu(w.t, at.offset);
+        const OwnedTensor gres = to_gpu(zero.t, at.offset), gout = to_gpu(zero.t, at.offset),
+                          grstd = to_gpu(zero_stats.t);
+        add_rmsnorm_forward(gres.t, gout.t, grstd.t, ga.t, gb.t, gw.t, kEps);
+        const OwnedTensor hres = to_host(gres.t), hout = to_host(gout.t), hrstd = to_host(grstd.t);
+        EXPECT_TRUE(same_bits(hres.t, res.t));
+        EXPECT_LE(max_error(hout.t, out.t), bound_for(dtype));
+        EXPECT_LE(max_error(hrstd.t, rstd.t), bound_for(stats));
+
+        const OwnedTensor ures = to_gpu(zero.t, at.offset), uout = to_gpu(zero.t, at.offset),
+                          urstd = to_gpu(zero_stats.t);
+        add_forward(ures.t, ga.t, gb.t);
+        rmsnorm_forward(uout.t, urstd.t, ures.t, gw.t, kEps);
+        const OwnedTensor unfused[] = {to_host(ures.t), to_host(uout.t), to_host(urstd.t)};
+        EXPECT_TRUE(same_bits(hres.t, unfused[0].t));
+        EXPECT_TRUE(same_bits(hout.t, unfused[1].t));
+        EXPECT_TRUE(same_bits(hrstd.t, unfused[2].t));
+
+        // res = a: the residual stream updated in place.
+        const OwnedTensor gres_a = to_gpu(a.t, at.offset), gout_a = to_gpu(zero.t, at.offset),
+                          grstd_a = to_gpu(zero_stats.t);
+        add_rmsnorm_forward(gres_a.t, gout_a.t, grstd_a.t, gres_a.t, gb.t, gw.t, kEps);
+        EXPECT_TRUE(same_bits(to_host(gres_a.t).t, unfused[0].t));
+        EXPECT_TRUE(same_bits(to_host(gout_a.t).t, unfused[1].t));
+        EXPECT_TRUE(same_bits(to_host(grstd_a.t).t, unfused[2].t));
+      }
+}
+
 TEST(CudaNorms, EmptyInputsAreNoOps) {
   DT_SKIP_WITHOUT_CUDA();
   const OwnedTensor w = to_gpu(testing::zeros(DType::f32, {16}).t), dw = to_gpu(testing::zeros(DType::f32, {16}).t);
@@ -149,6 +263,8 @@ TEST(CudaNorms, EmptyInputsAreNoOps) {
   EXPECT_NO_THROW(layernorm_backward(out, dw.t, dw.t, x, x, w.t, stats, stats));
   EXPECT_NO_THROW(rmsnorm_forward(out, stats, x, w.t, 1e-5f));
   EXPECT_NO_THROW(rmsnorm_backward(out, dw.t, x, x, w.t, stats));
+  EXPECT_NO_THROW(add_layernorm_forward(x, out, stats, stats, x, x, w.t, w.t));  // res is a and b
+  EXPECT_NO_THROW(add_rmsnorm_forward(x, out, stats, x, x, w.t, 1e-5f));
   synchronize(Device::cuda);
   EXPECT_TRUE(same_bits(to_host(dw.t).t, zero.t));  // the weight gradients are left as they were
 }

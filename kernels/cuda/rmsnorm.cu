@@ -1,10 +1,15 @@
-// rmsnorm_forward and rmsnorm_backward (kernels/rmsnorm.h) on the GPU, laid out as
-// kernels/cuda/layernorm.cu.
+// rmsnorm_forward, add_rmsnorm_forward and rmsnorm_backward (kernels/rmsnorm.h) on the GPU,
+// laid out as kernels/cuda/layernorm.cu.
 //
 // Forward: one block per row, read twice (sum of squares, then the output; the second read hits
 // L1/L2). Each thread owns the same 16-byte packs of columns in both passes (4 f32, 2 f64, 8
 // bf16/f16; single elements when C or a pointer does not allow packs), and the row sum goes
 // through warp shuffles and then the warps' sums in warp order, so the bits depend only on C.
+// The fused add_rmsnorm_forward is the same kernel with a second input, as in layernorm.cu: the
+// first pass stores res = a + b and sums the stored values' squares, the second reads res back
+// (each thread only its own packs, so no barrier, and res may be a or b), with the pack width
+// the plain forward would pick for res, so the bits are those of add_forward followed by
+// rmsnorm_forward.
 //
 // Backward: dinp += is per row, but dweight is a sum over all N rows. No atomics (the result
 // must repeat bit for bit): the rows are cut into G = min(N, 1024) contiguous ranges, a number
@@ -19,6 +24,7 @@
 #include "core/buffer.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/column_partials.cuh"
+#include "kernels/cuda/residual_rows.cuh"
 #include "kernels/cuda/storage.cuh"
 #include "kernels/rmsnorm.h"
 
@@ -29,16 +35,21 @@ namespace {
 __device__ __forceinline__ float rsqrt_of(float x) { return 1.0f / sqrtf(x); }
 __device__ __forceinline__ double rsqrt_of(double x) { return 1.0 / sqrt(x); }
 
-// One block per row n: sets out[n, :] and rstd[n].
+// One block per row n: sets out[n, :] and rstd[n] of inp[n, :], or with inp2 sets
+// res[n, :] = inp[n, :] + inp2[n, :] and normalizes that.
 template <typename S, int V>
-__global__ void forward_kernel(S* out, compute_t<S>* rstd, const S* inp, const S* weight, int64_t C, float eps) {
+__global__ void forward_kernel(S* out, compute_t<S>* rstd, S* res, const S* inp, const S* inp2, bool inputs_aligned,
+                               const S* weight, int64_t C, float eps) {
   using T = compute_t<S>;
   __shared__ T warp_sums[32];
   const int64_t n = blockIdx.x, packs = C / V;
-  const S* x = inp + n * C;
+  const bool fused = inp2 != nullptr;
+  S* r = fused ? res + n * C : nullptr;
+  const S* y = fused ? inp2 + n * C : nullptr;
+  const S* x = fused ? r : inp + n * C;  // the row the second pass reads
   T sq = 0;
   for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    const Pack<S, V> xp = load_pack<S, V>(x, p);
+    const Pack<S, V> xp = input_pack<S, V>(r, inp + n * C, y, p, inputs_aligned);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const T v = load(xp.v[k]);
@@ -100,25 +111,37 @@ __global__ void backward_kernel(compute_t<S>* partials, S* dinp, const S* dout, 
   store_column_partials<1, V>(partials, pw, C);
 }
 
-}  // namespace
-
-void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
-  const int64_t C = inp.dim(-1), N = C == 0 ? 0 : inp.numel() / C;
+// Both forwards: rmsnorm of x's rows, or with y defined, of res = x + y.
+void forward(Tensor out, Tensor rstd, Tensor res, Tensor x, Tensor y, Tensor weight, float eps) {
+  const int64_t C = x.dim(-1), N = C == 0 ? 0 : x.numel() / C;
   if (N == 0) return;
-  dispatch_storage(inp.dtype, [&]<typename S>() {
+  dispatch_storage(x.dtype, [&]<typename S>() {
     using T = compute_t<S>;
-    S* o = storage_ptr<S>(out);
-    const S *x = storage_ptr<S>(inp), *w = storage_ptr<S>(weight);
+    S *o = storage_ptr<S>(out), *r = storage_ptr<S>(res);
+    const S *a = storage_ptr<S>(x), *b = storage_ptr<S>(y), *w = storage_ptr<S>(weight);
     T* s = static_cast<T*>(rstd.data);
     const auto grid = static_cast<unsigned>(N);
-    if (can_pack<S>(C, {o, x, w})) {
+    // Packs as rmsnorm_forward would choose them for the row it normalizes (res when fused).
+    if (can_pack<S>(C, {o, b != nullptr ? r : a, w})) {
       constexpr int V = kPackWidth<S>;
-      forward_kernel<S, V><<<grid, row_threads(C / V), 0, compute_stream()>>>(o, s, x, w, C, eps);
+      const bool inputs_aligned = b == nullptr || (aligned_16(a) && aligned_16(b));
+      forward_kernel<S, V><<<grid, row_threads(C / V), 0, compute_stream()>>>(o, s, r, a, b, inputs_aligned, w, C,
+                                                                               eps);
     } else {
-      forward_kernel<S, 1><<<grid, row_threads(C), 0, compute_stream()>>>(o, s, x, w, C, eps);
+      forward_kernel<S, 1><<<grid, row_threads(C), 0, compute_stream()>>>(o, s, r, a, b, true, w, C, eps);
     }
     DT_CUDA_CHECK_LAUNCH();
   });
+}
+
+}  // namespace
+
+void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
+  forward(out, rstd, Tensor{}, inp, Tensor{}, weight, eps);
+}
+
+void add_rmsnorm_forward(Tensor res, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor weight, float eps) {
+  forward(out, rstd, res, a, b, weight, eps);
 }
 
 void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd) {
