@@ -1,0 +1,141 @@
+#include "comm/communicator.h"
+
+#include <exception>
+
+#include "core/allocator.h"
+
+namespace dt {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::average:
+      return "average";
+    case ReduceOp::max:
+      return "max";
+  }
+  return "?";
+}
+
+std::string CollectiveInfo::describe() const {
+  return str(op, " of ", format_bytes(static_cast<double>(bytes)), " ", dtype_name(dtype), " on ", group, " (#",
+             sequence, ")");
+}
+
+CollectiveHandle& CollectiveHandle::operator=(CollectiveHandle&& other) noexcept {
+  if (this != &other) {
+    CollectiveHandle previous(std::move(*this));  // waits for the collective it held
+    work_ = std::move(other.work_);
+    info_ = std::move(other.info_);
+  }
+  return *this;
+}
+
+CollectiveHandle::~CollectiveHandle() {
+  if (!work_) return;
+  try {
+    work_->wait();
+  } catch (const std::exception&) {
+    // A failure nobody waited for: the watchdog and the backend have reported it already, and a
+    // destructor must not throw.
+  }
+}
+
+void CollectiveHandle::wait() {
+  if (!work_) return;
+  // Released only after a successful wait: a failed one rethrows again if waited on again.
+  work_->wait();
+  work_.reset();
+}
+
+bool CollectiveHandle::done() { return !work_ || work_->done(); }
+
+CollectiveInfo Communicator::next(std::string op, const Tensor& t) {
+  return {.op = std::move(op), .group = name_, .sequence = ++sequence_, .bytes = t.bytes(), .dtype = t.dtype};
+}
+
+void Communicator::check_buffer(const CollectiveInfo& c, std::string_view arg, const Tensor& t) const {
+  if (!t.defined() && t.numel() > 0)
+    throw Error(str(c.describe(), ": ", arg, " has no memory (", t.describe(), ")"));
+  if (t.device != device_)
+    throw Error(str(c.describe(), ": ", arg, " is on ", device_name(t.device), " but the communicator '", name_,
+                    "' moves ", device_name(device_), " buffers; copy it first or use a communicator for that device"));
+}
+
+void Communicator::check_peer(const CollectiveInfo& c, std::string_view what, int peer) const {
+  if (peer < 0 || peer >= size_)
+    throw Error(str(c.describe(), ": ", what, " ", peer, " is not a rank of '", name_, "' (ranks 0 to ", size_ - 1,
+                    ")"));
+}
+
+CollectiveHandle Communicator::all_reduce(Tensor buffer, ReduceOp op) {
+  CollectiveInfo c = next(str("all_reduce ", reduce_op_name(op)), buffer);
+  check_buffer(c, "buffer", buffer);
+  return {start_all_reduce(buffer, op), std::move(c)};
+}
+
+CollectiveHandle Communicator::reduce_scatter(Tensor out, Tensor in, ReduceOp op) {
+  CollectiveInfo c = next(str("reduce_scatter ", reduce_op_name(op)), in);
+  check_buffer(c, "out", out);
+  check_buffer(c, "in", in);
+  if (in.dtype != out.dtype || in.numel() != out.numel() * size_)
+    throw Error(str(c.describe(), ": in ", in.describe(), " must have ", size_, " times the elements of out ",
+                    out.describe(), " and its dtype (rank r keeps part r)"));
+  return {start_reduce_scatter(out, in, op), std::move(c)};
+}
+
+CollectiveHandle Communicator::all_gather(Tensor out, Tensor in) {
+  CollectiveInfo c = next("all_gather", in);
+  check_buffer(c, "out", out);
+  check_buffer(c, "in", in);
+  if (in.dtype != out.dtype || out.numel() != in.numel() * size_)
+    throw Error(str(c.describe(), ": out ", out.describe(), " must have ", size_, " times the elements of in ",
+                    in.describe(), " and its dtype (part r comes from rank r)"));
+  return {start_all_gather(out, in), std::move(c)};
+}
+
+CollectiveHandle Communicator::broadcast(Tensor buffer, int root) {
+  CollectiveInfo c = next(str("broadcast from ", root), buffer);
+  check_buffer(c, "buffer", buffer);
+  check_peer(c, "root", root);
+  return {start_broadcast(buffer, root), std::move(c)};
+}
+
+CollectiveHandle Communicator::all_to_all(Tensor out, Tensor in) {
+  CollectiveInfo c = next("all_to_all", in);
+  check_buffer(c, "out", out);
+  check_buffer(c, "in", in);
+  if (in.dtype != out.dtype || in.numel() != out.numel() || in.numel() % size_ != 0)
+    throw Error(str(c.describe(), ": in ", in.describe(), " and out ", out.describe(),
+                    " must have one dtype and the same number of elements, a multiple of the group's ", size_,
+                    " ranks"));
+  return {start_all_to_all(out, in), std::move(c)};
+}
+
+CollectiveHandle Communicator::send(Tensor buffer, int peer) {
+  CollectiveInfo c = next(str("send to ", peer), buffer);
+  check_buffer(c, "buffer", buffer);
+  check_peer(c, "peer", peer);
+  return {start_send(buffer, peer), std::move(c)};
+}
+
+CollectiveHandle Communicator::recv(Tensor buffer, int peer) {
+  CollectiveInfo c = next(str("recv from ", peer), buffer);
+  check_buffer(c, "buffer", buffer);
+  check_peer(c, "peer", peer);
+  return {start_recv(buffer, peer), std::move(c)};
+}
+
+CollectiveHandle Communicator::barrier() {
+  CollectiveInfo c = next("barrier", Tensor{});
+  return {start_barrier(), std::move(c)};
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key, std::string name) {
+  DT_CHECK(color >= 0, "split of '", name_, "': color ", color, " must be at least 0");
+  ++sequence_;  // a split is a collective of this group too
+  return split_group(color, key, std::move(name));
+}
+
+}  // namespace dt

@@ -1,0 +1,127 @@
+// Communicator: the collectives every parallel dimension is built from, over one group of ranks.
+//
+// Every collective returns at once with a handle; the caller waits where it needs the result,
+// so communication overlaps with the compute queued in between (DESIGN.md, promise 4):
+//
+//   CollectiveHandle h = dp.all_reduce(bucket, ReduceOp::average);
+//   ... backward of the layers below ...
+//   h.wait();                       // the bucket now holds the average over the group
+//
+// Collectives on one communicator run in the order they were started, and every rank of the
+// group must start the same collectives in the same order with the same sizes and dtypes: the
+// n-th collective of a group on one rank meets the n-th on the others. Each collective carries
+// that n, its sequence number, so that a rank stuck in one can say which (the watchdog).
+//
+// Buffers are contiguous Tensors on the communicator's device. In-place ops take one tensor;
+// the others take disjoint ones. reduce_scatter's input has size() times the output's
+// elements (rank r keeps part r of the reduction), all_gather's output size() times the
+// input's (part r comes from rank r), all_to_all's both are size() equal parts (part r of the
+// input goes to rank r, and part r of the output comes from rank r). Arguments are checked
+// before anything is sent, and the error names the collective, the group and the argument.
+//
+// Backends (comm/single_process.h, comm/mpi_communicator.h) implement start_*; the checks and
+// the numbering live here, once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/tensor.h"
+
+namespace dt {
+
+enum class ReduceOp { sum, average, max };
+std::string_view reduce_op_name(ReduceOp op);
+
+// What a collective is, for messages, the watchdog and traces.
+struct CollectiveInfo {
+  std::string op;     // "all_reduce sum", "all_gather", "send to 3", ...
+  std::string group;  // the communicator's name: "world", "dp", "tp", ...
+  uint64_t sequence = 0;  // 1 for the group's first collective
+  size_t bytes = 0;       // this rank's input (for all_gather) or buffer
+  DType dtype = DType::f32;
+  std::string describe() const;  // "all_reduce sum of 4.0 MiB f32 on dp (#42)"
+};
+
+// The part a backend implements: a collective in flight.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Returns when the result is in the output buffer; rethrows the collective's failure.
+  virtual void wait() = 0;
+  // Whether wait() would return at once.
+  virtual bool done() = 0;
+};
+
+// The handle a collective returns. wait() is idempotent; a handle dropped without wait() waits
+// in its destructor, so no buffer is freed under a collective that still writes it.
+class CollectiveHandle {
+ public:
+  CollectiveHandle() = default;
+  CollectiveHandle(std::unique_ptr<Work> work, CollectiveInfo info) : work_(std::move(work)), info_(std::move(info)) {}
+  CollectiveHandle(CollectiveHandle&&) noexcept = default;
+  CollectiveHandle& operator=(CollectiveHandle&& other) noexcept;
+  ~CollectiveHandle();
+
+  void wait();
+  bool done();
+  const CollectiveInfo& info() const { return info_; }
+
+ private:
+  std::unique_ptr<Work> work_;
+  CollectiveInfo info_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+  Device device() const { return device_; }
+  // The backend, for logs: "single process", "MPI (Open MPI 4.1.4)", ...
+  virtual std::string backend() const = 0;
+
+  CollectiveHandle all_reduce(Tensor buffer, ReduceOp op);
+  CollectiveHandle reduce_scatter(Tensor out, Tensor in, ReduceOp op);
+  CollectiveHandle all_gather(Tensor out, Tensor in);
+  CollectiveHandle broadcast(Tensor buffer, int root);
+  CollectiveHandle all_to_all(Tensor out, Tensor in);
+  CollectiveHandle send(Tensor buffer, int peer);
+  CollectiveHandle recv(Tensor buffer, int peer);
+  CollectiveHandle barrier();
+
+  // The communicator of the ranks that pass the same color, ranked by key (then by rank here),
+  // named `name`. Every rank of this group must call it, in the same order as its collectives.
+  std::unique_ptr<Communicator> split(int color, int key, std::string name);
+
+ protected:
+  Communicator(int rank, int size, std::string name, Device device)
+      : rank_(rank), size_(size), name_(std::move(name)), device_(device) {}
+
+  virtual std::unique_ptr<Work> start_all_reduce(Tensor buffer, ReduceOp op) = 0;
+  virtual std::unique_ptr<Work> start_reduce_scatter(Tensor out, Tensor in, ReduceOp op) = 0;
+  virtual std::unique_ptr<Work> start_all_gather(Tensor out, Tensor in) = 0;
+  virtual std::unique_ptr<Work> start_broadcast(Tensor buffer, int root) = 0;
+  virtual std::unique_ptr<Work> start_all_to_all(Tensor out, Tensor in) = 0;
+  virtual std::unique_ptr<Work> start_send(Tensor buffer, int peer) = 0;
+  virtual std::unique_ptr<Work> start_recv(Tensor buffer, int peer) = 0;
+  virtual std::unique_ptr<Work> start_barrier() = 0;
+  virtual std::unique_ptr<Communicator> split_group(int color, int key, std::string name) = 0;
+
+ private:
+  CollectiveInfo next(std::string op, const Tensor& t);
+  void check_buffer(const CollectiveInfo& c, std::string_view arg, const Tensor& t) const;
+  void check_peer(const CollectiveInfo& c, std::string_view what, int peer) const;
+
+  int rank_;
+  int size_;
+  std::string name_;
+  Device device_;
+  uint64_t sequence_ = 0;
+};
+
+}  // namespace dt

@@ -1,0 +1,20 @@
+// MPI as the layers above see it: whether this process was started by a launcher, and the
+// world communicator over MPI (comm/mpi_communicator.cpp). No MPI header here.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace dt {
+
+// Whether mpirun, mpiexec or srun started this process (their environment variables say so):
+// then the world is MPI's; otherwise it is a single process and MPI is never initialized.
+bool launched_by_mpi();
+
+// The communicator of every rank of the job, named "world", for buffers on `device` (CUDA
+// buffers are staged through host memory: the MPI backend lets multi-rank GPU code run on one
+// GPU). Initializes MPI on its own thread on first use (comm/mpi_progress.h).
+std::unique_ptr<Communicator> mpi_world(Device device);
+
+}  // namespace dt

@@ -1,0 +1,266 @@
+// The MPI backend: every collective is one of MPI's nonblocking operations, started and
+// completed on the process's MPI thread (comm/mpi_progress.h), so it overlaps with whatever the
+// caller computes before it waits.
+//
+// MPI reduces f32, f64 and i32 (average is a sum divided by the group's size once it is
+// complete); the other dtypes move as raw 8-, 16- or 32-bit words in the collectives that do
+// not reduce. CUDA buffers go through a host copy: device to host when the collective starts
+// (after the kernels queued before it), host to device in wait().
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/mpi.h"
+#include "comm/mpi_progress.h"
+#include "core/buffer.h"
+#include "core/device.h"
+
+namespace dt {
+
+namespace {
+
+MPI_Datatype word_type(DType dtype) {
+  switch (dtype_size(dtype)) {
+    case 1:
+      return MPI_UINT8_T;
+    case 2:
+      return MPI_UINT16_T;
+    case 4:
+      return MPI_UINT32_T;
+    default:
+      return MPI_UINT64_T;
+  }
+}
+
+// The MPI type of a buffer MPI reduces; throws for a dtype it cannot.
+MPI_Datatype reduce_type(DType dtype, ReduceOp op, const std::string& group) {
+  switch (dtype) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::i32:
+      if (op != ReduceOp::average) return MPI_INT32_T;
+      break;
+    default:
+      break;
+  }
+  throw Error(str(reduce_op_name(op), " of ", dtype_name(dtype), " on '", group,
+                  "': the MPI backend reduces f32, f64 and (not averaging) i32; reduce in f32"));
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+
+int count_of(const Tensor& t) {
+  DT_CHECK(t.numel() <= INT32_MAX, "an MPI message of ", t.numel(), " elements is above MPI's int count");
+  return static_cast<int>(t.numel());
+}
+
+// A buffer as MPI sees it: the tensor's own memory on the CPU, a host copy of a CUDA tensor.
+struct HostView {
+  Tensor device_tensor;  // the caller's tensor
+  Buffer staging;        // empty on the CPU
+  void* data = nullptr;
+
+  HostView(const Tensor& t, bool copy_in) : device_tensor(t) {
+    if (t.device == Device::cpu) {
+      data = t.data;
+      return;
+    }
+    staging = Buffer(t.bytes(), MemTag::communication, Device::cpu, false);
+    data = staging.data();
+    if (copy_in) copy_bytes(data, Device::cpu, t.data, t.device, t.bytes());  // after the queued kernels
+  }
+  void copy_out() const {
+    if (device_tensor.device != Device::cpu)
+      copy_bytes(device_tensor.data, device_tensor.device, data, Device::cpu, device_tensor.bytes());
+  }
+};
+
+class MpiWork final : public Work {
+ public:
+  MpiWork(std::shared_ptr<MpiOpState> state, std::unique_ptr<HostView> out)
+      : state_(std::move(state)), out_(std::move(out)) {}
+  void wait() override {
+    state_->wait();
+    if (out_) out_->copy_out();
+    out_.reset();
+  }
+  bool done() override { return state_->done(); }
+
+ private:
+  std::shared_ptr<MpiOpState> state_;
+  std::unique_ptr<HostView> out_;  // copied to the device after completion (CUDA buffers)
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, int rank, int size, std::string name, Device device)
+      : Communicator(rank, size, std::move(name), device), comm_(comm) {}
+  ~MpiCommunicator() override {
+    if (comm_ != MPI_COMM_WORLD) MpiProgress::instance().run([comm = comm_]() mutable { MPI_Comm_free(&comm); });
+  }
+  std::string backend() const override { return str("MPI (", MpiProgress::instance().library(), ")"); }
+
+ protected:
+  std::unique_ptr<Work> start_all_reduce(Tensor buffer, ReduceOp op) override {
+    const MPI_Datatype type = reduce_type(buffer.dtype, op, name());
+    auto view = std::make_unique<HostView>(buffer, true);
+    void* data = view->data;
+    const int count = count_of(buffer), ranks = size();
+    const DType dtype = buffer.dtype;
+    return started(
+        [=, this] {
+          MPI_Request r;
+          check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count, type, mpi_op(op), comm_, &r), "MPI_Iallreduce");
+          return r;
+        },
+        [=] { if (op == ReduceOp::average) divide(data, dtype, count, ranks); }, std::move(view));
+  }
+
+  std::unique_ptr<Work> start_reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
+    const MPI_Datatype type = reduce_type(in.dtype, op, name());
+    auto in_view = std::make_shared<HostView>(in, true);
+    auto out_view = std::make_unique<HostView>(out, false);
+    void* data = out_view->data;
+    const int count = count_of(out), ranks = size();
+    const DType dtype = out.dtype;
+    return started(
+        [=, this] {
+          MPI_Request r;
+          check_mpi(MPI_Ireduce_scatter_block(in_view->data, data, count, type, mpi_op(op), comm_, &r),
+                    "MPI_Ireduce_scatter_block");
+          return r;
+        },
+        [=] { if (op == ReduceOp::average) divide(data, dtype, count, ranks); }, std::move(out_view));
+  }
+
+  std::unique_ptr<Work> start_all_gather(Tensor out, Tensor in) override {
+    auto in_view = std::make_shared<HostView>(in, true);
+    auto out_view = std::make_unique<HostView>(out, false);
+    void* data = out_view->data;
+    const int count = count_of(in);
+    const MPI_Datatype type = word_type(in.dtype);
+    return started(
+        [=, this] {
+          MPI_Request r;
+          check_mpi(MPI_Iallgather(in_view->data, count, type, data, count, type, comm_, &r), "MPI_Iallgather");
+          return r;
+        },
+        [in_view] {}, std::move(out_view));
+  }
+
+  std::unique_ptr<Work> start_broadcast(Tensor buffer, int root) override {
+    auto view = std::make_unique<HostView>(buffer, rank() == root);
+    void* data = view->data;
+    const int count = count_of(buffer);
+    const MPI_Datatype type = word_type(buffer.dtype);
+    return started(
+        [=, this] {
+          MPI_Request r;
+          check_mpi(MPI_Ibcast(data, count, type, root, comm_, &r), "MPI_Ibcast");
+          return r;
+        },
+        [] {}, std::move(view));
+  }
+
+  std::unique_ptr<Work> start_all_to_all(Tensor out, Tensor in) override {
+    auto in_view = std::make_shared<HostView>(in, true);
+    auto out_view = std::make_unique<HostView>(out, false);
+    void* data = out_view->data;
+    const int count = count_of(in) / size();
+    const MPI_Datatype type = word_type(in.dtype);
+    return started(
+        [=, this] {
+          MPI_Request r;
+          check_mpi(MPI_Ialltoall(in_view->data, count, type, data, count, type, comm_, &r), "MPI_Ialltoall");
+          return r;
+        },
+        [in_view] {}, std::move(out_view));
+  }
+
+  std::unique_ptr<Work> start_send(Tensor buffer, int peer) override {
+    auto view = std::make_shared<HostView>(buffer, true);
+    const int count = count_of(buffer);
+    const MPI_Datatype type = word_type(buffer.dtype);
+    return started(
+        [=, this] {
+          MPI_Request r;
+          check_mpi(MPI_Isend(view->data, count, type, peer, kPointToPointTag, comm_, &r), "MPI_Isend");
+          return r;
+        },
+        [view] {}, nullptr);
+  }
+
+  std::unique_ptr<Work> start_recv(Tensor buffer, int peer) override {
+    auto view = std::make_unique<HostView>(buffer, false);
+    void* data = view->data;
+    const int count = count_of(buffer);
+    const MPI_Datatype type = word_type(buffer.dtype);
+    return started(
+        [=, this] {
+          MPI_Request r;
+          check_mpi(MPI_Irecv(data, count, type, peer, kPointToPointTag, comm_, &r), "MPI_Irecv");
+          return r;
+        },
+        [] {}, std::move(view));
+  }
+
+  std::unique_ptr<Work> start_barrier() override {
+    return started(
+        [this] {
+          MPI_Request r;
+          check_mpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+          return r;
+        },
+        [] {}, nullptr);
+  }
+
+  std::unique_ptr<Communicator> split_group(int color, int key, std::string name) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    int sub_rank = 0, sub_size = 0;
+    MpiProgress::instance().run([&] {
+      check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+      check_mpi(MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+      check_mpi(MPI_Comm_rank(sub, &sub_rank), "MPI_Comm_rank");
+      check_mpi(MPI_Comm_size(sub, &sub_size), "MPI_Comm_size");
+    });
+    return std::make_unique<MpiCommunicator>(sub, sub_rank, sub_size, std::move(name), device());
+  }
+
+ private:
+  static constexpr int kPointToPointTag = 7;
+
+  static std::unique_ptr<Work> started(std::function<MPI_Request()> start, std::function<void()> finish,
+                                       std::unique_ptr<HostView> out) {
+    auto state = MpiProgress::instance().submit({.start = std::move(start), .finish = std::move(finish)});
+    return std::make_unique<MpiWork>(std::move(state), std::move(out));
+  }
+
+  static void divide(void* data, DType dtype, int count, int ranks) {
+    if (dtype == DType::f32) {
+      float* p = static_cast<float*>(data);
+      for (int i = 0; i < count; ++i) p[i] /= static_cast<float>(ranks);
+    } else {
+      double* p = static_cast<double*>(data);
+      for (int i = 0; i < count; ++i) p[i] /= ranks;
+    }
+  }
+
+  MPI_Comm comm_;
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE"})
+    if (std::getenv(variable) != nullptr) return true;
+  return false;
+}
+
+std::unique_ptr<Communicator> mpi_world(Device device) {
+  MpiProgress& progress = MpiProgress::instance();
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, progress.world_rank(), progress.world_size(), "world",
+                                           device);
+}
+
+}  // namespace dt

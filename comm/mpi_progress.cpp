@@ -1,0 +1,153 @@
+#include "comm/mpi_progress.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "core/error.h"
+
+namespace dt {
+
+void check_mpi(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw Error(str(call, " failed: ", std::string(text, static_cast<size_t>(length))));
+}
+
+void MpiOpState::wait() {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [this] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool MpiOpState::done() {
+  std::lock_guard lock(mutex_);
+  return done_;
+}
+
+void MpiOpState::complete(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+MpiProgress& MpiProgress::instance() {
+  static MpiProgress progress;
+  return progress;
+}
+
+MpiProgress::MpiProgress() {
+  // MPI is initialized on the thread that will make every MPI call; the constructor waits for it.
+  std::future<void> initialized = initialized_.get_future();
+  thread_ = std::thread([this] { loop(); });
+  initialized.wait();
+  if (init_error_) {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+    std::rethrow_exception(init_error_);
+  }
+}
+
+MpiProgress::~MpiProgress() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<MpiOpState> MpiProgress::submit(Op op) {
+  auto state = std::make_shared<MpiOpState>();
+  {
+    std::lock_guard lock(mutex_);
+    if (init_error_) std::rethrow_exception(init_error_);
+    queue_.emplace_back(std::move(op), state);
+  }
+  wake_.notify_one();
+  return state;
+}
+
+void MpiProgress::run(std::function<void()> fn) {
+  submit({.start = [fn = std::move(fn)] { fn(); return MPI_REQUEST_NULL; }, .finish = [] {}})->wait();
+}
+
+void MpiProgress::loop() {
+  try {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw Error("the MPI library does not support MPI_THREAD_SERIALIZED; dtrain calls MPI from one thread "
+                  "that is not the main thread and needs it");
+    // Errors come back as codes (turned into dt::Error with the call), not as an abort.
+    check_mpi(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size_), "MPI_Comm_size");
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    int length = 0;
+    MPI_Get_library_version(version, &length);
+    library_ = std::string(version, static_cast<size_t>(length));
+    if (const size_t end = library_.find_first_of(",\n"); end != std::string::npos) library_.resize(end);
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    init_error_ = std::current_exception();
+  }
+  initialized_.set_value();
+
+  std::vector<Active> active;
+  int idle_polls = 0;
+  while (true) {
+    std::deque<std::pair<Op, std::shared_ptr<MpiOpState>>> starting;
+    {
+      std::unique_lock lock(mutex_);
+      if (active.empty()) wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_ && queue_.empty() && active.empty()) break;
+      starting.swap(queue_);
+    }
+    for (auto& [op, state] : starting) {
+      if (init_error_) {
+        state->complete(init_error_);
+        continue;
+      }
+      try {
+        active.push_back({op.start(), std::move(op.finish), state});
+      } catch (...) {
+        state->complete(std::current_exception());
+      }
+    }
+    bool progressed = !starting.empty();
+    for (size_t i = 0; i < active.size();) {
+      int finished = 0;
+      std::exception_ptr error;
+      try {
+        check_mpi(MPI_Test(&active[i].request, &finished, MPI_STATUS_IGNORE), "MPI_Test");
+        if (finished) active[i].finish();
+      } catch (...) {
+        finished = 1;
+        error = std::current_exception();
+      }
+      if (!finished) {
+        ++i;
+        continue;
+      }
+      active[i].state->complete(error);
+      active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+      progressed = true;
+    }
+    // A tight loop for a short while (small collectives finish in microseconds), then sleeps.
+    idle_polls = progressed ? 0 : idle_polls + 1;
+    if (idle_polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(std::min(200, idle_polls - 64)));
+  }
+  if (!init_error_) MPI_Finalize();
+}
+
+}  // namespace dt

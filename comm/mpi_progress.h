@@ -1,0 +1,89 @@
+// The one thread of a process that makes MPI calls.
+//
+// Collectives are started as MPI's nonblocking operations on this thread and tested there until
+// they complete, while the threads that started them go on computing: the overlap of DESIGN.md's
+// promise 4 on CPUs. Only this thread calls MPI — it also initializes and finalizes it — so MPI
+// is asked for MPI_THREAD_SERIALIZED, which every MPI library provides.
+//
+// Operations start in the order they are submitted (the order every rank must keep); several
+// may be in flight at once. While some are in flight the thread polls them with MPI_Test,
+// backing off from a tight loop to sleeps of up to 200 µs so that ranks oversubscribing a
+// machine's cores leave them to compute; with none in flight it sleeps until one is submitted.
+//
+// Internal to comm/: the layers above see comm/communicator.h.
+#pragma once
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace dt {
+
+// Throws dt::Error naming the MPI call and MPI's text for the error code.
+void check_mpi(int code, const char* call);
+
+// What a submitter waits on.
+class MpiOpState {
+ public:
+  void wait();  // rethrows the operation's error
+  bool done();
+  void complete(std::exception_ptr error);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+class MpiProgress {
+ public:
+  // start() runs on the MPI thread and returns the operation's request (MPI_REQUEST_NULL for a
+  // blocking call made inside start); finish() runs there once the request has completed.
+  struct Op {
+    std::function<MPI_Request()> start;
+    std::function<void()> finish;
+  };
+
+  // The process's MPI thread, started (and MPI initialized) on first use.
+  static MpiProgress& instance();
+  ~MpiProgress();  // finalizes MPI after the operations in flight
+
+  std::shared_ptr<MpiOpState> submit(Op op);
+  // Runs fn on the MPI thread after everything submitted before, and waits for it.
+  void run(std::function<void()> fn);
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  const std::string& library() const { return library_; }  // "Open MPI v4.1.4, ..."
+
+ private:
+  MpiProgress();
+  void loop();
+
+  struct Active {
+    MPI_Request request;
+    std::function<void()> finish;
+    std::shared_ptr<MpiOpState> state;
+  };
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::pair<Op, std::shared_ptr<MpiOpState>>> queue_;
+  bool stop_ = false;
+  std::promise<void> initialized_;
+  std::exception_ptr init_error_;  // set before initialized_, read after it
+  int world_rank_ = 0, world_size_ = 1;
+  std::string library_;
+  std::thread thread_;
+};
+
+}  // namespace dt
