@@ -1,0 +1,48 @@
+#include "parallel/parallel_dims.h"
+
+namespace dt {
+
+ParallelDims::Coords ParallelDims::coords_of(int rank) const {
+  Coords c;
+  c.tp = rank % tp;
+  rank /= tp;
+  c.cp = rank % cp;
+  rank /= cp;
+  c.dp = rank % dp;
+  c.pp = rank / dp;
+  return c;
+}
+
+int ParallelDims::rank_of(Coords c) const { return c.tp + tp * (c.cp + cp * (c.dp + dp * c.pp)); }
+
+std::string ParallelDims::describe() const {
+  return str("dp ", dp, " × cp ", cp, " × tp ", tp, " × pp ", pp, " = ", world_size(), " rank",
+             world_size() == 1 ? "" : "s");
+}
+
+void ParallelDims::check_world_size(int world_size) const {
+  if (dp < 1 || cp < 1 || tp < 1 || pp < 1)
+    throw Error(str("parallel dimensions must be at least 1; got ", describe()));
+  if (world_size != this->world_size())
+    throw Error(str("this job has ", world_size, " rank", world_size == 1 ? "" : "s", " but the parallel layout is ",
+                    describe(), "; launch with mpirun -np ", this->world_size(),
+                    " or set parallel.dp, cp, tp and pp so that their product is ", world_size));
+}
+
+ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const ParallelDims& dims) {
+  dims.check_world_size(world->size());
+  ProcessGroups g{.dims = dims, .coords = dims.coords_of(world->rank())};
+  const ParallelDims::Coords c = g.coords;
+  // Color: the rank with this dimension's coordinate at 0, the same for the whole group.
+  const auto group = [&](ParallelDims::Coords base, int key, const char* name) {
+    return world->split(dims.rank_of(base), key, name);
+  };
+  g.dp = group({.dp = 0, .cp = c.cp, .tp = c.tp, .pp = c.pp}, c.dp, "dp");
+  g.cp = group({.dp = c.dp, .cp = 0, .tp = c.tp, .pp = c.pp}, c.cp, "cp");
+  g.tp = group({.dp = c.dp, .cp = c.cp, .tp = 0, .pp = c.pp}, c.tp, "tp");
+  g.pp = group({.dp = c.dp, .cp = c.cp, .tp = c.tp, .pp = 0}, c.pp, "pp");
+  g.world = std::move(world);
+  return g;
+}
+
+}  // namespace dt

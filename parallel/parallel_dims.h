@@ -1,0 +1,50 @@
+// The process layout: how the ranks of a job split into the parallel dimensions, and the
+// communicator of each dimension.
+//
+// World size = dp × cp × pp × tp. Ranks are numbered with tp fastest, then cp, then dp, then
+// pp (DESIGN.md), so that the ranks of a tensor-parallel group are neighbours — on one node —
+// and a pipeline stage is a contiguous block of ranks:
+//
+//   rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank))
+//
+// The group of a dimension is the ranks that differ only in that coordinate; its rank order is
+// that coordinate. A rank belongs to one group of each dimension.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace dt {
+
+struct ParallelDims {
+  int dp = 1, cp = 1, tp = 1, pp = 1;
+
+  struct Coords {
+    int dp = 0, cp = 0, tp = 0, pp = 0;
+    bool operator==(const Coords&) const = default;
+  };
+
+  int world_size() const { return dp * cp * tp * pp; }
+  Coords coords_of(int rank) const;
+  int rank_of(Coords c) const;
+  // "dp 2 × cp 1 × tp 2 × pp 1 = 4 ranks"
+  std::string describe() const;
+  // Throws dt::Error unless every dimension is at least 1 and their product is the job's
+  // world size, naming both and the two ways to fix it.
+  void check_world_size(int world_size) const;
+};
+
+// One rank's communicators: the world and one per dimension.
+struct ProcessGroups {
+  ParallelDims dims;
+  ParallelDims::Coords coords;
+  std::unique_ptr<Communicator> world, dp, cp, tp, pp;
+};
+
+// Splits `world` into the groups of `dims` (a collective: every rank calls it). Checks the world
+// size first.
+ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const ParallelDims& dims);
+
+}  // namespace dt

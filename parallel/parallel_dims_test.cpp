@@ -1,0 +1,69 @@
+#include "parallel/parallel_dims.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "comm/mpi.h"
+#include "comm/single_process.h"
+
+namespace dt {
+namespace {
+
+// tp fastest, then cp, dp, pp; every rank has its own coordinates and back.
+TEST(ParallelDims, RanksAreOrderedTpCpDpPp) {
+  const ParallelDims d{.dp = 3, .cp = 2, .tp = 2, .pp = 2};
+  EXPECT_EQ(d.world_size(), 24);
+  EXPECT_EQ(d.coords_of(1), (ParallelDims::Coords{.dp = 0, .cp = 0, .tp = 1, .pp = 0}));
+  EXPECT_EQ(d.coords_of(2), (ParallelDims::Coords{.dp = 0, .cp = 1, .tp = 0, .pp = 0}));
+  EXPECT_EQ(d.coords_of(4), (ParallelDims::Coords{.dp = 1, .cp = 0, .tp = 0, .pp = 0}));
+  EXPECT_EQ(d.coords_of(12), (ParallelDims::Coords{.dp = 0, .cp = 0, .tp = 0, .pp = 1}));
+  std::set<int> seen;
+  for (int r = 0; r < d.world_size(); ++r) {
+    EXPECT_EQ(d.rank_of(d.coords_of(r)), r);
+    seen.insert(r);
+  }
+  EXPECT_EQ(seen.size(), 24u);
+}
+
+TEST(ParallelDims, AWrongWorldSizeSaysHowToLaunch) {
+  const ParallelDims d{.dp = 2, .tp = 2};
+  try {
+    d.check_world_size(6);
+    ADD_FAILURE() << "accepted 6 ranks for 4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("this job has 6 ranks but the parallel layout is dp 2 × cp 1 × tp 2 × pp 1 "
+                                         "= 4 ranks; launch with mpirun -np 4"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ParallelDims, OneProcessHasGroupsOfOne) {
+  const ProcessGroups g = make_process_groups(std::make_unique<SingleProcessCommunicator>(Device::cpu), {});
+  EXPECT_EQ(g.dp->size(), 1);
+  EXPECT_EQ(g.dp->name(), "dp");
+  EXPECT_EQ(g.world->name(), "world");
+}
+
+// On 4 ranks as dp 2 × tp 2: each group holds the ranks that differ only in its coordinate,
+// checked by summing world ranks over the group.
+TEST(Mpi, ProcessGroupsHoldTheRanksOfTheirDimension) {
+  if (!launched_by_mpi()) GTEST_SKIP() << "needs ranks started by mpirun; ctest runs it as Mpi.np2 to Mpi.np4";
+  std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
+  if (world->size() != 4) GTEST_SKIP() << "laid out for 4 ranks";
+  const int rank = world->rank();
+  const ProcessGroups g = make_process_groups(std::move(world), {.dp = 2, .tp = 2});
+  float sum = static_cast<float>(rank);
+  g.tp->all_reduce({.data = &sum, .dtype = DType::f32, .shape = {1}}, ReduceOp::sum).wait();
+  EXPECT_EQ(sum, rank < 2 ? 0 + 1 : 2 + 3);  // tp pairs: {0, 1}, {2, 3}
+  sum = static_cast<float>(rank);
+  g.dp->all_reduce({.data = &sum, .dtype = DType::f32, .shape = {1}}, ReduceOp::sum).wait();
+  EXPECT_EQ(sum, rank % 2 == 0 ? 0 + 2 : 1 + 3);  // dp pairs: {0, 2}, {1, 3}
+  EXPECT_EQ(g.dp->rank(), g.coords.dp);
+  EXPECT_EQ(g.tp->rank(), g.coords.tp);
+  EXPECT_EQ(g.pp->size(), 1);
+}
+
+}  // namespace
+}  // namespace dt
