@@ -19,9 +19,16 @@ int64_t windows(const TokenDataset& dataset, int seq_len) {
 
 }  // namespace
 
-DataLoader::DataLoader(const TokenDataset& dataset, int seq_len, int batch_size, uint64_t seed, bool shuffle)
-    : dataset_(dataset), seq_len_(seq_len), batch_size_(batch_size), order_(windows(dataset, seq_len), seed, shuffle) {
+DataLoader::DataLoader(const TokenDataset& dataset, int seq_len, int batch_size, uint64_t seed, bool shuffle, int rank,
+                       int ranks)
+    : dataset_(dataset),
+      seq_len_(seq_len),
+      batch_size_(batch_size),
+      rank_(rank),
+      ranks_(ranks),
+      order_(windows(dataset, seq_len), seed, shuffle) {
   if (batch_size < 1) throw Error(str("batch size ", batch_size, " must be at least 1"));
+  DT_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "data loader rank ", rank, " of ", ranks);
   worker_ = std::thread([this] { prefetch_loop(); });
 }
 
@@ -34,8 +41,8 @@ DataLoader::~DataLoader() {
   worker_.join();
 }
 
-DataLoaderState DataLoader::advanced(DataLoaderState at) const {
-  at.position += batch_size_;
+DataLoaderState DataLoader::advanced(DataLoaderState at, int64_t samples) const {
+  at.position += samples;
   while (at.position >= order_.size()) at.position -= order_.size(), ++at.epoch;
   return at;
 }
@@ -45,12 +52,13 @@ void DataLoader::fill(Batch& batch, DataLoaderState at) const {
   batch.tokens.resize(static_cast<size_t>(batch_size_) * seq_len_);
   batch.targets.resize(batch.tokens.size());
   std::vector<int32_t> window(static_cast<size_t>(seq_len_) + 1);
+  at = advanced(at, int64_t{rank_} * batch_size_);  // the ranks before this one read first
   for (int b = 0; b < batch_size_; ++b) {
     const int64_t sample = order_.sample_at(at.epoch, at.position);
     dataset_.read(sample * seq_len_, window);
     std::copy_n(window.begin(), seq_len_, batch.tokens.begin() + int64_t{b} * seq_len_);
     std::copy_n(window.begin() + 1, seq_len_, batch.targets.begin() + int64_t{b} * seq_len_);
-    if (++at.position == order_.size()) at.position = 0, ++at.epoch;
+    at = advanced(at, 1);
   }
 }
 
@@ -86,14 +94,14 @@ void DataLoader::next(Tensor tokens, Tensor targets) {
     batch = std::move(ready_);
     ready_valid_ = false;
     // Advancing under the same lock lets the worker start on the following batch at once.
-    if (!batch.tokens.empty()) state_ = advanced(batch.at);
+    if (!batch.tokens.empty()) state_ = advanced(batch.at, int64_t{ranks_} * batch_size_);
   }
   changed_.notify_all();
   if (batch.tokens.empty()) {
     fill(batch, batch.at);  // the prefetch failed: read here, so its error reaches the caller
     {
       std::lock_guard lock(mutex_);
-      state_ = advanced(batch.at);
+      state_ = advanced(batch.at, int64_t{ranks_} * batch_size_);
     }
     changed_.notify_all();
   }

@@ -6,8 +6,11 @@
 // epoch e reads sample SampleOrder::sample_at(e, k): in order without shuffling, a permutation
 // that depends only on (seed, e) with it. A micro-batch of B sequences takes the next B
 // positions, so which tokens form global sample k never depends on the micro-batch size or
-// (later) on how many processes split the batch. The whole state is (epoch, position): it
-// goes into checkpoints, and restore() resumes exactly.
+// on how many processes split the batch. With data parallelism over R ranks, the ranks'
+// micro-batches are consecutive: rank r reads positions [r B, (r + 1) B) of each window of R B,
+// and every rank advances by R B, so a step reads the same samples however it is split. The
+// whole state is (epoch, position), the same on every rank: it goes into checkpoints, and
+// restore() resumes exactly, under any number of ranks.
 #pragma once
 
 #include <condition_variable>
@@ -30,14 +33,17 @@ struct DataLoaderState {
 
 class DataLoader {
  public:
-  // Throws dt::Error when the dataset holds no window of seq_len + 1 tokens.
-  DataLoader(const TokenDataset& dataset, int seq_len, int batch_size, uint64_t seed, bool shuffle);
+  // Rank `rank` of `ranks` data-parallel readers. Throws dt::Error when the dataset holds no
+  // window of seq_len + 1 tokens.
+  DataLoader(const TokenDataset& dataset, int seq_len, int batch_size, uint64_t seed, bool shuffle, int rank = 0,
+             int ranks = 1);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
   int64_t samples_per_epoch() const { return order_.size(); }
-  // Fills tokens and targets (B, T) i32 with the next B samples and advances the state.
+  // Fills tokens and targets (B, T) i32 with this rank's B of the next R B samples and advances
+  // the state past all R B.
   void next(Tensor tokens, Tensor targets);
   DataLoaderState state() const;
   void restore(DataLoaderState state);
@@ -48,11 +54,12 @@ class DataLoader {
     std::vector<int32_t> tokens, targets;
   };
   void fill(Batch& batch, DataLoaderState at) const;
-  DataLoaderState advanced(DataLoaderState at) const;
+  DataLoaderState advanced(DataLoaderState at, int64_t samples) const;  // `samples` positions on
   void prefetch_loop();
 
   const TokenDataset& dataset_;
   int seq_len_, batch_size_;
+  int rank_, ranks_;
   SampleOrder order_;
 
   // The background thread reads the batch at `wanted_` into `ready_` while training runs.

@@ -70,6 +70,27 @@ TEST(DataLoader, GlobalSamplesDoNotDependOnTheMicroBatchSize) {
   EXPECT_EQ(a.targets, b.targets);
 }
 
+// Three data-parallel ranks reading micro-batches of 2 read, between them, what one loader
+// reads in micro-batches of 6: rank r the r-th pair of each six, across an epoch boundary, and
+// all three end in the one loader's state.
+TEST(DataLoader, DataParallelRanksSplitEachWindowInRankOrder) {
+  TempDir dir;
+  const TokenDataset dataset(write_shards(dir, {2000}), kVocab);
+  constexpr int T = 8, steps = 50;  // 300 samples, past an epoch of 249
+  DataLoader whole(dataset, T, 6, 9, true);
+  const Batches all = take(whole, 6, T, steps);
+  for (int r = 0; r < 3; ++r) {
+    DataLoader rank(dataset, T, 2, 9, true, r, 3);
+    const Batches mine = take(rank, 2, T, steps);
+    for (int s = 0; s < steps; ++s)
+      for (int i = 0; i < 2 * T; ++i) {
+        ASSERT_EQ(mine.tokens[s * 2 * T + i], all.tokens[(s * 6 + 2 * r) * T + i]) << "rank " << r << " step " << s;
+        ASSERT_EQ(mine.targets[s * 2 * T + i], all.targets[(s * 6 + 2 * r) * T + i]);
+      }
+    EXPECT_EQ(rank.state(), whole.state());
+  }
+}
+
 TEST(DataLoader, RestoringTheStateResumesExactlyAcrossEpochs) {
   TempDir dir;
   const TokenDataset dataset(write_shards(dir, {300}), kVocab);
