@@ -351,6 +351,10 @@ void Transformer::backward_blocks(Tensor tokens) {
   zero_bytes(dres.data, device_, dres.bytes());
   Tensor x_last = c.n_layer > 0 ? act(a.layers.back().res3) : act(a.encoded);
   norm_backward(dres, dtmp, x_last, mean_rows(a.lnf_mean), rows(a.lnf_rstd), "ln_f");
+  const auto ready_from = [&](const std::string& first_param) {
+    if (gradients_ready_) gradients_ready_(layout_.find(first_param).offset);
+  };
+  ready_from("ln_f.weight");  // and lm_head after it, when untied
 
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const Activations::Layer& L = a.layers[l];
@@ -383,9 +387,11 @@ void Transformer::backward_blocks(Tensor tokens) {
     k::linear_backward_input(dtmp, dqkv, p(l, "attn.qkv.weight"));
     k::linear_backward_weight(g(l, "attn.qkv.weight"), gb(l, "attn.qkv"), dqkv, act(L.ln1));
     norm_backward(dres, dtmp, x, mean_rows(L.ln1_mean), rows(L.ln1_rstd), h + "ln_1");
+    ready_from(h + "ln_1.weight");  // the block's first parameter
   }
   if (gpt2) k::position_embedding_backward(grads_.stored("wpe"), dres.reshape({B, T, C}));
   k::embedding_backward(grads_.stored("wte"), tokens.reshape({N}), dres);
+  if (gradients_ready_) gradients_ready_(0);
 }
 
 void Transformer::copy_logits(Tensor out) const {

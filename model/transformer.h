@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -83,6 +84,15 @@ class Transformer {
   // Returns the unscaled sum of losses. The logits buffer holds their gradient afterwards.
   double forward_backward(Tensor tokens, Tensor targets, float loss_scale);
 
+  // Called during backward as gradients become final: with `ready_from`, an offset into the
+  // flat gradient buffer such that no gradient at or after it changes again in this backward.
+  // Backward computes them from the end of the layout to the start (the output projection and
+  // ln_f, then the blocks from last to first, then the embeddings; a tied wte, at offset 0, is
+  // final only at the end), so ready_from only decreases, to 0. Data parallelism starts a
+  // bucket's all-reduce from here while backward goes on (parallel/data_parallel.h).
+  using GradientsReady = std::function<void(int64_t ready_from)>;
+  void set_gradients_ready(GradientsReady hook) { gradients_ready_ = std::move(hook); }
+
   // Copies the last forward's logits, without vocabulary padding, into out (B, T, V) f32 on
   // the CPU.
   void copy_logits(Tensor out) const;
@@ -129,6 +139,7 @@ class Transformer {
   int current_seq_ = 0;
   std::unique_ptr<Activations> acts_;
   Buffer rope_table_;  // llama: cos and sin, (seq_len, HS/2) each
+  GradientsReady gradients_ready_;
 };
 
 }  // namespace dt

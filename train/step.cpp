@@ -7,17 +7,27 @@
 
 namespace dt {
 
-StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches, float loss_scale) {
+StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches, float loss_scale,
+                               DataParallel* dp) {
   StepStats stats;
   stats.loss_scale = loss_scale;
   for (const MicroBatch& mb : micro_batches) stats.targets += Transformer::count_targets(mb.targets);
+  // Counts far below 2^53 are exact in double.
+  if (dp != nullptr) stats.targets = static_cast<int64_t>(dp->sum(static_cast<double>(stats.targets)));
   if (stats.targets == 0)
     throw Error(str("every target of this global batch of ", micro_batches.size(),
                     " micro-batches is the ignore index, so its loss is undefined; check the data's masking"));
   const float token_scale = static_cast<float>(loss_scale / static_cast<double>(stats.targets));
   model.grads().zero();
   double loss_sum = 0;
-  for (const MicroBatch& mb : micro_batches) loss_sum += model.forward_backward(mb.tokens, mb.targets, token_scale);
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    if (dp != nullptr && m + 1 == micro_batches.size()) dp->reduce_during_next_backward();
+    loss_sum += model.forward_backward(micro_batches[m].tokens, micro_batches[m].targets, token_scale);
+  }
+  if (dp != nullptr) {
+    dp->wait_for_gradients();
+    loss_sum = dp->sum(loss_sum);
+  }
   stats.loss = loss_sum / static_cast<double>(stats.targets);
   return stats;
 }
@@ -50,8 +60,8 @@ void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad
 }
 
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
-                     float max_grad_norm, LossScaler* scaler, int64_t step) {
-  StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f);
+                     float max_grad_norm, LossScaler* scaler, int64_t step, DataParallel* dp) {
+  StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f, dp);
   apply_update(model, optimizer, lr, max_grad_norm, stats, scaler, step);
   return stats;
 }

@@ -9,6 +9,10 @@
 //
 // Then: global gradient norm, clipping coefficient, AdamW with the coefficient folded in.
 //
+// With data parallelism (parallel/data_parallel.h) each rank passes its own micro-batches; the
+// target count and the loss are summed over the ranks, and the gradients during the last
+// micro-batch's backward, so every rank sees the global batch's loss and gradient.
+//
 // No update with a non-finite value is ever applied. When any gradient is inf or NaN the step
 // is skipped, and StepStats names the first tensor (in backward order, i.e. the one the
 // non-finite value reached first) that holds one. With a loss scaler (fp16 training,
@@ -23,6 +27,7 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
+#include "parallel/data_parallel.h"
 
 namespace dt {
 
@@ -43,7 +48,8 @@ struct StepStats {
 
 // Zeroes the gradients, then runs forward and backward of every micro-batch, accumulating the
 // gradient of loss_scale times the global-batch mean loss. Sets loss, loss_scale and targets.
-StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches, float loss_scale = 1);
+StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches, float loss_scale = 1,
+                               DataParallel* dp = nullptr);
 // Global norm, clipping coefficient and the AdamW update, or a skipped step when a gradient is
 // not finite. Sets grad_norm, grad_scale, applied and nonfinite. With a scaler, reports the
 // outcome to it (which throws when the run has diverged); `step` is for its messages.
@@ -51,6 +57,6 @@ void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad
                   LossScaler* scaler = nullptr, int64_t step = 0);
 // Both: one training step, with the scaler's current scale.
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
-                     float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0);
+                     float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0, DataParallel* dp = nullptr);
 
 }  // namespace dt

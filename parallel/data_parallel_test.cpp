@@ -1,0 +1,133 @@
+// Data parallelism against one process: ctest runs the Mpi.* cases on 2, 3 and 4 ranks. Each
+// rank also trains the single-process reference itself (the whole global batch, no
+// communication), so the comparison needs no files. Run alone, without mpirun, they skip.
+#include "parallel/data_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <vector>
+
+#include "comm/mpi.h"
+#include "comm/single_process.h"
+#include "core/rng.h"
+#include "kernels/cross_entropy.h"
+#include "train/step.h"
+
+namespace dt {
+namespace {
+
+constexpr int kB = 2, kT = 16, kSteps = 3;
+
+// `sequences` x kT tokens and targets; a third of the targets ignored, unevenly, so that the
+// global target count differs from any rank's.
+struct GlobalBatch {
+  Buffer tokens_memory, targets_memory;
+  Tensor tokens, targets;
+  GlobalBatch(int sequences, int vocab_size, int step)
+      : tokens_memory(static_cast<size_t>(sequences) * kT * sizeof(int32_t), MemTag::workspace),
+        targets_memory(static_cast<size_t>(sequences) * kT * sizeof(int32_t), MemTag::workspace),
+        tokens(tokens_memory.view(DType::i32, {sequences, kT})),
+        targets(targets_memory.view(DType::i32, {sequences, kT})) {
+    const ElementRng rng(static_cast<uint64_t>(step), "data_parallel_test");
+    for (int64_t i = 0; i < tokens.numel(); ++i) {
+      const double ignore_share = (i / kT) % 3 == 0 ? 0.7 : 0.1;
+      tokens.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(3 * i) * vocab_size);
+      targets.ptr<int32_t>()[i] = rng.uniform(3 * i + 1) < ignore_share
+                                      ? kernels::kIgnoreIndex
+                                      : static_cast<int32_t>(rng.uniform(3 * i + 2) * vocab_size);
+    }
+  }
+  MicroBatch micro_batch(int index) const {
+    return {tokens.slice_rows(int64_t{index} * kB, kB), targets.slice_rows(int64_t{index} * kB, kB)};
+  }
+};
+
+struct StepSeries {
+  std::vector<double> losses, norms;
+};
+
+double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]) / std::fabs(b[i]));
+  return worst;
+}
+
+// dp = the world size × ZeRO stage 0 × accumulation 1 and 2, both families: losses, gradient
+// norms and parameters over kSteps steps against one process training the same global batches,
+// and the parameters bit for bit the same on every rank.
+TEST(Mpi, DataParallelMatchesOneProcess) {
+  if (!launched_by_mpi()) GTEST_SKIP() << "needs ranks started by mpirun; ctest runs it as Mpi.np2 to Mpi.np4";
+  const std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
+  const int rank = world->rank(), ranks = world->size();
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"})
+    for (const int accumulation : {1, 2}) {
+      const ModelConfig config = model_preset(preset);
+      const int micro_batches = ranks * accumulation;  // of kB sequences in a global batch
+      Transformer one(config, kB, kT), mine(config, kB, kT);
+      init_parameters(one.params(), 7);
+      init_parameters(mine.params(), 7);
+      AdamW one_opt(one.layout(), {}), my_opt(mine.layout(), {});
+      DataParallel dp(mine, *world, /*bucket_mb=*/0.05);  // several buckets for a tiny model
+      StepSeries reference, parallel;
+      for (int step = 0; step < kSteps; ++step) {
+        const GlobalBatch batch(micro_batches * kB, config.vocab_size, step);
+        std::vector<MicroBatch> all, own;
+        for (int m = 0; m < micro_batches; ++m) all.push_back(batch.micro_batch(m));
+        for (int m = 0; m < accumulation; ++m) own.push_back(batch.micro_batch(m * ranks + rank));
+        const StepStats a = train_step(one, one_opt, all, 1e-3f, 1.0f);
+        const StepStats b = train_step(mine, my_opt, own, 1e-3f, 1.0f, nullptr, step + 1, &dp);
+        EXPECT_EQ(a.targets, b.targets);
+        reference.losses.push_back(a.loss), reference.norms.push_back(a.grad_norm);
+        parallel.losses.push_back(b.loss), parallel.norms.push_back(b.grad_norm);
+      }
+      const Tensor p1 = one.params().all(), p2 = mine.params().all();
+      double max_diff = 0, max_abs = 0;
+      for (int64_t i = 0; i < p1.numel(); ++i) {
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(p1.ptr<float>()[i] - p2.ptr<float>()[i])));
+        max_abs = std::max(max_abs, static_cast<double>(std::fabs(p1.ptr<float>()[i])));
+      }
+      const double loss_diff = max_relative_difference(parallel.losses, reference.losses);
+      const double norm_diff = max_relative_difference(parallel.norms, reference.norms);
+      if (rank == 0)
+        std::printf("dp %d, %s, accumulation %d: losses within %.2e, gradient norms within %.2e, parameters within "
+                    "%.2e of the largest\n",
+                    ranks, preset, accumulation, loss_diff, norm_diff, max_diff / max_abs);
+      // The same sums in another grouping and order (per rank, then over ranks, where one process
+      // adds micro-batch after micro-batch): fp32 rounding, ~1e-7 relative per addition, a few
+      // additions deep. The losses are double sums of the same f32 per-token losses.
+      EXPECT_LT(loss_diff, 1e-6) << preset << " accumulation " << accumulation;
+      EXPECT_LT(norm_diff, 1e-5) << preset << " accumulation " << accumulation;
+      // Adam moves each parameter by ~lr = 1e-3 per step; gradients that agree to ~1e-6 move
+      // them alike far below that (as TrainStep.TwoMicroBatchesOfFourEqualOneBatchOfEight).
+      EXPECT_LT(max_diff / max_abs, 1e-5) << preset << " accumulation " << accumulation;
+
+      // Every rank applied the same update to the same parameters: rank 0's, bit for bit.
+      Buffer rank0(p2.bytes(), MemTag::workspace, Device::cpu, false);
+      std::memcpy(rank0.data(), p2.data, p2.bytes());
+      world->broadcast(rank0.view(DType::f32, {p2.numel()}), 0).wait();
+      EXPECT_EQ(std::memcmp(rank0.data(), p2.data, p2.bytes()), 0) << "rank " << rank << " diverged from rank 0";
+    }
+}
+
+TEST(DataParallel, BucketsCoverTheBufferAtParameterBoundariesFromTheEnd) {
+  const ModelConfig config = model_preset("gpt2-tiny");
+  Transformer model(config, 1, 8);
+  SingleProcessCommunicator one(Device::cpu, "dp");
+  const DataParallel dp(model, one, 0.05);
+  const auto& buckets = dp.buckets();
+  ASSERT_GT(buckets.size(), 2u);
+  EXPECT_EQ(buckets.front().end, model.layout().total_elements());
+  EXPECT_EQ(buckets.back().begin, 0);
+  for (size_t i = 1; i < buckets.size(); ++i) EXPECT_EQ(buckets[i].end, buckets[i - 1].begin);
+  for (const kernels::FlatRange& b : buckets) {
+    bool at_parameter = b.begin == 0;
+    for (const ParamInfo& p : model.layout().params()) at_parameter = at_parameter || p.offset == b.begin;
+    EXPECT_TRUE(at_parameter) << b.begin;
+  }
+}
+
+}  // namespace
+}  // namespace dt
