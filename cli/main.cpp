@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "comm/mpi.h"
 #include "core/error.h"
 
 namespace {
@@ -59,6 +60,8 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const dt::Error& e) {
     std::fprintf(stderr, "dtrain: error: %s\n", e.what());
+    std::fflush(stderr);
+    dt::abort_job_if_mpi(1);  // under mpirun: the other ranks stop now instead of waiting for this one
     return 1;
   }
 }

@@ -245,5 +245,64 @@ TEST(TrainCli, BadDataStopsBeforeTraining) {
   EXPECT_NE(result.output.find("vocab"), std::string::npos) << result.output;
 }
 
+// `mpirun -np 2 dtrain train` with parallel.dp = 2 trains the one-process run's model: the same
+// samples per step (each rank its half), the same losses to fp32 rounding. A checkpoint saved by
+// the two ranks resumes in one process on the same loss curve.
+TEST(TrainCli, TwoDataParallelRanksTrainLikeOneProcessAndResumeInOne) {
+  const TrainRun run;
+  const std::string six = "train.steps=6 checkpoint.every=3";
+  const auto one = run_dtrain(run.args("one", six));
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto two = run_dtrain(run.args("two", six + " parallel.dp=2"), testing::mpirun(2));
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_NE(two.output.find("dp 2 × cp 1 × tp 1 × pp 1 = 2 ranks over MPI"), std::string::npos) << two.output;
+  EXPECT_EQ(two.output.find("step 6/6 | loss "), two.output.rfind("step 6/6 | loss ")) << "only rank 0 prints:\n"
+                                                                                      << two.output;
+  const std::vector<double> expected = run.losses("one"), got = run.losses("two");
+  ASSERT_EQ(got.size(), 6u);
+  // Per-rank sums added over two ranks instead of over two micro-batches: fp32 rounding of the
+  // gradients (~1e-7 relative), which Adam carries into the losses of later steps far below
+  // 1e-5 (parallel/data_parallel_test.cpp measures ~1e-8 on the losses).
+  for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << "step " << s + 1;
+
+  // Two ranks to step 3, then one process from their checkpoint to step 6.
+  const auto first = run_dtrain(run.args("switch", "train.steps=3 parallel.dp=2"), testing::mpirun(2));
+  ASSERT_EQ(first.status, 0) << first.output;
+  const auto rest = run_dtrain(run.args("switch", six));
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  EXPECT_NE(rest.output.find("resumed from "), std::string::npos) << rest.output;
+  const std::vector<double> resumed = run.losses("switch");
+  ASSERT_EQ(resumed.size(), 6u);
+  for (size_t s = 3; s < 6; ++s) EXPECT_NEAR(resumed[s], expected[s], 1e-5 * expected[s]) << "step " << s + 1;
+}
+
+TEST(TrainCli, AWorldSizeThatIsNotTheLayoutSaysHowToLaunch) {
+  const TrainRun run;
+  const auto alone = run_dtrain(run.args("alone", "parallel.dp=2"));
+  EXPECT_NE(alone.status, 0);
+  EXPECT_NE(alone.output.find("this job has 1 rank but the parallel layout is dp 2 × cp 1 × tp 1 × pp 1 = 2 ranks; "
+                              "launch with mpirun -np 2"),
+            std::string::npos)
+      << alone.output;
+  const auto three = run_dtrain(run.args("three", "parallel.dp=2"), testing::mpirun(3));
+  EXPECT_NE(three.status, 0);
+  EXPECT_NE(three.output.find("this job has 3 ranks but the parallel layout is dp 2"), std::string::npos)
+      << three.output;
+}
+
+TEST(TrainCli, RanksStartedWithDifferentOverridesStopAndSayHow) {
+  const TrainRun run;
+  // Open MPI's MPMD form: rank 0 and rank 1 get different command lines.
+  const std::string bin = str(DTRAIN_BINARY_DIR, "/dtrain ");
+  const auto result = run_dtrain(run.args("mixed", "parallel.dp=2 train.steps=5") + " : -np 1 " + bin +
+                                     run.args("mixed", "parallel.dp=2 train.steps=7"),
+                                 testing::mpirun(1));
+  EXPECT_NE(result.status, 0);
+  EXPECT_NE(result.output.find("rank 1 has a different run configuration than rank 0:"), std::string::npos)
+      << result.output;
+  for (const std::string line : {"rank 0: steps", "rank 1: steps", "= 5\n", "= 7\n"})
+    EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << result.output;
+}
+
 }  // namespace
 }  // namespace dt

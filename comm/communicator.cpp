@@ -3,6 +3,8 @@
 #include <exception>
 
 #include "core/allocator.h"
+#include "core/buffer.h"
+#include "core/device.h"
 
 namespace dt {
 
@@ -136,6 +138,19 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, std::strin
   DT_CHECK(color >= 0, "split of '", name_, "': color ", color, " must be at least 0");
   ++sequence_;  // a split is a collective of this group too
   return split_group(color, key, std::move(name));
+}
+
+double all_reduce_value(Communicator& group, double value, ReduceOp op) {
+  if (group.size() == 1) return value;
+  if (group.device() == Device::cpu) {
+    group.all_reduce({.data = &value, .dtype = DType::f64, .shape = {1}}, op).wait();
+    return value;
+  }
+  const Buffer on_device(sizeof(double), MemTag::communication, group.device(), false);
+  copy_bytes(on_device.data(), group.device(), &value, Device::cpu, sizeof(double));
+  group.all_reduce(on_device.view(DType::f64, {1}), op).wait();
+  copy_bytes(&value, Device::cpu, on_device.data(), group.device(), sizeof(double));
+  return value;
 }
 
 }  // namespace dt

@@ -124,4 +124,8 @@ class Communicator {
   uint64_t sequence_ = 0;
 };
 
+// One host value reduced over the group and returned on every rank (target counts, losses,
+// stop flags, peaks): through a one-element buffer on the group's device. Waits.
+double all_reduce_value(Communicator& group, double value, ReduceOp op);
+
 }  // namespace dt

@@ -17,4 +17,9 @@ bool launched_by_mpi();
 // GPU). Initializes MPI on its own thread on first use (comm/mpi_progress.h).
 std::unique_ptr<Communicator> mpi_world(Device device);
 
+// For the top-level error handler: when this process has initialized MPI, ends every rank of
+// the job at once (MPI_Abort) with `exit_code`, so that no rank is left waiting in a collective
+// for the one that failed; returns without doing anything otherwise.
+void abort_job_if_mpi(int exit_code);
+
 }  // namespace dt

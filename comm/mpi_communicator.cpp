@@ -257,6 +257,11 @@ bool launched_by_mpi() {
   return false;
 }
 
+void abort_job_if_mpi(int exit_code) {
+  if (!MpiProgress::started()) return;
+  MpiProgress::instance().run([exit_code] { MPI_Abort(MPI_COMM_WORLD, exit_code); });
+}
+
 std::unique_ptr<Communicator> mpi_world(Device device) {
   MpiProgress& progress = MpiProgress::instance();
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, progress.world_rank(), progress.world_size(), "world",

@@ -1,6 +1,7 @@
 #include "comm/mpi_progress.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <vector>
 
@@ -36,10 +37,17 @@ void MpiOpState::complete(std::exception_ptr error) {
   cv_.notify_all();
 }
 
+namespace {
+std::atomic<bool> progress_started{false};
+}  // namespace
+
 MpiProgress& MpiProgress::instance() {
   static MpiProgress progress;
+  progress_started = true;
   return progress;
 }
+
+bool MpiProgress::started() { return progress_started; }
 
 MpiProgress::MpiProgress() {
   // MPI is initialized on the thread that will make every MPI call; the constructor waits for it.

@@ -55,6 +55,8 @@ class MpiProgress {
 
   // The process's MPI thread, started (and MPI initialized) on first use.
   static MpiProgress& instance();
+  // Whether instance() has started the thread (and so MPI) in this process.
+  static bool started();
   ~MpiProgress();  // finalizes MPI after the operations in flight
 
   std::shared_ptr<MpiOpState> submit(Op op);

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "core/buffer.h"
-#include "core/device.h"
 
 namespace dt {
 
@@ -59,21 +57,6 @@ void DataParallel::wait_for_gradients() {
   DT_CHECK(!armed_, "waiting for the gradients before backward reported them all final");
   for (CollectiveHandle& h : in_flight_) h.wait();
   in_flight_.clear();
-}
-
-double DataParallel::sum(double value) {
-  if (dp_.size() == 1) return value;
-  Tensor t{.data = &value, .dtype = DType::f64, .shape = {1}, .device = Device::cpu};
-  if (dp_.device() == Device::cpu) {
-    dp_.all_reduce(t, ReduceOp::sum).wait();
-    return value;
-  }
-  // The group moves device buffers: the value goes through one.
-  const Buffer on_device(sizeof(double), MemTag::communication, dp_.device(), false);
-  copy_bytes(on_device.data(), dp_.device(), &value, Device::cpu, sizeof(double));
-  dp_.all_reduce(on_device.view(DType::f64, {1}), ReduceOp::sum).wait();
-  copy_bytes(&value, Device::cpu, on_device.data(), dp_.device(), sizeof(double));
-  return value;
 }
 
 }  // namespace dt

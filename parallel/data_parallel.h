@@ -37,9 +37,6 @@ class DataParallel {
   // Waits until every bucket of the armed backward is summed over the group.
   void wait_for_gradients();
 
-  // Sums a host value over the group (target counts, losses): one small all-reduce.
-  double sum(double value);
-
  private:
   void on_gradients_ready(int64_t ready_from);
 

@@ -31,7 +31,9 @@ void ParallelDims::check_world_size(int world_size) const {
 
 ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const ParallelDims& dims) {
   dims.check_world_size(world->size());
-  ProcessGroups g{.dims = dims, .coords = dims.coords_of(world->rank())};
+  ProcessGroups g;
+  g.dims = dims;
+  g.coords = dims.coords_of(world->rank());
   const ParallelDims::Coords c = g.coords;
   // Color: the rank with this dimension's coordinate at 0, the same for the whole group.
   const auto group = [&](ParallelDims::Coords base, int key, const char* name) {

@@ -35,8 +35,12 @@ int run_reference_script(const std::string& script, const std::string& args) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-CommandResult run_dtrain(const std::string& args) {
-  const std::string command = str(DTRAIN_BINARY_DIR, "/dtrain ", args, " 2>&1");
+std::string mpirun(int ranks) {
+  return str("mpirun --oversubscribe --allow-run-as-root -np ", ranks, " -x OMP_NUM_THREADS=1 ");
+}
+
+CommandResult run_dtrain(const std::string& args, const std::string& launcher) {
+  const std::string command = str(launcher, DTRAIN_BINARY_DIR, "/dtrain ", args, " 2>&1");
   CommandResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   DT_CHECK(pipe != nullptr, "popen failed for ", command);

@@ -28,13 +28,15 @@ class TempDir {
 // returns its exit status; its output goes to the test log.
 int run_reference_script(const std::string& script, const std::string& args);
 
-// Runs the built `dtrain <args>` (args as written in a shell) and returns its exit status and
-// its stdout and stderr together.
+// Runs the built `dtrain <args>` (args as written in a shell), behind `launcher` when given,
+// and returns its exit status and its stdout and stderr together.
 struct CommandResult {
   int status = -1;
   std::string output;
 };
-CommandResult run_dtrain(const std::string& args);
+CommandResult run_dtrain(const std::string& args, const std::string& launcher = "");
+// The launcher of `ranks` processes on this machine, one thread each: "mpirun -np <ranks> ...".
+std::string mpirun(int ranks);
 
 // `dtrain <args>` running in the background, for tests that signal or kill it mid-run.
 // `environment` is prepended to the command ("DTRAIN_INJECT_FAULT=... "). Output goes to a file

@@ -19,7 +19,8 @@ std::string format_duration(double seconds) {
 }
 
 ProgressDisplay::ProgressDisplay(const std::string& mode, int64_t first_step, int64_t total_steps, int64_t every)
-    : bar_(mode == "bar" || (mode == "auto" && ::isatty(STDOUT_FILENO))),
+    : silent_(mode == "off"),
+      bar_(mode == "bar" || (mode == "auto" && ::isatty(STDOUT_FILENO))),
       first_step_(first_step),
       total_steps_(total_steps),
       every_(std::max<int64_t>(1, every)),
@@ -66,6 +67,7 @@ void ProgressDisplay::step(const StepReport& r) {
     ++timed_steps_;
     mean_step_s_ = timed_steps_ == 1 ? seconds : mean_step_s_ + (seconds - mean_step_s_) / static_cast<double>(timed_steps_);
   }
+  if (silent_) return;
   const bool keep = r.step == first_step_ + 1 || r.step == total_steps_ || r.step % every_ == 0 || !r.skipped_by.empty();
   if (!bar_) {
     if (keep) std::printf("%s\n", plain_line(r).c_str());
@@ -86,6 +88,7 @@ void ProgressDisplay::step(const StepReport& r) {
 }
 
 void ProgressDisplay::message(const std::string& text) {
+  if (silent_) return;
   clear_bar();
   std::printf("%s\n", text.c_str());
   std::fflush(stdout);

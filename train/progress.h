@@ -7,6 +7,7 @@
 // log file): a full line every `every` steps, and for the first and the last step:
 //   step 120/1000 | loss 3.4121 | lr 5.90e-04 | grad norm 0.412 | 14210 tok/s | MFU 41.2% | HFU 41.2% | 288.1 ms | ETA 4m10s
 // Messages (evaluation, checkpoints, samples) print on their own lines without breaking the bar.
+// "off" prints nothing: the ranks other than 0 of a multi-rank job.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,7 @@ struct StepReport {
 
 class ProgressDisplay {
  public:
-  // mode: "auto", "bar" or "plain"; steps run from first_step + 1 to total_steps.
+  // mode: "auto", "bar", "plain" or "off"; steps run from first_step + 1 to total_steps.
   ProgressDisplay(const std::string& mode, int64_t first_step, int64_t total_steps, int64_t every);
   ~ProgressDisplay();
 
@@ -41,6 +42,7 @@ class ProgressDisplay {
   std::string eta() const;
   void clear_bar();
 
+  bool silent_;
   bool bar_;
   int64_t first_step_, total_steps_, every_;
   int64_t current_ = 0;

@@ -445,7 +445,7 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
                                                        : p.ep;
     if (value < 1)
       check.report(key, "must be at least 1");
-    else
+    else if (key != "parallel.dp")  // data parallelism is built (parallel/data_parallel.h)
       check.require(value == 1, key, str(what, " is not built yet; set ", key, " = 1"));
   }
   if (p.zero_stage < 0 || p.zero_stage > 3)

@@ -232,8 +232,8 @@ TEST(RunConfig, ParallelismNotBuiltYetIsRejectedWithTheFix) {
   const auto e = load_error(write_config(dir, std::string(kTiny) +
                                                   "[parallel]\ndp = 2\ntp = 2\nzero_stage = 2\nsequence_parallel = "
                                                   "true\n[train]\nglobal_batch_size = 16\n"));
-  for (const char* line : {"parallel.dp = 2: data parallelism is not built yet; set parallel.dp = 1",
-                           "parallel.tp = 2: tensor parallelism is not built yet; set parallel.tp = 1",
+  EXPECT_EQ(e.find("parallel.dp"), std::string::npos) << "data parallelism is built:\n" << e;
+  for (const char* line : {"parallel.tp = 2: tensor parallelism is not built yet; set parallel.tp = 1",
                            "parallel.zero_stage = 2: ZeRO sharding is not built yet; set parallel.zero_stage = 0",
                            "parallel.sequence_parallel = true: sequence parallelism is not built yet"})
     EXPECT_NE(e.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << e;

@@ -13,7 +13,8 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
   stats.loss_scale = loss_scale;
   for (const MicroBatch& mb : micro_batches) stats.targets += Transformer::count_targets(mb.targets);
   // Counts far below 2^53 are exact in double.
-  if (dp != nullptr) stats.targets = static_cast<int64_t>(dp->sum(static_cast<double>(stats.targets)));
+  if (dp != nullptr)
+    stats.targets = static_cast<int64_t>(all_reduce_value(dp->group(), static_cast<double>(stats.targets), ReduceOp::sum));
   if (stats.targets == 0)
     throw Error(str("every target of this global batch of ", micro_batches.size(),
                     " micro-batches is the ignore index, so its loss is undefined; check the data's masking"));
@@ -26,7 +27,7 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
   }
   if (dp != nullptr) {
     dp->wait_for_gradients();
-    loss_sum = dp->sum(loss_sum);
+    loss_sum = all_reduce_value(dp->group(), loss_sum, ReduceOp::sum);
   }
   stats.loss = loss_sum / static_cast<double>(stats.targets);
   return stats;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "comm/mpi.h"
+#include "comm/single_process.h"
 #include "ckpt/hf_checkpoint.h"
 #include "core/allocator.h"
 #include "core/device.h"
@@ -17,6 +19,9 @@
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "model/inference.h"
+#include "parallel/data_parallel.h"
+#include "parallel/launch_check.h"
+#include "parallel/parallel_dims.h"
 #include "train/batch_buffers.h"
 #include "train/evaluate.h"
 #include "train/generate.h"
@@ -81,6 +86,14 @@ std::string fixed(double value, int decimals) {
 
 bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
 
+// The communicator of every rank of the job for buffers on `device`: MPI's when a launcher
+// started this process, else this process alone.
+std::unique_ptr<Communicator> world_communicator(Device device) {
+  if (launched_by_mpi()) return mpi_world(device);
+  return std::make_unique<SingleProcessCommunicator>(device);
+}
+
+
 }  // namespace
 
 TrainSummary run_training(const RunConfig& config) {
@@ -96,11 +109,21 @@ TrainSummary run_training(const RunConfig& config) {
                                               mc.vocab_size);
   std::unique_ptr<Tokenizer> tokenizer;
   if (!config.data.tokenizer.empty()) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(config.data.tokenizer));
-  DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle);
-
   const Device device = config.train.target_device();
+  // The job's ranks, checked before anything large is allocated: started alike, as many as the
+  // parallel layout needs. `control` exchanges host values (the launch check, stop requests);
+  // the groups move the model's buffers.
+  const std::unique_ptr<Communicator> control = world_communicator(Device::cpu);
+  check_same_launch(*control, resolved_toml(config));
+  const ProcessGroups groups = make_process_groups(
+      world_communicator(device),
+      {.dp = config.parallel.dp, .cp = config.parallel.cp, .tp = config.parallel.tp, .pp = config.parallel.pp});
+  const bool lead = groups.world->rank() == 0;  // prints, logs and saves for the job
+  DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
+
   Transformer model(mc, B, T, config.train.recompute, config.train.precision, device);
   AdamW optimizer(model.layout(), config.adamw, device);
+  DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb);
   std::unique_ptr<LossScaler> scaler;
   if (config.loss_scale.enabled) scaler = std::make_unique<LossScaler>(config.loss_scale.config);
 
@@ -126,7 +149,7 @@ TrainSummary run_training(const RunConfig& config) {
                     "or set checkpoint.resume = false (or another checkpoint.dir) to start over"));
 
   std::unique_ptr<MetricsLog> metrics;
-  if (!config.log.run_dir.empty()) {
+  if (lead && !config.log.run_dir.empty()) {
     metrics = std::make_unique<MetricsLog>(config.log.run_dir, summary.first_step, config.log.tensorboard);
     write_text_file(config.log.run_dir / "config.toml", resolved_toml(config));
     write_text_file(config.log.run_dir / "version.txt", dtrain_version() + "\n");
@@ -134,26 +157,34 @@ TrainSummary run_training(const RunConfig& config) {
 
   const int accumulation = config.accumulation_steps();
   const int64_t tokens_per_step = config.tokens_per_step();
-  std::printf("dtrain %s\n", dtrain_version().c_str());
-  std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %s\n",
-              std::string(model_family_name(mc.family)).c_str(), mc.n_layer, mc.d_model, mc.n_head,
-              static_cast<long long>(model.layout().num_parameters()), origin.c_str());
-  std::printf("batch %d sequences x %d tokens = %lld tokens per step (%d micro-batch%s of %d) | %lld tokens in %s\n",
-              config.global_batch_size(), T, static_cast<long long>(tokens_per_step), accumulation,
-              accumulation == 1 ? "" : "es", B, static_cast<long long>(train_data.size()),
-              config.data.dir.string().c_str());
-  if (!config.log.run_dir.empty()) std::printf("run directory %s\n", config.log.run_dir.string().c_str());
+  if (lead) {  // the run's header, once for the job
+    std::printf("dtrain %s\n", dtrain_version().c_str());
+    std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %s\n",
+                std::string(model_family_name(mc.family)).c_str(), mc.n_layer, mc.d_model, mc.n_head,
+                static_cast<long long>(model.layout().num_parameters()), origin.c_str());
+    std::printf("batch %d sequences x %d tokens = %lld tokens per step (%d micro-batch%s of %d) | %lld tokens in %s\n",
+                config.global_batch_size(), T, static_cast<long long>(tokens_per_step), accumulation,
+                accumulation == 1 ? "" : "es", B, static_cast<long long>(train_data.size()),
+                config.data.dir.string().c_str());
+    if (groups.world->size() > 1)
+      std::printf("%s over %s: %s\n", groups.dims.describe().c_str(), groups.world->backend().c_str(),
+                  "each rank trains on its share of every step's batch");
+    if (!config.log.run_dir.empty()) std::printf("run directory %s\n", config.log.run_dir.string().c_str());
+  }
 
   // MFU is measured against this machine's GEMM peak in the run's precision, taken now.
-  const double peak_flops = measure_gemm_peak_gflop_per_s(config.train.precision, device) * 1e9;
+  // With several ranks, the peak of the job is the sum of theirs.
+  const double peak_flops =
+      all_reduce_value(*control, measure_gemm_peak_gflop_per_s(config.train.precision, device) * 1e9, ReduceOp::sum);
   reset_peak_memory(device);  // the measurement's buffers are not the run's
   const StepFlops flops = training_flops(mc, T, tokens_per_step, config.train.recompute);
   std::fflush(stdout);
 
   BatchBuffers step_batches(accumulation, B, T, device);
   BatchBuffers eval_batch(1, B, T, device);
+  // Evaluation, samples and checkpoints are the lead rank's: every rank holds the same model.
   const auto validate = [&](int64_t step, ProgressDisplay& progress) {
-    if (!val_data) return;
+    if (!lead || !val_data) return;
     const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch);
     summary.val_loss = e.loss;
     if (metrics) metrics->log_validation(step, e.loss);
@@ -161,11 +192,11 @@ TrainSummary run_training(const RunConfig& config) {
                          fixed(std::exp(e.loss), 2), ", ", e.tokens, " tokens)"));
   };
   const auto sample = [&](int64_t step, ProgressDisplay& progress) {
-    if (!tokenizer) return;
+    if (!lead || !tokenizer) return;
     progress.message(str("step ", step, ": sample: ", sample_text(config, model.params(), *tokenizer)));
   };
   const auto save = [&](int64_t step, ProgressDisplay& progress) {
-    if (checkpoints.empty()) return;
+    if (!lead || checkpoints.empty()) return;
     summary.last_checkpoint = save_training_checkpoint(checkpoints, config.checkpoint.keep_last, model, optimizer,
                                                        scaler.get(), {step, loader.state()});
     progress.message(str("step ", step, ": saved checkpoint ", summary.last_checkpoint.string()));
@@ -173,15 +204,16 @@ TrainSummary run_training(const RunConfig& config) {
 
   const StopRequest stop;
   const auto run_start = std::chrono::steady_clock::now();
-  ProgressDisplay progress(config.log.progress, summary.first_step, total_steps, config.log.every);
+  ProgressDisplay progress(lead ? config.log.progress : "off", summary.first_step, total_steps, config.log.every);
   int64_t step = summary.first_step;
-  while (step < total_steps && !stop.requested()) {
+  bool stopping = false;
+  while (step < total_steps && !stopping) {
     for (int m = 0; m < step_batches.count(); ++m) loader.next(step_batches.host(m).tokens, step_batches.host(m).targets);
     const auto start = std::chrono::steady_clock::now();
     step_batches.upload();
     const float lr = config.lr.at(step);
     const StepStats stats = train_step(model, optimizer, step_batches.on_device(), lr, config.train.grad_clip,
-                                       scaler.get(), step + 1);
+                                       scaler.get(), step + 1, &data_parallel);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     summary.last_loss = stats.loss;
@@ -195,13 +227,14 @@ TrainSummary run_training(const RunConfig& config) {
     progress.step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
                    .tokens_per_s = tokens_per_s, .mfu = mfu, .hfu = hfu, .step_ms = seconds * 1e3,
                    .loss_scale = scaler ? stats.loss_scale : 0, .skipped_by = stats.applied ? "" : stats.nonfinite});
-    if (step == total_steps || stop.requested()) break;
+    stopping = all_reduce_value(*control, stop.requested() ? 1 : 0, ReduceOp::max) > 0;  // all ranks stop together
+    if (step == total_steps || stopping) break;
     if (due(step, config.eval.every)) validate(step, progress);
     if (due(step, config.sample.every)) sample(step, progress);
     if (due(step, config.checkpoint.every)) save(step, progress);
   }
   summary.last_step = step;
-  summary.stopped_by_signal = stop.requested();
+  summary.stopped_by_signal = stopping;
   if (summary.stopped_by_signal) {
     progress.message(str("received ", stop.signal_number() == SIGINT ? "SIGINT" : "SIGTERM", " during step ", step,
                          ": saving a checkpoint and stopping; run the same command to resume"));
