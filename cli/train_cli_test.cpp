@@ -2,6 +2,7 @@
 // and checkpoints that survive SIGTERM, SIGKILL mid-save and a full disk, resuming bit for bit.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
 #include <fstream>
 #include <map>
@@ -302,6 +303,28 @@ TEST(TrainCli, RanksStartedWithDifferentOverridesStopAndSayHow) {
       << result.output;
   for (const std::string line : {"rank 0: steps", "rank 1: steps", "= 5\n", "= 7\n"})
     EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << result.output;
+}
+
+// One rank of four stops calling collectives before step 2: the other three, waiting in the
+// step's first collective, report within parallel.timeout_s which collective they are in and
+// name rank 3 as the one that has not started it; the job ends with status 3.
+TEST(TrainCli, ARankThatStopsCallingCollectivesIsNamedByTheOthers) {
+  const TrainRun run;
+  const std::string bin = str(DTRAIN_BINARY_DIR, "/dtrain ");
+  const std::string args = run.args("hang", "parallel.dp=4 train.global_batch_size=16 parallel.timeout_s=3");
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = run_dtrain(args + " : -np 1 -x DTRAIN_INJECT_FAULT=step-stalls@2 " + bin + args, testing::mpirun(3));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.status, 0);
+  EXPECT_LT(seconds, 60) << "the job was not ended";
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(result.output.find(str("dtrain: rank ", r, ": collective watchdog: all_reduce sum of 8 B f64 on dp (#")),
+              std::string::npos)
+        << r << "\n" << result.output;
+  EXPECT_NE(result.output.find("(parallel.timeout_s = 3); waiting for rank 3, which has not started it"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("  rank 3:\n    dp: "), std::string::npos) << result.output;
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ void Communicator::check_peer(const CollectiveInfo& c, std::string_view what, in
 CollectiveHandle Communicator::all_reduce(Tensor buffer, ReduceOp op) {
   CollectiveInfo c = next(str("all_reduce ", reduce_op_name(op)), buffer);
   check_buffer(c, "buffer", buffer);
-  return {start_all_reduce(buffer, op), std::move(c)};
+  return launch(std::move(c), [&] { return start_all_reduce(buffer, op); });
 }
 
 CollectiveHandle Communicator::reduce_scatter(Tensor out, Tensor in, ReduceOp op) {
@@ -84,7 +84,7 @@ CollectiveHandle Communicator::reduce_scatter(Tensor out, Tensor in, ReduceOp op
   if (in.dtype != out.dtype || in.numel() != out.numel() * size_)
     throw Error(str(c.describe(), ": in ", in.describe(), " must have ", size_, " times the elements of out ",
                     out.describe(), " and its dtype (rank r keeps part r)"));
-  return {start_reduce_scatter(out, in, op), std::move(c)};
+  return launch(std::move(c), [&] { return start_reduce_scatter(out, in, op); });
 }
 
 CollectiveHandle Communicator::all_gather(Tensor out, Tensor in) {
@@ -94,14 +94,14 @@ CollectiveHandle Communicator::all_gather(Tensor out, Tensor in) {
   if (in.dtype != out.dtype || out.numel() != in.numel() * size_)
     throw Error(str(c.describe(), ": out ", out.describe(), " must have ", size_, " times the elements of in ",
                     in.describe(), " and its dtype (part r comes from rank r)"));
-  return {start_all_gather(out, in), std::move(c)};
+  return launch(std::move(c), [&] { return start_all_gather(out, in); });
 }
 
 CollectiveHandle Communicator::broadcast(Tensor buffer, int root) {
   CollectiveInfo c = next(str("broadcast from ", root), buffer);
   check_buffer(c, "buffer", buffer);
   check_peer(c, "root", root);
-  return {start_broadcast(buffer, root), std::move(c)};
+  return launch(std::move(c), [&] { return start_broadcast(buffer, root); });
 }
 
 CollectiveHandle Communicator::all_to_all(Tensor out, Tensor in) {
@@ -112,26 +112,26 @@ CollectiveHandle Communicator::all_to_all(Tensor out, Tensor in) {
     throw Error(str(c.describe(), ": in ", in.describe(), " and out ", out.describe(),
                     " must have one dtype and the same number of elements, a multiple of the group's ", size_,
                     " ranks"));
-  return {start_all_to_all(out, in), std::move(c)};
+  return launch(std::move(c), [&] { return start_all_to_all(out, in); });
 }
 
 CollectiveHandle Communicator::send(Tensor buffer, int peer) {
   CollectiveInfo c = next(str("send to ", peer), buffer);
   check_buffer(c, "buffer", buffer);
   check_peer(c, "peer", peer);
-  return {start_send(buffer, peer), std::move(c)};
+  return launch(std::move(c), [&] { return start_send(buffer, peer); });
 }
 
 CollectiveHandle Communicator::recv(Tensor buffer, int peer) {
   CollectiveInfo c = next(str("recv from ", peer), buffer);
   check_buffer(c, "buffer", buffer);
   check_peer(c, "peer", peer);
-  return {start_recv(buffer, peer), std::move(c)};
+  return launch(std::move(c), [&] { return start_recv(buffer, peer); });
 }
 
 CollectiveHandle Communicator::barrier() {
   CollectiveInfo c = next("barrier", Tensor{});
-  return {start_barrier(), std::move(c)};
+  return launch(std::move(c), [&] { return start_barrier(); });
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, std::string name) {

@@ -112,8 +112,16 @@ class Communicator {
   virtual std::unique_ptr<Work> start_barrier() = 0;
   virtual std::unique_ptr<Communicator> split_group(int color, int key, std::string name) = 0;
 
+  // The collective a start_* call is starting (for a backend's watchdog and traces).
+  const CollectiveInfo& starting() const { return starting_; }
+
  private:
   CollectiveInfo next(std::string op, const Tensor& t);
+  template <typename Start>
+  CollectiveHandle launch(CollectiveInfo c, Start&& start) {
+    starting_ = c;
+    return {start(), std::move(c)};
+  }
   void check_buffer(const CollectiveInfo& c, std::string_view arg, const Tensor& t) const;
   void check_peer(const CollectiveInfo& c, std::string_view what, int peer) const;
 
@@ -122,6 +130,7 @@ class Communicator {
   std::string name_;
   Device device_;
   uint64_t sequence_ = 0;
+  CollectiveInfo starting_;
 };
 
 // One host value reduced over the group and returned on every rank (target counts, losses,

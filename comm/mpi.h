@@ -17,6 +17,11 @@ bool launched_by_mpi();
 // GPU). Initializes MPI on its own thread on first use (comm/mpi_progress.h).
 std::unique_ptr<Communicator> mpi_world(Device device);
 
+// How long a collective may wait before the watchdog reports where every rank is and ends the
+// job (comm/mpi_watchdog.h). Process-wide; 600 s unless set.
+void set_collective_timeout(double seconds);
+double collective_timeout_s();
+
 // For the top-level error handler: when this process has initialized MPI, ends every rank of
 // the job at once (MPI_Abort) with `exit_code`, so that no rank is left waiting in a collective
 // for the one that failed; returns without doing anything otherwise.

@@ -6,7 +6,10 @@
 // complete); the other dtypes move as raw 8-, 16- or 32-bit words in the collectives that do
 // not reduce. CUDA buffers go through a host copy: device to host when the collective starts
 // (after the kernels queued before it), host to device in wait().
+#include <atomic>
 #include <cstdlib>
+#include <numeric>
+#include <vector>
 #include <cstring>
 
 #include "comm/mpi.h"
@@ -94,8 +97,9 @@ class MpiWork final : public Work {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, int rank, int size, std::string name, Device device)
-      : Communicator(rank, size, std::move(name), device), comm_(comm) {}
+  // members: the world rank of each rank of the group, for the watchdog's reports.
+  MpiCommunicator(MPI_Comm comm, int rank, int size, std::string name, Device device, std::vector<int> members)
+      : Communicator(rank, size, std::move(name), device), comm_(comm), members_(std::move(members)) {}
   ~MpiCommunicator() override {
     if (comm_ != MPI_COMM_WORLD) MpiProgress::instance().run([comm = comm_]() mutable { MPI_Comm_free(&comm); });
   }
@@ -218,21 +222,33 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split_group(int color, int key, std::string name) override {
     MPI_Comm sub = MPI_COMM_NULL;
     int sub_rank = 0, sub_size = 0;
+    std::vector<int> members;
     MpiProgress::instance().run([&] {
       check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
       check_mpi(MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
       check_mpi(MPI_Comm_rank(sub, &sub_rank), "MPI_Comm_rank");
       check_mpi(MPI_Comm_size(sub, &sub_size), "MPI_Comm_size");
+      MPI_Group sub_group, world_group;
+      MPI_Comm_group(sub, &sub_group);
+      MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+      std::vector<int> ranks(static_cast<size_t>(sub_size));
+      std::iota(ranks.begin(), ranks.end(), 0);
+      members.resize(ranks.size());
+      check_mpi(MPI_Group_translate_ranks(sub_group, sub_size, ranks.data(), world_group, members.data()),
+                "MPI_Group_translate_ranks");
+      MPI_Group_free(&sub_group);
+      MPI_Group_free(&world_group);
     });
-    return std::make_unique<MpiCommunicator>(sub, sub_rank, sub_size, std::move(name), device());
+    return std::make_unique<MpiCommunicator>(sub, sub_rank, sub_size, std::move(name), device(), std::move(members));
   }
 
  private:
   static constexpr int kPointToPointTag = 7;
 
-  static std::unique_ptr<Work> started(std::function<MPI_Request()> start, std::function<void()> finish,
-                                       std::unique_ptr<HostView> out) {
-    auto state = MpiProgress::instance().submit({.start = std::move(start), .finish = std::move(finish)});
+  std::unique_ptr<Work> started(std::function<MPI_Request()> start, std::function<void()> finish,
+                                std::unique_ptr<HostView> out) {
+    auto state = MpiProgress::instance().submit(
+        {.start = std::move(start), .finish = std::move(finish), .collective = starting(), .members = members_});
     return std::make_unique<MpiWork>(std::move(state), std::move(out));
   }
 
@@ -247,6 +263,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Comm comm_;
+  std::vector<int> members_;
 };
 
 }  // namespace
@@ -264,8 +281,22 @@ void abort_job_if_mpi(int exit_code) {
 
 std::unique_ptr<Communicator> mpi_world(Device device) {
   MpiProgress& progress = MpiProgress::instance();
+  std::vector<int> everyone(static_cast<size_t>(progress.world_size()));
+  std::iota(everyone.begin(), everyone.end(), 0);
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, progress.world_rank(), progress.world_size(), "world",
-                                           device);
+                                           device, std::move(everyone));
+}
+
+namespace {
+std::atomic<double> timeout_s{600};
+}  // namespace
+
+void set_collective_timeout(double seconds) {
+  DT_CHECK(seconds > 0, "the collective timeout must be above 0 seconds, not ", seconds);
+  timeout_s = seconds;
+}
+
+double collective_timeout_s() { return timeout_s;
 }
 
 }  // namespace dt

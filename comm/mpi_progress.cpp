@@ -86,7 +86,8 @@ std::shared_ptr<MpiOpState> MpiProgress::submit(Op op) {
 }
 
 void MpiProgress::run(std::function<void()> fn) {
-  submit({.start = [fn = std::move(fn)] { fn(); return MPI_REQUEST_NULL; }, .finish = [] {}})->wait();
+  submit({.start = [fn = std::move(fn)] { fn(); return MPI_REQUEST_NULL; }, .finish = [] {}, .collective = {}, .members = {}})
+      ->wait();
 }
 
 void MpiProgress::loop() {
@@ -105,6 +106,7 @@ void MpiProgress::loop() {
     MPI_Get_library_version(version, &length);
     library_ = std::string(version, static_cast<size_t>(length));
     if (const size_t end = library_.find_first_of(",\n"); end != std::string::npos) library_.resize(end);
+    watchdog_ = std::make_unique<MpiWatchdog>(MPI_COMM_WORLD, world_rank_, world_size_);
   } catch (...) {
     std::lock_guard lock(mutex_);
     init_error_ = std::current_exception();
@@ -117,7 +119,8 @@ void MpiProgress::loop() {
     std::deque<std::pair<Op, std::shared_ptr<MpiOpState>>> starting;
     {
       std::unique_lock lock(mutex_);
-      if (active.empty()) wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      // Idle, the thread still wakes every 10 ms: the watchdog answers other ranks' questions.
+      if (active.empty()) wake_.wait_for(lock, std::chrono::milliseconds(10), [this] { return stop_ || !queue_.empty(); });
       if (stop_ && queue_.empty() && active.empty()) break;
       starting.swap(queue_);
     }
@@ -127,7 +130,8 @@ void MpiProgress::loop() {
         continue;
       }
       try {
-        active.push_back({op.start(), std::move(op.finish), state});
+        active.push_back({op.start(), std::move(op.finish), state, op.collective});
+        if (op.collective) watchdog_->started(*op.collective, op.members);
       } catch (...) {
         state->complete(std::current_exception());
       }
@@ -147,14 +151,17 @@ void MpiProgress::loop() {
         ++i;
         continue;
       }
+      if (active[i].collective) watchdog_->finished(*active[i].collective);
       active[i].state->complete(error);
       active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
       progressed = true;
     }
+    if (watchdog_) watchdog_->poll();
     // A tight loop for a short while (small collectives finish in microseconds), then sleeps.
     idle_polls = progressed ? 0 : idle_polls + 1;
     if (idle_polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(std::min(200, idle_polls - 64)));
   }
+  watchdog_.reset();
   if (!init_error_) MPI_Finalize();
 }
 

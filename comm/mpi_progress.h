@@ -23,7 +23,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <optional>
 #include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/mpi_watchdog.h"
 
 namespace dt {
 
@@ -48,9 +53,12 @@ class MpiProgress {
  public:
   // start() runs on the MPI thread and returns the operation's request (MPI_REQUEST_NULL for a
   // blocking call made inside start); finish() runs there once the request has completed.
+  // A collective names itself and the world ranks of its group, for the watchdog.
   struct Op {
     std::function<MPI_Request()> start;
     std::function<void()> finish;
+    std::optional<CollectiveInfo> collective;
+    std::vector<int> members;
   };
 
   // The process's MPI thread, started (and MPI initialized) on first use.
@@ -75,6 +83,7 @@ class MpiProgress {
     MPI_Request request;
     std::function<void()> finish;
     std::shared_ptr<MpiOpState> state;
+    std::optional<CollectiveInfo> collective;
   };
 
   std::mutex mutex_;
@@ -85,6 +94,7 @@ class MpiProgress {
   std::exception_ptr init_error_;  // set before initialized_, read after it
   int world_rank_ = 0, world_size_ = 1;
   std::string library_;
+  std::unique_ptr<MpiWatchdog> watchdog_;  // lives on the MPI thread, between init and finalize
   std::thread thread_;
 };
 

@@ -13,9 +13,10 @@ bool fault_injected(std::string_view fault, int64_t step) {
   const std::string spec = value;
   const size_t at = spec.find('@');
   const std::string name = spec.substr(0, at);
-  if (at == std::string::npos || (name != "checkpoint-write-fails" && name != "checkpoint-write-stalls"))
-    throw Error(str("DTRAIN_INJECT_FAULT = '", spec, "': expected checkpoint-write-fails@STEP or "
-                    "checkpoint-write-stalls@STEP; unset it for a normal run"));
+  if (at == std::string::npos ||
+      (name != "checkpoint-write-fails" && name != "checkpoint-write-stalls" && name != "step-stalls"))
+    throw Error(str("DTRAIN_INJECT_FAULT = '", spec, "': expected checkpoint-write-fails@STEP, "
+                    "checkpoint-write-stalls@STEP or step-stalls@STEP; unset it for a normal run"));
   char* end = nullptr;
   const long long fault_step = std::strtoll(spec.c_str() + at + 1, &end, 10);
   if (*end != '\0' || end == spec.c_str() + at + 1)

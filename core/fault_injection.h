@@ -7,6 +7,9 @@
 //                            says it was injected)
 //   checkpoint-write-stalls  saving the checkpoint of STEP stops at that same point for a
 //                            minute, so that a test can SIGKILL the process mid-save
+//   step-stalls              the rank stops for ten minutes before step STEP, calling no
+//                            collective (the collective watchdog's test: the other ranks
+//                            report it)
 // Unset (the normal case), nothing is injected. A malformed value is an error, so a test
 // cannot silently run without its fault.
 #pragma once

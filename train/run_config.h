@@ -10,7 +10,7 @@
 //                 weight_decay, decay_embeddings
 //   [loss_scale]  enabled, initial, growth_interval, min_scale
 //   [parallel]    dp, tp, pp, cp, ep, zero_stage, sequence_parallel, pp_schedule,
-//                 bucket_mb (all at their one-process values until those issues land)
+//                 bucket_mb, timeout_s
 //   [checkpoint]  dir, every, keep_last, resume
 //   [log]         run_dir, every, progress, tensorboard
 //   [eval]        every, batches
@@ -82,6 +82,7 @@ struct RunConfig {
     bool sequence_parallel = false;
     std::string pp_schedule = "1f1b";
     double bucket_mb = 25;
+    double timeout_s = 600;  // a collective waiting longer: the watchdog reports and ends the job
   } parallel;
 
   struct Checkpointing {

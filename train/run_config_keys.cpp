@@ -240,6 +240,7 @@ std::vector<ConfigKey> make_keys() {
       key("parallel", "sequence_parallel", &C::parallel, &C::Parallel::sequence_parallel),
       choice_key("parallel", "pp_schedule", kPipelineSchedules, &C::parallel, &C::Parallel::pp_schedule),
       key("parallel", "bucket_mb", &C::parallel, &C::Parallel::bucket_mb),
+      key("parallel", "timeout_s", &C::parallel, &C::Parallel::timeout_s),
 
       key("checkpoint", "dir", &C::checkpoint, &C::Checkpointing::dir),
       key("checkpoint", "every", &C::checkpoint, &C::Checkpointing::every),

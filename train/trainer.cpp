@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
@@ -14,6 +15,7 @@
 #include "ckpt/hf_checkpoint.h"
 #include "core/allocator.h"
 #include "core/device.h"
+#include "core/fault_injection.h"
 #include "core/version.h"
 #include "data/data_loader.h"
 #include "data/token_dataset.h"
@@ -115,6 +117,7 @@ TrainSummary run_training(const RunConfig& config) {
   // the groups move the model's buffers.
   const std::unique_ptr<Communicator> control = world_communicator(Device::cpu);
   check_same_launch(*control, resolved_toml(config));
+  set_collective_timeout(config.parallel.timeout_s);
   const ProcessGroups groups = make_process_groups(
       world_communicator(device),
       {.dp = config.parallel.dp, .cp = config.parallel.cp, .tp = config.parallel.tp, .pp = config.parallel.pp});
@@ -208,6 +211,7 @@ TrainSummary run_training(const RunConfig& config) {
   int64_t step = summary.first_step;
   bool stopping = false;
   while (step < total_steps && !stopping) {
+    if (fault_injected("step-stalls", step + 1)) std::this_thread::sleep_for(std::chrono::minutes(10));
     for (int m = 0; m < step_batches.count(); ++m) loader.next(step_batches.host(m).tokens, step_batches.host(m).targets);
     const auto start = std::chrono::steady_clock::now();
     step_batches.upload();
