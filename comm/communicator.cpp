@@ -20,6 +20,30 @@ std::string_view reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+std::string_view collective_kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      return "all_reduce";
+    case CollectiveKind::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveKind::all_gather:
+      return "all_gather";
+    case CollectiveKind::broadcast:
+      return "broadcast";
+    case CollectiveKind::all_to_all:
+      return "all_to_all";
+  }
+  return "?";
+}
+
+CollectiveKind collective_kind_from_name(std::string_view name) {
+  for (const CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter,
+                                    CollectiveKind::all_gather, CollectiveKind::broadcast, CollectiveKind::all_to_all})
+    if (collective_kind_name(kind) == name) return kind;
+  throw Error(str("unknown collective '", name, "'; valid ones are all_reduce, reduce_scatter, all_gather, ",
+                  "broadcast, all_to_all"));
+}
+
 std::string CollectiveInfo::describe() const {
   return str(op, " of ", format_bytes(static_cast<double>(bytes)), " ", dtype_name(dtype), " on ", group, " (#",
              sequence, ")");

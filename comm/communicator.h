@@ -35,6 +35,12 @@ namespace dt {
 enum class ReduceOp { sum, average, max };
 std::string_view reduce_op_name(ReduceOp op);
 
+// The collectives that move a buffer among all ranks of a group, by name (benchmarks, doctor).
+enum class CollectiveKind { all_reduce, reduce_scatter, all_gather, broadcast, all_to_all };
+std::string_view collective_kind_name(CollectiveKind kind);
+// Parses a name written by collective_kind_name; throws dt::Error naming the valid names.
+CollectiveKind collective_kind_from_name(std::string_view name);
+
 // What a collective is, for messages, the watchdog and traces.
 struct CollectiveInfo {
   std::string op;     // "all_reduce sum", "all_gather", "send to 3", ...

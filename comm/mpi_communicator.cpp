@@ -274,6 +274,40 @@ bool launched_by_mpi() {
   return false;
 }
 
+double raw_mpi_seconds(CollectiveKind kind, size_t bytes, int iterations) {
+  MpiProgress& progress = MpiProgress::instance();
+  const int ranks = progress.world_size();
+  const int count = static_cast<int>(bytes / sizeof(float));  // elements of the buffer bytes names
+  // reduce_scatter's input and all_gather's output are `count`; the other side is a part of it.
+  const int part = kind == CollectiveKind::reduce_scatter || kind == CollectiveKind::all_gather ? count / ranks : count;
+  std::vector<float> in(static_cast<size_t>(count), 1.0f), out(static_cast<size_t>(count), 0.0f);
+  double seconds = 0;
+  progress.run([&] {
+    const auto call = [&] {
+      switch (kind) {
+        case CollectiveKind::all_reduce:
+          return MPI_Allreduce(in.data(), out.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        case CollectiveKind::reduce_scatter:
+          return MPI_Reduce_scatter_block(in.data(), out.data(), part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        case CollectiveKind::all_gather:
+          return MPI_Allgather(in.data(), part, MPI_FLOAT, out.data(), part, MPI_FLOAT, MPI_COMM_WORLD);
+        case CollectiveKind::broadcast:
+          return MPI_Bcast(in.data(), count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        case CollectiveKind::all_to_all:
+          return MPI_Alltoall(in.data(), count / ranks, MPI_FLOAT, out.data(), count / ranks, MPI_FLOAT, MPI_COMM_WORLD);
+      }
+      return MPI_SUCCESS;
+    };
+    check_mpi(call(), "the raw MPI collective");
+    check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    const double start = MPI_Wtime();
+    for (int i = 0; i < iterations; ++i) check_mpi(call(), "the raw MPI collective");
+    double mine = (MPI_Wtime() - start) / iterations;
+    check_mpi(MPI_Allreduce(&mine, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  });
+  return seconds;
+}
+
 void abort_job_if_mpi(int exit_code) {
   if (!MpiProgress::started()) return;
   MpiProgress::instance().run([exit_code] { MPI_Abort(MPI_COMM_WORLD, exit_code); });
