@@ -6,6 +6,7 @@ namespace dt::cli {
 int command_train(int argc, char** argv, int first);
 int command_bench_step(int argc, char** argv, int first);
 int command_bench_gemm(int argc, char** argv, int first);
+int command_doctor(int argc, char** argv, int first);
 int command_bench_comm(int argc, char** argv, int first);
 int command_model_info(int argc, char** argv, int first);
 int command_ckpt_inspect(int argc, char** argv, int first);

@@ -23,6 +23,7 @@ constexpr const char* kUsage =
     "  ckpt inspect      a checkpoint's manifest, its checksums verified\n"
     "  model info        parameter count, bytes and parameter list of a model description\n"
     "  tokenizer encode  the token ids of a text file\n"
+    "  doctor            CPU, BLAS, MPI, CUDA, NCCL, GPUs and a checked all-reduce (under mpirun: every rank)\n"
     "  bench step        time training steps of a model shape, against this machine's GEMM peak\n"
     "  bench gemm        time a step's matrix products: OpenBLAS fp32, oneDNN fp32 and bf16\n"
     "  bench comm        time the collectives over message sizes on every rank (under mpirun), checked\n"
@@ -43,6 +44,7 @@ int run(int argc, char** argv) {
   if (command == "model" && sub == "info") return command_model_info(argc, argv, 3);
   if (command == "ckpt" && sub == "inspect") return command_ckpt_inspect(argc, argv, 3);
   if (command == "eval") return command_eval(argc, argv, 2);
+  if (command == "doctor") return command_doctor(argc, argv, 2);
   if (command == "generate") return command_generate(argc, argv, 2);
   if (command == "export") return command_export(argc, argv, 2);
   if (command == "config" && sub == "show") return command_config_show(argc, argv, 3);

@@ -64,6 +64,32 @@ std::string device_description(Device device) {
 #endif
 }
 
+CudaSystem cuda_system() {
+  CudaSystem s;
+  s.unavailable = cuda_unavailable_reason();
+  if (!s.unavailable.empty()) return s;
+#ifdef DTRAIN_WITH_CUDA
+  DT_CUDA_CHECK(cudaDriverGetVersion(&s.driver_version));
+  DT_CUDA_CHECK(cudaRuntimeGetVersion(&s.runtime_version));
+  int count = 0;
+  DT_CUDA_CHECK(cudaGetDeviceCount(&count));
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop{};
+    DT_CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
+    s.gpus.push_back({.ordinal = d, .name = prop.name, .total_bytes = prop.totalGlobalMem,
+                      .compute_capability = prop.major * 10 + prop.minor});
+  }
+  s.peer_access.assign(static_cast<size_t>(count), std::vector<bool>(static_cast<size_t>(count), false));
+  for (int i = 0; i < count; ++i)
+    for (int j = 0; j < count; ++j) {
+      int can = i == j;
+      if (i != j) DT_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, i, j));
+      s.peer_access[i][j] = can != 0;
+    }
+#endif
+  return s;
+}
+
 size_t device_free_bytes(Device device) {
   require_device(device);
   if (device == Device::cpu) {

@@ -26,6 +26,23 @@ void require_device(Device device);
 // What the device is, for logs: "cpu", or CUDA's name for the GPU ("NVIDIA H100 80GB HBM3").
 std::string device_description(Device device);
 
+// The CUDA side of this machine as `dtrain doctor` reports it: versions, every GPU, and which
+// pairs reach each other peer to peer. `unavailable` is cuda_unavailable_reason() (and the rest
+// empty) when no GPU can be used.
+struct GpuInfo {
+  int ordinal = 0;
+  std::string name;
+  size_t total_bytes = 0;
+  int compute_capability = 0;  // 90 for sm_90
+};
+struct CudaSystem {
+  std::string unavailable;
+  int driver_version = 0, runtime_version = 0;  // 13000 for 13.0
+  std::vector<GpuInfo> gpus;
+  std::vector<std::vector<bool>> peer_access;  // [i][j]: GPU i can access GPU j's memory
+};
+CudaSystem cuda_system();
+
 // Bytes the device can still allocate (its free memory; for the CPU, what the OS reports
 // available).
 size_t device_free_bytes(Device device);
