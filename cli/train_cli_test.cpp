@@ -327,5 +327,35 @@ TEST(TrainCli, ARankThatStopsCallingCollectivesIsNamedByTheOthers) {
   EXPECT_NE(result.output.find("  rank 3:\n    dp: "), std::string::npos) << result.output;
 }
 
+// log.trace under two ranks: one Chrome trace with both ranks' compute and communication
+// tracks, and the per-step overlap summary in the log and in metrics.jsonl.
+TEST(TrainCli, TheTraceHoldsEveryRanksComputeAndCommunication) {
+  const TrainRun run;
+  const auto result = run_dtrain(run.args("traced", "train.steps=3 parallel.dp=2 log.trace=true"), testing::mpirun(2));
+  ASSERT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("% hidden | ETA"), std::string::npos) << result.output;
+  std::ifstream in(run.path("traced") / "trace.json");
+  const auto trace = nlohmann::json::parse(in);
+  std::map<std::pair<int, int>, int> events;  // (rank, track) -> complete events
+  bool forward = false, all_reduce = false;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ++events[{e["pid"].get<int>(), e["tid"].get<int>()}];
+    forward = forward || e["name"].get<std::string>().rfind("forward and backward", 0) == 0;
+    all_reduce = all_reduce || e["name"].get<std::string>().rfind("all_reduce sum", 0) == 0;
+    EXPECT_GE(e["dur"].get<int64_t>(), 0);
+  }
+  for (int rank : {0, 1})
+    for (int track : {0, 1}) EXPECT_GT(events[std::make_pair(rank, track)], 0) << "rank " << rank << " track " << track;
+  EXPECT_TRUE(forward && all_reduce);
+  EXPECT_FALSE(std::filesystem::exists(run.path("traced") / "trace_rank1.jsonl")) << "parts are merged and removed";
+  std::ifstream metrics(run.path("traced") / "metrics.jsonl");
+  std::string line;
+  std::getline(metrics, line);
+  const auto first = nlohmann::json::parse(line);
+  EXPECT_GT(first["communication_ms"].get<double>(), 0) << line;
+  EXPECT_GE(first["communication_hidden"].get<double>(), 0) << line;
+}
+
 }  // namespace
 }  // namespace dt

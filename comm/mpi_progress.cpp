@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace dt {
 
@@ -130,7 +131,8 @@ void MpiProgress::loop() {
         continue;
       }
       try {
-        active.push_back({op.start(), std::move(op.finish), state, op.collective});
+        const auto started = std::chrono::steady_clock::now();
+        active.push_back({op.start(), std::move(op.finish), state, op.collective, started});
         if (op.collective) watchdog_->started(*op.collective, op.members);
       } catch (...) {
         state->complete(std::current_exception());
@@ -151,7 +153,11 @@ void MpiProgress::loop() {
         ++i;
         continue;
       }
-      if (active[i].collective) watchdog_->finished(*active[i].collective);
+      if (active[i].collective) {
+        watchdog_->finished(*active[i].collective);
+        trace::record(trace::Track::communication, active[i].collective->describe(), active[i].started,
+                      std::chrono::steady_clock::now());
+      }
       active[i].state->complete(error);
       active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
       progressed = true;

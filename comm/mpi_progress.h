@@ -15,6 +15,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -84,6 +85,7 @@ class MpiProgress {
     std::function<void()> finish;
     std::shared_ptr<MpiOpState> state;
     std::optional<CollectiveInfo> collective;
+    std::chrono::steady_clock::time_point started;  // for the trace's communication track
   };
 
   std::mutex mutex_;

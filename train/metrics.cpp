@@ -60,6 +60,8 @@ void MetricsLog::log_step(const StepMetrics& m) {
                                        {"hfu", or_null(m.hfu)},
                                        {"loss_scale", m.loss_scale},
                                        {"skipped", m.skipped},
+                                       {"communication_ms", m.communication_ms},
+                                       {"communication_hidden", m.hidden_fraction},
                                        {"peak_bytes", peaks}};
   write_line(line.dump());
   if (!events_) return;

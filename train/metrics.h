@@ -31,6 +31,10 @@ struct StepMetrics {
   double hfu = 0;  // the same with recomputation's extra FLOPs counted
   float loss_scale = 1;
   bool skipped = false;
+  // Communication of the step (core/trace.h): the union of its collectives' times, and the
+  // share of it that compute covered. 0 and 1 with one rank.
+  double communication_ms = 0;
+  double hidden_fraction = 1;
   MemoryStats memory;  // peak bytes per tag are recorded
 };
 

@@ -36,6 +36,9 @@ std::string ProgressDisplay::eta() const {
 
 std::string ProgressDisplay::plain_line(const StepReport& r) const {
   const std::string scale = r.loss_scale > 0 ? str(" | loss scale ", r.loss_scale) : "";
+  char comm[64] = "";
+  if (r.communication_ms > 0)
+    std::snprintf(comm, sizeof comm, " | comm %.1f ms, %.0f%% hidden", r.communication_ms, 100 * r.hidden_fraction);
   char line[512];
   if (!r.skipped_by.empty()) {
     std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | skipped: the gradient of %s is not finite%s",
@@ -45,9 +48,9 @@ std::string ProgressDisplay::plain_line(const StepReport& r) const {
   }
   std::snprintf(line, sizeof line,
                 "step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f%s | %.0f tok/s | MFU %.1f%% | HFU %.1f%% | "
-                "%.1f ms | ETA %s",
+                "%.1f ms%s | ETA %s",
                 static_cast<long long>(r.step), static_cast<long long>(total_steps_), r.loss, r.lr, r.grad_norm,
-                scale.c_str(), r.tokens_per_s, 100 * r.mfu, 100 * r.hfu, r.step_ms, eta().c_str());
+                scale.c_str(), r.tokens_per_s, 100 * r.mfu, 100 * r.hfu, r.step_ms, comm, eta().c_str());
   return line;
 }
 

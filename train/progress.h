@@ -6,6 +6,8 @@
 // with the full line of `plain` kept on screen every `every` steps. Otherwise ("plain", or a
 // log file): a full line every `every` steps, and for the first and the last step:
 //   step 120/1000 | loss 3.4121 | lr 5.90e-04 | grad norm 0.412 | 14210 tok/s | MFU 41.2% | HFU 41.2% | 288.1 ms | ETA 4m10s
+// and with several ranks, before the ETA, the step's communication and how much of it compute
+// hid: "| comm 41.0 ms, 87% hidden".
 // Messages (evaluation, checkpoints, samples) print on their own lines without breaking the bar.
 // "off" prints nothing: the ranks other than 0 of a multi-rank job.
 #pragma once
@@ -25,6 +27,8 @@ struct StepReport {
   double hfu = 0;
   double step_ms = 0;
   float loss_scale = 0;     // shown when loss scaling is on (> 0)
+  double communication_ms = 0;  // shown when there was communication (> 0)
+  double hidden_fraction = 1;   // of it, the share compute covered
   std::string skipped_by;   // when the step was skipped: the first non-finite gradient tensor
 };
 

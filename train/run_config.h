@@ -12,7 +12,7 @@
 //   [parallel]    dp, tp, pp, cp, ep, zero_stage, sequence_parallel, pp_schedule,
 //                 bucket_mb, timeout_s
 //   [checkpoint]  dir, every, keep_last, resume
-//   [log]         run_dir, every, progress, tensorboard
+//   [log]         run_dir, every, progress, tensorboard, trace
 //   [eval]        every, batches
 //   [sample]      every, prompt, max_tokens, temperature, top_k, top_p, seed
 //
@@ -97,6 +97,7 @@ struct RunConfig {
     int64_t every = 10;             // steps between plain lines when not on a terminal
     std::string progress = "auto";  // "auto" (bar on a terminal), "bar" or "plain"
     bool tensorboard = true;
+    bool trace = false;  // <run_dir>/trace.json: every rank's compute and communication (Perfetto)
   } log;
 
   struct Eval {

@@ -251,6 +251,7 @@ std::vector<ConfigKey> make_keys() {
       key("log", "every", &C::log, &C::Log::every),
       choice_key("log", "progress", kProgressStyles, &C::log, &C::Log::progress),
       key("log", "tensorboard", &C::log, &C::Log::tensorboard),
+      key("log", "trace", &C::log, &C::Log::trace),
 
       key("eval", "every", &C::eval, &C::Eval::every),
       key("eval", "batches", &C::eval, &C::Eval::batches),

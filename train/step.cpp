@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/trace.h"
 #include "kernels/reduce.h"
 #include "optim/grad_clip.h"
 
@@ -23,6 +24,7 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
   double loss_sum = 0;
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     if (dp != nullptr && m + 1 == micro_batches.size()) dp->reduce_during_next_backward();
+    const trace::ComputeScope span(str("forward and backward ", m + 1, "/", micro_batches.size()));
     loss_sum += model.forward_backward(micro_batches[m].tokens, micro_batches[m].targets, token_scale);
   }
   if (dp != nullptr) {
@@ -48,6 +50,7 @@ std::string first_nonfinite_gradient(const FlatTensors& grads) {
 
 void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats,
                   LossScaler* scaler, int64_t step) {
+  const trace::ComputeScope span("gradient norm and optimizer");
   // A sum of squares in double overflows only if an element is inf or NaN.
   const double scaled_norm = global_grad_norm(model.grads());
   stats.applied = std::isfinite(scaled_norm);

@@ -16,6 +16,7 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/fault_injection.h"
+#include "core/trace.h"
 #include "core/version.h"
 #include "data/data_loader.h"
 #include "data/token_dataset.h"
@@ -205,6 +206,15 @@ TrainSummary run_training(const RunConfig& config) {
     progress.message(str("step ", step, ": saved checkpoint ", summary.last_checkpoint.string()));
   };
 
+  // Spans of compute and communication: the overlap summary of each step with several ranks, and
+  // the Chrome trace with log.trace. Each rank writes its part; rank 0 merges them at the end.
+  trace::enable(groups.world->size() > 1 || config.log.trace);
+  const std::filesystem::path trace_part =
+      config.log.trace ? config.log.run_dir / str("trace_rank", groups.world->rank(), ".jsonl") : "";
+  if (!trace_part.empty()) {
+    std::filesystem::create_directories(config.log.run_dir);
+    std::filesystem::remove(trace_part);
+  }
   const StopRequest stop;
   const auto run_start = std::chrono::steady_clock::now();
   ProgressDisplay progress(lead ? config.log.progress : "off", summary.first_step, total_steps, config.log.every);
@@ -221,16 +231,21 @@ TrainSummary run_training(const RunConfig& config) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     summary.last_loss = stats.loss;
+    const std::vector<trace::Span> spans = trace::take();
+    const trace::Overlap overlap = trace::overlap(spans);
+    if (!trace_part.empty()) trace::append_chrome_events(trace_part, groups.world->rank(), spans);
     const double mfu = flops.model / seconds / peak_flops, hfu = flops.hardware / seconds / peak_flops;
     const double tokens_per_s = static_cast<double>(tokens_per_step) / seconds;
     if (metrics)
       metrics->log_step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
                          .tokens = tokens_per_step, .tokens_per_s = tokens_per_s, .step_ms = seconds * 1e3,
                          .mfu = mfu, .hfu = hfu, .loss_scale = stats.loss_scale, .skipped = !stats.applied,
+                         .communication_ms = overlap.communication_ms, .hidden_fraction = overlap.hidden_fraction(),
                          .memory = memory_stats(device)});
     progress.step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
                    .tokens_per_s = tokens_per_s, .mfu = mfu, .hfu = hfu, .step_ms = seconds * 1e3,
-                   .loss_scale = scaler ? stats.loss_scale : 0, .skipped_by = stats.applied ? "" : stats.nonfinite});
+                   .loss_scale = scaler ? stats.loss_scale : 0, .communication_ms = overlap.communication_ms,
+                   .hidden_fraction = overlap.hidden_fraction(), .skipped_by = stats.applied ? "" : stats.nonfinite});
     stopping = all_reduce_value(*control, stop.requested() ? 1 : 0, ReduceOp::max) > 0;  // all ranks stop together
     if (step == total_steps || stopping) break;
     if (due(step, config.eval.every)) validate(step, progress);
@@ -247,6 +262,16 @@ TrainSummary run_training(const RunConfig& config) {
     sample(step, progress);
   }
   save(step, progress);
+  if (!trace_part.empty()) {
+    groups.world->barrier().wait();  // every rank's part is written
+    if (lead) {
+      std::vector<std::filesystem::path> parts;
+      for (int r = 0; r < groups.world->size(); ++r) parts.push_back(config.log.run_dir / str("trace_rank", r, ".jsonl"));
+      trace::merge_chrome_trace(config.log.run_dir / "trace.json", parts);
+      for (const auto& part : parts) std::filesystem::remove(part);
+      progress.message(str("trace of every rank's compute and communication: ", (config.log.run_dir / "trace.json").string()));
+    }
+  }
   progress.message(str("trained steps ", summary.first_step + 1, "-", step, " (", (step - summary.first_step) * tokens_per_step,
                        " tokens) in ", format_duration(std::chrono::duration<double>(
                                            std::chrono::steady_clock::now() - run_start).count())));
