@@ -18,7 +18,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "comm/mpi.h"
-#include "comm/nccl_info.h"
+#include "comm/nccl.h"
 #include "comm/single_process.h"
 #include "core/allocator.h"
 #include "core/device.h"

@@ -456,6 +456,8 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
   check.require(!p.sequence_parallel, "parallel.sequence_parallel",
                 "sequence parallelism is not built yet; set parallel.sequence_parallel = false");
   check.require(p.bucket_mb > 0 && std::isfinite(p.bucket_mb), "parallel.bucket_mb", "must be finite and above 0");
+  check.require(p.backend != "nccl" || t.device == "cuda", "parallel.backend",
+                "NCCL moves CUDA buffers; set train.device = \"cuda\", or parallel.backend = \"mpi\" (or \"auto\")");
   check.require(p.timeout_s > 0 && std::isfinite(p.timeout_s), "parallel.timeout_s",
                 "must be finite and above 0 (seconds a collective may wait before the job is ended as hung)");
 

@@ -10,7 +10,7 @@
 //                 weight_decay, decay_embeddings
 //   [loss_scale]  enabled, initial, growth_interval, min_scale
 //   [parallel]    dp, tp, pp, cp, ep, zero_stage, sequence_parallel, pp_schedule,
-//                 bucket_mb, timeout_s
+//                 bucket_mb, timeout_s, backend
 //   [checkpoint]  dir, every, keep_last, resume
 //   [log]         run_dir, every, progress, tensorboard, trace
 //   [eval]        every, batches
@@ -83,6 +83,7 @@ struct RunConfig {
     std::string pp_schedule = "1f1b";
     double bucket_mb = 25;
     double timeout_s = 600;  // a collective waiting longer: the watchdog reports and ends the job
+    std::string backend = "auto";  // "auto" (NCCL for CUDA, MPI for the CPU), "mpi" or "nccl"
   } parallel;
 
   struct Checkpointing {

@@ -241,6 +241,7 @@ std::vector<ConfigKey> make_keys() {
       choice_key("parallel", "pp_schedule", kPipelineSchedules, &C::parallel, &C::Parallel::pp_schedule),
       key("parallel", "bucket_mb", &C::parallel, &C::Parallel::bucket_mb),
       key("parallel", "timeout_s", &C::parallel, &C::Parallel::timeout_s),
+      choice_key("parallel", "backend", kCommBackends, &C::parallel, &C::Parallel::backend),
 
       key("checkpoint", "dir", &C::checkpoint, &C::Checkpointing::dir),
       key("checkpoint", "every", &C::checkpoint, &C::Checkpointing::every),

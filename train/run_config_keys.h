@@ -42,6 +42,7 @@ const ConfigKey* find_config_key(std::string_view section, std::string_view name
 inline const std::vector<std::string> kDevices = {"cpu", "cuda"};
 inline const std::vector<std::string> kProgressStyles = {"auto", "bar", "plain"};
 inline const std::vector<std::string> kPipelineSchedules = {"afab", "1f1b", "interleaved", "zero-bubble"};
+inline const std::vector<std::string> kCommBackends = {"auto", "mpi", "nccl"};
 
 // TOML text of a value: shortest round-trip decimals for floats, basic strings with escapes.
 std::string toml_text(const toml::node& node);

@@ -239,6 +239,15 @@ TEST(RunConfig, ParallelismNotBuiltYetIsRejectedWithTheFix) {
     EXPECT_NE(e.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << e;
 }
 
+TEST(RunConfig, TheNcclBackendNeedsCuda) {
+  testing::TempDir dir;
+  const auto e = load_error(write_config(dir, kTiny), {"parallel.backend=nccl"});
+  EXPECT_NE(e.find("parallel.backend = \"nccl\": NCCL moves CUDA buffers; set train.device = \"cuda\""),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(load_error(write_config(dir, kTiny), {"parallel.backend=mpi"}), "");
+}
+
 TEST(RunConfig, Fp16NeedsLossScaling) {
   testing::TempDir dir;
   const auto path = write_config(dir, kTiny);

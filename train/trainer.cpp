@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "comm/mpi.h"
+#include "comm/nccl.h"
 #include "comm/single_process.h"
 #include "ckpt/hf_checkpoint.h"
 #include "core/allocator.h"
@@ -89,11 +90,12 @@ std::string fixed(double value, int decimals) {
 
 bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
 
-// The communicator of every rank of the job for buffers on `device`: MPI's when a launcher
-// started this process, else this process alone.
-std::unique_ptr<Communicator> world_communicator(Device device) {
-  if (launched_by_mpi()) return mpi_world(device);
-  return std::make_unique<SingleProcessCommunicator>(device);
+// The communicator of every rank of the job for buffers on `device`: this process alone without
+// a launcher; under one, NCCL for CUDA buffers unless parallel.backend = "mpi", else MPI.
+std::unique_ptr<Communicator> world_communicator(Device device, const std::string& backend, Communicator& control) {
+  if (!launched_by_mpi()) return std::make_unique<SingleProcessCommunicator>(device);
+  if (backend == "nccl" || (backend == "auto" && device == Device::cuda)) return nccl_world(control);
+  return mpi_world(device);
 }
 
 
@@ -116,11 +118,12 @@ TrainSummary run_training(const RunConfig& config) {
   // The job's ranks, checked before anything large is allocated: started alike, as many as the
   // parallel layout needs. `control` exchanges host values (the launch check, stop requests);
   // the groups move the model's buffers.
-  const std::unique_ptr<Communicator> control = world_communicator(Device::cpu);
+  const std::unique_ptr<Communicator> control = launched_by_mpi() ? mpi_world(Device::cpu)
+                                                                   : std::make_unique<SingleProcessCommunicator>(Device::cpu);
   check_same_launch(*control, resolved_toml(config));
   set_collective_timeout(config.parallel.timeout_s);
   const ProcessGroups groups = make_process_groups(
-      world_communicator(device),
+      world_communicator(device, config.parallel.backend, *control),
       {.dp = config.parallel.dp, .cp = config.parallel.cp, .tp = config.parallel.tp, .pp = config.parallel.pp});
   const bool lead = groups.world->rank() == 0;  // prints, logs and saves for the job
   DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);

@@ -1,0 +1,215 @@
+// The NCCL backend (comm/nccl.h): collectives on CUDA buffers, on the communication stream.
+//
+// Each start_* records an event on the compute stream and makes the communication stream wait
+// for it (the input was written by kernels queued there), issues the NCCL call on the
+// communication stream, and records a second event there; the handle's wait() makes the
+// compute stream wait for that event. Nothing blocks the host; done() asks the event.
+// all_to_all is a group of sends and receives, as NCCL has no all-to-all call; barrier is an
+// all-reduce of one float. NCCL errors become dt::Error with the call, the error string and
+// NCCL's last error message.
+#include <nccl.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "comm/nccl.h"
+#include "core/buffer.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+
+namespace dt::cuda {
+
+namespace {
+
+void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm) {
+  if (result == ncclSuccess || result == ncclInProgress) return;
+  const char* last = ncclGetLastError(comm);
+  throw Error(str(call, " failed: ", ncclGetErrorString(result), last != nullptr && *last ? str(" (", last, ")") : ""));
+}
+#define DT_NCCL_CHECK(call, comm) check_nccl((call), #call, (comm))
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::u32:
+      return ncclUint32;
+    default:
+      return ncclUint8;  // moved as bytes (counts are scaled by the caller)
+  }
+}
+
+// Elements of t as NCCL counts them for its type.
+size_t nccl_count(const Tensor& t) {
+  return nccl_type(t.dtype) == ncclUint8 ? t.bytes() : static_cast<size_t>(t.numel());
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::average:
+      return ncclAvg;
+    case ReduceOp::max:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+// The GPU of this rank: its local rank on the node (from the launcher), modulo the GPUs there.
+void select_local_gpu() {
+  int local = 0;
+  for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char* value = std::getenv(variable)) {
+      local = std::atoi(value);
+      break;
+    }
+  int count = 0;
+  DT_CUDA_CHECK(cudaGetDeviceCount(&count));
+  DT_CUDA_CHECK(cudaSetDevice(local % count));
+}
+
+class NcclWork final : public Work {
+ public:
+  explicit NcclWork(cudaEvent_t done) : done_(done) {}
+  ~NcclWork() override { cudaEventDestroy(done_); }
+  void wait() override { DT_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), done_, 0)); }
+  bool done() override {
+    const cudaError_t status = cudaEventQuery(done_);
+    if (status == cudaErrorNotReady) return false;
+    DT_CUDA_CHECK(status);
+    return true;
+  }
+
+ private:
+  cudaEvent_t done_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int size, std::string name)
+      : Communicator(rank, size, std::move(name), Device::cuda), comm_(comm) {}
+  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  std::string backend() const override { return str("NCCL ", nccl_version()); }
+
+ protected:
+  std::unique_ptr<Work> start_all_reduce(Tensor buffer, ReduceOp op) override {
+    return issue([&](cudaStream_t s) {
+      DT_NCCL_CHECK(ncclAllReduce(buffer.data, buffer.data, nccl_count(buffer), nccl_type(buffer.dtype), nccl_op(op),
+                                  comm_, s),
+                    comm_);
+    });
+  }
+  std::unique_ptr<Work> start_reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
+    return issue([&](cudaStream_t s) {
+      DT_NCCL_CHECK(
+          ncclReduceScatter(in.data, out.data, nccl_count(out), nccl_type(out.dtype), nccl_op(op), comm_, s), comm_);
+    });
+  }
+  std::unique_ptr<Work> start_all_gather(Tensor out, Tensor in) override {
+    return issue([&](cudaStream_t s) {
+      DT_NCCL_CHECK(ncclAllGather(in.data, out.data, nccl_count(in), nccl_type(in.dtype), comm_, s), comm_);
+    });
+  }
+  std::unique_ptr<Work> start_broadcast(Tensor buffer, int root) override {
+    return issue([&](cudaStream_t s) {
+      DT_NCCL_CHECK(ncclBroadcast(buffer.data, buffer.data, nccl_count(buffer), nccl_type(buffer.dtype), root, comm_, s),
+                    comm_);
+    });
+  }
+  std::unique_ptr<Work> start_all_to_all(Tensor out, Tensor in) override {
+    return issue([&](cudaStream_t s) {
+      const size_t part_bytes = in.bytes() / static_cast<size_t>(size());
+      DT_NCCL_CHECK(ncclGroupStart(), comm_);
+      for (int peer = 0; peer < size(); ++peer) {
+        DT_NCCL_CHECK(ncclSend(static_cast<const char*>(in.data) + peer * part_bytes, part_bytes, ncclUint8, peer, comm_, s),
+                      comm_);
+        DT_NCCL_CHECK(ncclRecv(static_cast<char*>(out.data) + peer * part_bytes, part_bytes, ncclUint8, peer, comm_, s),
+                      comm_);
+      }
+      DT_NCCL_CHECK(ncclGroupEnd(), comm_);
+    });
+  }
+  std::unique_ptr<Work> start_send(Tensor buffer, int peer) override {
+    return issue([&](cudaStream_t s) {
+      DT_NCCL_CHECK(ncclSend(buffer.data, nccl_count(buffer), nccl_type(buffer.dtype), peer, comm_, s), comm_);
+    });
+  }
+  std::unique_ptr<Work> start_recv(Tensor buffer, int peer) override {
+    return issue([&](cudaStream_t s) {
+      DT_NCCL_CHECK(ncclRecv(buffer.data, nccl_count(buffer), nccl_type(buffer.dtype), peer, comm_, s), comm_);
+    });
+  }
+  std::unique_ptr<Work> start_barrier() override {
+    if (!barrier_word_.data()) barrier_word_ = Buffer(sizeof(float), MemTag::communication, Device::cuda, true);
+    return issue([&](cudaStream_t s) {
+      DT_NCCL_CHECK(ncclAllReduce(barrier_word_.data(), barrier_word_.data(), 1, ncclFloat32, ncclSum, comm_, s), comm_);
+    });
+  }
+  std::unique_ptr<Communicator> split_group(int color, int key, std::string name) override {
+    ncclComm_t sub = nullptr;
+    DT_NCCL_CHECK(ncclCommSplit(comm_, color, key, &sub, nullptr), comm_);
+    int sub_rank = 0, sub_size = 0;
+    DT_NCCL_CHECK(ncclCommUserRank(sub, &sub_rank), sub);
+    DT_NCCL_CHECK(ncclCommCount(sub, &sub_size), sub);
+    return std::make_unique<NcclCommunicator>(sub, sub_rank, sub_size, std::move(name));
+  }
+
+ private:
+  // Orders the communication stream after the compute stream's queued work, runs `call` there,
+  // and returns the work whose event marks its end.
+  template <typename Call>
+  std::unique_ptr<Work> issue(Call&& call) {
+    cudaEvent_t inputs_ready = nullptr, done = nullptr;
+    DT_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready, cudaEventDisableTiming));
+    DT_CUDA_CHECK(cudaEventRecord(inputs_ready, compute_stream()));
+    DT_CUDA_CHECK(cudaStreamWaitEvent(communication_stream(), inputs_ready, 0));
+    DT_CUDA_CHECK(cudaEventDestroy(inputs_ready));  // released once recorded work completes
+    call(communication_stream());
+    DT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    DT_CUDA_CHECK(cudaEventRecord(done, communication_stream()));
+    return std::make_unique<NcclWork>(done);
+  }
+
+  ncclComm_t comm_;
+  Buffer barrier_word_;
+};
+
+}  // namespace
+
+std::string nccl_version() {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) return "ncclGetVersion failed";
+  // NCCL_VERSION(X, Y, Z) = X * 10000 + Y * 100 + Z from 2.9 on.
+  return str(version / 10000, ".", version / 100 % 100, ".", version % 100);
+}
+
+std::unique_ptr<Communicator> nccl_world(Communicator& bootstrap) {
+  DT_CHECK(bootstrap.device() == Device::cpu, "the NCCL id goes over a CPU communicator");
+  select_local_gpu();
+  ncclUniqueId id{};
+  if (bootstrap.rank() == 0) {
+    const ncclResult_t result = ncclGetUniqueId(&id);
+    if (result != ncclSuccess) throw Error(str("ncclGetUniqueId failed: ", ncclGetErrorString(result)));
+  }
+  static_assert(sizeof(ncclUniqueId) % sizeof(uint32_t) == 0);
+  bootstrap.broadcast({.data = &id, .dtype = DType::u32, .shape = {sizeof(ncclUniqueId) / sizeof(uint32_t)}}, 0).wait();
+  ncclComm_t comm = nullptr;
+  const ncclResult_t result = ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank());
+  if (result != ncclSuccess)
+    throw Error(str("ncclCommInitRank of rank ", bootstrap.rank(), " of ", bootstrap.size(),
+                    " failed: ", ncclGetErrorString(result),
+                    "; NCCL needs one GPU per rank (for several ranks on one GPU use parallel.backend = \"mpi\")"));
+  return std::make_unique<NcclCommunicator>(comm, bootstrap.rank(), bootstrap.size(), "world");
+}
+
+}  // namespace dt::cuda
