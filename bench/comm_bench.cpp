@@ -148,8 +148,8 @@ CommBenchResult run_comm_bench(Communicator& world, const CommBenchOptions& opti
     std::printf("# dtrain bench comm: %d rank%s over %s, f32 on %s; time is the mean of a run of calls, on the "
                 "slowest rank\n",
                 ranks, ranks == 1 ? "" : "s", world.backend().c_str(), std::string(device_name(world.device())).c_str());
-    std::printf("%-15s %10s %12s %10s %10s %7s %12s %9s %12s\n", "collective", "size", "time (us)", "algbw GB/s",
-                "busbw GB/s", "wrong", "MPI (us)", "ours/MPI", "model (us)");
+    std::printf("%-15s %10s %12s %10s %10s %7s %12s %9s %14s %12s\n", "collective", "size", "time (us)", "algbw GB/s",
+                "busbw GB/s", "wrong", "MPI (us)", "ours/MPI", "blocking (us)", "model (us)");
   }
   CommBenchResult result;
   for (const CollectiveKind kind : kinds) {
@@ -175,7 +175,10 @@ CommBenchResult run_comm_bench(Communicator& world, const CommBenchOptions& opti
       int64_t wrong = 0;
       for (size_t j = 0; j < got.size(); ++j) wrong += got[j] != x.expected[j];
       row.wrong = static_cast<int64_t>(all_reduce_value(world, static_cast<double>(wrong), ReduceOp::sum));
-      if (raw) row.mpi_seconds = raw_mpi_seconds(kind, x.bytes, calls);
+      if (raw) {
+        row.mpi_seconds = raw_mpi_seconds(kind, x.bytes, calls, /*nonblocking=*/true);
+        row.mpi_blocking_seconds = raw_mpi_seconds(kind, x.bytes, calls, /*nonblocking=*/false);
+      }
       result.rows.push_back(row);
       if (bytes > options.max_bytes / static_cast<size_t>(options.factor)) break;  // no overflow past max
     }
@@ -187,14 +190,16 @@ CommBenchResult run_comm_bench(Communicator& world, const CommBenchOptions& opti
       r.model_seconds = ring_steps(kind, ranks) * f.alpha_s +
                         (f.bandwidth > 0 ? bus_factor(kind, ranks) * static_cast<double>(r.bytes) / f.bandwidth : 0);
       if (!lead) continue;
-      char mpi[32] = "-", ratio[32] = "-";
+      char mpi[32] = "-", ratio[32] = "-", blocking[32] = "-";
       if (r.mpi_seconds > 0) {
         std::snprintf(mpi, sizeof mpi, "%.1f", r.mpi_seconds * 1e6);
         std::snprintf(ratio, sizeof ratio, "%.3f", r.seconds / r.mpi_seconds);
+        std::snprintf(blocking, sizeof blocking, "%.1f", r.mpi_blocking_seconds * 1e6);
       }
-      std::printf("%-15s %10s %12.1f %10.3f %10.3f %7lld %12s %9s %12.1f\n",
+      std::printf("%-15s %10s %12.1f %10.3f %10.3f %7lld %12s %9s %14s %12.1f\n",
                   std::string(collective_kind_name(kind)).c_str(), human_bytes(r.bytes).c_str(), r.seconds * 1e6,
-                  r.algbw / 1e9, r.busbw / 1e9, static_cast<long long>(r.wrong), mpi, ratio, r.model_seconds * 1e6);
+                  r.algbw / 1e9, r.busbw / 1e9, static_cast<long long>(r.wrong), mpi, ratio, blocking,
+                  r.model_seconds * 1e6);
     }
     if (lead) std::fflush(stdout);
   }

@@ -11,8 +11,10 @@
 //            rank counts, and with the hardware's link bandwidth
 //   wrong    elements that differ from the exact result, over all ranks (inputs are small
 //            integers, so every sum is exact)
-//   MPI      the same collective called directly through MPI in the same run (the peer), and
-//            ours / MPI: dtrain's overhead
+//   MPI      the same collective called directly through MPI in the same run: the nonblocking
+//            call and MPI_Wait the backend makes (the peer: ours / MPI is dtrain's overhead), and
+//            the blocking call, which Open MPI serves with other algorithms (its tuned
+//            collectives, against libnbc's schedules for the nonblocking ones)
 //   model    the α–β model's time for a ring, steps × α + factor × bytes / B, with α and B
 //            fitted to this run's times of that collective (least squares on relative error;
 //            steps: 2(p−1) for all_reduce, p−1 for the others)
@@ -39,7 +41,8 @@ struct CommBenchRow {
   size_t bytes = 0;
   double seconds = 0, algbw = 0, busbw = 0;
   int64_t wrong = 0;
-  double mpi_seconds = 0;  // 0 when not measured
+  double mpi_seconds = 0;           // nonblocking; 0 when not measured
+  double mpi_blocking_seconds = 0;  // 0 when not measured
   double model_seconds = 0;
 };
 

@@ -19,7 +19,7 @@
 // input goes to rank r, and part r of the output comes from rank r). Arguments are checked
 // before anything is sent, and the error names the collective, the group and the argument.
 //
-// Backends (comm/single_process.h, comm/mpi_communicator.h) implement start_*; the checks and
+// Backends (comm/single_process.h, comm/mpi.h, comm/nccl.h) implement start_*; the checks and
 // the numbering live here, once.
 #pragma once
 
@@ -55,7 +55,9 @@ struct CollectiveInfo {
 class Work {
  public:
   virtual ~Work() = default;
-  // Returns when the result is in the output buffer; rethrows the collective's failure.
+  // Returns when the result is in the output buffer — on a GPU (NCCL), when work queued on the
+  // compute stream from now on will see it, without blocking the host; rethrows the
+  // collective's failure.
   virtual void wait() = 0;
   // Whether wait() would return at once.
   virtual bool done() = 0;

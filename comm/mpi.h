@@ -17,12 +17,13 @@ bool launched_by_mpi();
 // GPU). Initializes MPI on its own thread on first use (comm/mpi_progress.h).
 std::unique_ptr<Communicator> mpi_world(Device device);
 
-// The peer `dtrain bench comm` measures dtrain's overhead against: seconds per blocking MPI call
-// of `kind` (MPI_Allreduce sum, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast,
-// MPI_Alltoall) on f32, `bytes` as bench/comm_bench.h counts them, made directly on the MPI
-// thread; the mean of `iterations` calls after one warm-up, on the slowest rank. A collective:
-// every rank calls it.
-double raw_mpi_seconds(CollectiveKind kind, size_t bytes, int iterations);
+// The peers `dtrain bench comm` measures dtrain against: seconds per MPI call of `kind`
+// (all_reduce sum, reduce_scatter_block, all_gather, broadcast, all_to_all) on f32, `bytes` as
+// bench/comm_bench.h counts them, made directly on the MPI thread; the mean of `iterations`
+// calls after one warm-up, on the slowest rank. `nonblocking`: MPI_Iallreduce ... and MPI_Wait,
+// the calls the MPI backend makes (the same algorithms); else the blocking MPI_Allreduce ...,
+// which a library may implement with other algorithms. A collective: every rank calls it.
+double raw_mpi_seconds(CollectiveKind kind, size_t bytes, int iterations, bool nonblocking);
 
 // How long a collective may wait before the watchdog reports where every rank is and ends the
 // job (comm/mpi_watchdog.h). Process-wide; 600 s unless set.

@@ -6,9 +6,9 @@
 // is asked for MPI_THREAD_SERIALIZED, which every MPI library provides.
 //
 // Operations start in the order they are submitted (the order every rank must keep); several
-// may be in flight at once. While some are in flight the thread polls them with MPI_Test,
-// backing off from a tight loop to sleeps of up to 200 µs so that ranks oversubscribing a
-// machine's cores leave them to compute; with none in flight it sleeps until one is submitted.
+// may be in flight at once. While some are in flight the thread tests them in a loop, yielding
+// the core between tests (MPI advances nonblocking collectives only inside MPI calls); with none
+// in flight it sleeps until one is submitted, waking every 10 ms for the watchdog.
 //
 // Internal to comm/: the layers above see comm/communicator.h.
 #pragma once
