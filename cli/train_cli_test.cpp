@@ -277,6 +277,31 @@ TEST(TrainCli, TwoDataParallelRanksTrainLikeOneProcessAndResumeInOne) {
   for (size_t s = 3; s < 6; ++s) EXPECT_NEAR(resumed[s], expected[s], 1e-5 * expected[s]) << "step " << s + 1;
 }
 
+// ZeRO stage 1 on two ranks trains the one-process model, and its checkpoints are whole: saved
+// under ZeRO on two ranks they resume in one process, and saved by one process they resume under
+// ZeRO on two ranks, on the same loss curve.
+TEST(TrainCli, ZeroStage1CheckpointsMoveBetweenLayouts) {
+  const TrainRun run;
+  const std::string six = "train.steps=6 checkpoint.every=3";
+  ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
+  const std::vector<double> expected = run.losses("one");
+  const std::string zero = " parallel.dp=2 parallel.zero_stage=1";
+  const auto sharded = run_dtrain(run.args("zero", six + zero), testing::mpirun(2));
+  ASSERT_EQ(sharded.status, 0) << sharded.output;
+  const auto first = run_dtrain(run.args("to_one", "train.steps=3" + zero), testing::mpirun(2));
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_EQ(run_dtrain(run.args("to_one", six)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("to_zero", "train.steps=3")).status, 0);
+  const auto rest = run_dtrain(run.args("to_zero", six + zero), testing::mpirun(2));
+  ASSERT_EQ(rest.status, 0) << rest.output;
+  for (const char* name : {"zero", "to_one", "to_zero"}) {
+    const std::vector<double> got = run.losses(name);
+    ASSERT_EQ(got.size(), 6u) << name;
+    // As TwoDataParallelRanksTrainLikeOneProcessAndResumeInOne: fp32 rounding of the sums.
+    for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+  }
+}
+
 TEST(TrainCli, AWorldSizeThatIsNotTheLayoutSaysHowToLaunch) {
   const TrainRun run;
   const auto alone = run_dtrain(run.args("alone", "parallel.dp=2"));

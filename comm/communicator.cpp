@@ -118,6 +118,11 @@ CollectiveHandle Communicator::all_gather(Tensor out, Tensor in) {
   if (in.dtype != out.dtype || out.numel() != in.numel() * size_)
     throw Error(str(c.describe(), ": out ", out.describe(), " must have ", size_, " times the elements of in ",
                     in.describe(), " and its dtype (part r comes from rank r)"));
+  const char *o = static_cast<const char*>(out.data), *i = static_cast<const char*>(in.data);
+  const bool overlap = i < o + out.bytes() && o < i + in.bytes();
+  if (overlap && i != o + static_cast<size_t>(rank_) * in.bytes())
+    throw Error(str(c.describe(), ": in overlaps out other than as this rank's part ", rank_,
+                    " of it (the one overlap allowed: gathering in place)"));
   return launch(std::move(c), [&] { return start_all_gather(out, in); });
 }
 

@@ -16,7 +16,8 @@
 // the others take disjoint ones. reduce_scatter's input has size() times the output's
 // elements (rank r keeps part r of the reduction), all_gather's output size() times the
 // input's (part r comes from rank r), all_to_all's both are size() equal parts (part r of the
-// input goes to rank r, and part r of the output comes from rank r). Arguments are checked
+// input goes to rank r, and part r of the output comes from rank r). all_gather may be in place:
+// `in` exactly this rank's part of `out`. Arguments are checked
 // before anything is sent, and the error names the collective, the group and the argument.
 //
 // Backends (comm/single_process.h, comm/mpi.h, comm/nccl.h) implement start_*; the checks and

@@ -174,7 +174,10 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Work> start_all_gather(Tensor out, Tensor in) override {
-    auto in_view = std::make_shared<HostView>(in, true);
+    // In place when `in` is this rank's part of `out` (ZeRO gathers parameters so): MPI then
+    // reads it there.
+    const bool in_place = in.device == Device::cpu && in.data == static_cast<char*>(out.data) + rank() * in.bytes();
+    auto in_view = std::make_shared<HostView>(in, !in_place);
     auto out_view = std::make_unique<HostView>(out, false);
     void* data = out_view->data;
     const int count = count_of(in);
@@ -182,7 +185,8 @@ class MpiCommunicator final : public Communicator {
     return started(
         [=, this] {
           MPI_Request r;
-          check_mpi(MPI_Iallgather(in_view->data, count, type, data, count, type, comm_, &r), "MPI_Iallgather");
+          check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : in_view->data, count, type, data, count, type, comm_, &r),
+                    "MPI_Iallgather");
           return r;
         },
         [in_view] {}, std::move(out_view));

@@ -16,8 +16,11 @@ Shape ParamInfo::stored_shape() const {
   return s;
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
+ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multiple)
+    : config_(config), unit_multiple_(unit_multiple) {
   validate_model_config(config);
+  DT_CHECK(unit_multiple >= 1 && unit_multiple % kParamAlignment == 0, "unit multiple ", unit_multiple,
+           " must be a positive multiple of ", kParamAlignment);
   const int64_t C = config.d_model, L = config.n_layer, F = config.ffn_hidden();
   const int64_t Vp = config.padded_vocab_size();
   const bool gpt2 = config.family == ModelFamily::gpt2;
@@ -36,7 +39,9 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
   };
   add("wte", {config.vocab_size, C}, ParamInit::normal, std, Vp);
   if (gpt2) add("wpe", {config.max_seq_len, C}, ParamInit::normal, std);
+  end_unit(0);
   for (int l = 0; l < L; ++l) {
+    const int64_t block_begin = total_elements_;
     const std::string h = str("h.", l, ".");
     norm(h + "ln_1");
     linear(h + "attn.qkv", config.qkv_width(), C, std);
@@ -44,9 +49,17 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) : config_(config) {
     norm(h + "ln_2");
     linear(h + "mlp.fc", config.ffn_in_width(), C, std);  // llama: gate rows, then up rows
     linear(h + "mlp.proj", C, F, residual_std);
+    end_unit(block_begin);
   }
+  const int64_t head_begin = total_elements_;
   norm("ln_f");
   if (!config.tied_embeddings) add("lm_head", {config.vocab_size, C}, ParamInit::normal, std, Vp);
+  end_unit(head_begin);
+}
+
+void ParameterLayout::end_unit(int64_t begin) {
+  total_elements_ = (total_elements_ + unit_multiple_ - 1) / unit_multiple_ * unit_multiple_;
+  units_.push_back({begin, total_elements_});
 }
 
 void ParameterLayout::add(std::string name, Shape shape, ParamInit init, float init_std, int64_t stored_rows) {

@@ -6,7 +6,11 @@
 // that layout (FlatTensors), so gradient buckets, ZeRO shards and checkpoint shards are
 // ranges of a buffer.
 //
-// Every tensor starts at a multiple of kParamAlignment elements; the gaps are zero. A tensor
+// Every tensor starts at a multiple of kParamAlignment elements; the gaps are zero. The
+// parameters fall into units — the embeddings, each block, the head (ln_f and lm_head) — that
+// ZeRO shards and gathers whole; with a unit multiple M each unit is padded to a multiple of M
+// elements, so that it splits into equal, aligned parts over the data-parallel ranks (M = 16 ×
+// ranks). The default M adds no padding. A tensor
 // may be stored with more rows than it shows (the padded vocabulary): `stored_rows` rows are
 // in the buffer, the first `shape[0]` are the parameter. Only the shown part counts as a
 // parameter, is saved, or is compared.
@@ -44,21 +48,29 @@ constexpr int64_t kParamAlignment = 16;  // elements: 64 bytes of fp32, one cach
 
 class ParameterLayout {
  public:
-  explicit ParameterLayout(const ModelConfig& config);  // validates config first
+  // Validates config first.
+  explicit ParameterLayout(const ModelConfig& config, int64_t unit_multiple = kParamAlignment);
 
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(std::string_view name) const;  // throws dt::Error naming close matches
   int64_t num_parameters() const;   // shown elements only: the published count
   int64_t total_elements() const { return total_elements_; }  // buffer size incl. padding and gaps
+  int64_t unit_multiple() const { return unit_multiple_; }
+  // The units in layout order, covering [0, total_elements()): embeddings, blocks, head.
+  const std::vector<kernels::FlatRange>& units() const { return units_; }
   // The shown elements of the parameters `include` selects (all without it), as increasing
   // ranges of the flat buffer with touching ones merged: what the multi-tensor ops run over.
   std::vector<kernels::FlatRange> shown_ranges(const std::function<bool(const ParamInfo&)>& include = {}) const;
 
  private:
   void add(std::string name, Shape shape, ParamInit init, float init_std, int64_t stored_rows = -1);
+  // Ends the unit that began at `begin`, padding it to a multiple of unit_multiple_.
+  void end_unit(int64_t begin);
   ModelConfig config_;
+  int64_t unit_multiple_;
   std::vector<ParamInfo> params_;
+  std::vector<kernels::FlatRange> units_;
   int64_t total_elements_ = 0;
 };
 

@@ -123,8 +123,9 @@ DType precision_from_name(std::string_view name) {
 }
 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                         DType precision, Device device)
-    : layout_(validated(config, batch_size, seq_len, recompute, precision, device)),  // before anything is allocated
+                         DType precision, Device device, int64_t unit_multiple)
+    : layout_(validated(config, batch_size, seq_len, recompute, precision, device),  // before anything is allocated
+              unit_multiple),
       params_(layout_, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state, device),
       grads_(layout_, MemTag::gradients, device),
       recompute_(recompute),

@@ -55,8 +55,9 @@ class Transformer {
   // first rounds it into the 16-bit compute copy (tagged parameters). Gradients are f32.
   // device: where every buffer lives and every kernel runs; tokens and targets given to
   // forward() are on it too.
+  // unit_multiple: the parameter layout's (model/parameters.h), 16 × ranks under ZeRO.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
-              DType precision = DType::f32, Device device = Device::cpu);
+              DType precision = DType::f32, Device device = Device::cpu, int64_t unit_multiple = kParamAlignment);
   ~Transformer();
 
   // Bytes a training run of this shape holds on its device: parameters (with the 16-bit copy),

@@ -19,24 +19,32 @@ void AdamWConfig::validate() const {
 }
 
 // The config is validated before the moments are allocated.
-AdamW::AdamW(const ParameterLayout& layout, AdamWConfig config, Device device)
+AdamW::AdamW(const ParameterLayout& layout, AdamWConfig config, Device device, MemTag tag)
     : config_((config.validate(), config)),
-      m_(layout, MemTag::optimizer_state, device),
-      v_(layout, MemTag::optimizer_state, device),
+      m_(layout, tag, device),
+      v_(layout, tag, device),
       decayed_(layout.shown_ranges([this](const ParamInfo& p) { return decays(p); })),
       not_decayed_(layout.shown_ranges([this](const ParamInfo& p) { return !decays(p); })) {}
 
-bool AdamW::decays(const ParamInfo& p) const { return p.is_matrix && (!p.is_embedding || config_.decay_embeddings); }
+bool adamw_decays(const AdamWConfig& config, const ParamInfo& p) {
+  return p.is_matrix && (!p.is_embedding || config.decay_embeddings);
+}
+
+kernels::AdamWStep adamw_step(const AdamWConfig& config, float lr, float grad_scale, int64_t step) {
+  return {.lr = lr,
+          .beta1 = config.beta1,
+          .beta2 = config.beta2,
+          .eps = config.eps,
+          .weight_decay = config.weight_decay,
+          .step = step,
+          .grad_scale = grad_scale};
+}
+
+bool AdamW::decays(const ParamInfo& p) const { return adamw_decays(config_, p); }
 
 void AdamW::step(FlatTensors& params, const FlatTensors& grads, float lr, float grad_scale) {
   ++steps_taken_;
-  kernels::AdamWStep s{.lr = lr,
-                       .beta1 = config_.beta1,
-                       .beta2 = config_.beta2,
-                       .eps = config_.eps,
-                       .weight_decay = config_.weight_decay,
-                       .step = steps_taken_,
-                       .grad_scale = grad_scale};
+  kernels::AdamWStep s = adamw_step(config_, lr, grad_scale, steps_taken_);
   kernels::adamw_update(params.all(), grads.all(), m_.all(), v_.all(), decayed_, s);
   s.weight_decay = 0;
   kernels::adamw_update(params.all(), grads.all(), m_.all(), v_.all(), not_decayed_, s);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/adamw.h"
 #include "model/parameters.h"
 
 namespace dt {
@@ -22,10 +23,18 @@ struct AdamWConfig {
   void validate() const;
 };
 
+// Whether `config` decays parameter p (above), and the kernel's settings for one update: the
+// config's betas, eps and weight decay with learning rate lr, gradient scale and update count.
+// AdamW below and ZeRO's sharded optimizer (parallel/data_parallel.h) share them.
+bool adamw_decays(const AdamWConfig& config, const ParamInfo& p);
+kernels::AdamWStep adamw_step(const AdamWConfig& config, float lr, float grad_scale, int64_t step);
+
 class AdamW {
  public:
-  // The moments live on `device`, beside the parameters they update.
-  AdamW(const ParameterLayout& layout, AdamWConfig config, Device device = Device::cpu);
+  // The moments live on `device`, beside the parameters they update, accounted under `tag`
+  // (a host copy made to save or load a ZeRO run's state is workspace, not optimizer state).
+  AdamW(const ParameterLayout& layout, AdamWConfig config, Device device = Device::cpu,
+        MemTag tag = MemTag::optimizer_state);
 
   // One update with learning rate lr, every gradient multiplied by grad_scale first (the
   // clipping coefficient). Reads grads; updates params, m and v (shown elements only: padding

@@ -55,22 +55,40 @@ double max_relative_difference(const std::vector<double>& a, const std::vector<d
   return worst;
 }
 
-// dp = the world size × ZeRO stage 0 × accumulation 1 and 2, both families: losses, gradient
-// norms and parameters over kSteps steps against one process training the same global batches,
-// and the parameters bit for bit the same on every rank.
+// The largest difference between two models' parameters, over every shown element (the layouts
+// may differ: ZeRO pads its units), relative to the largest parameter.
+double parameter_difference(const Transformer& a, Transformer& b) {
+  double max_diff = 0, max_abs = 0;
+  for (const ParamInfo& p : a.layout().params()) {
+    const Tensor x = const_cast<Transformer&>(a).params().shown(p), y = b.params().shown(p.name);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(x.ptr<float>()[i] - y.ptr<float>()[i])));
+      max_abs = std::max(max_abs, static_cast<double>(std::fabs(x.ptr<float>()[i])));
+    }
+  }
+  return max_diff / max_abs;
+}
+
+// dp = the world size × ZeRO stage 0 and 1 × accumulation 1 and 2, both families: losses,
+// gradient norms and parameters over kSteps steps against one process training the same global
+// batches, and the parameters bit for bit the same on every rank. On 3 ranks no unit of either
+// model divides evenly (the vocabulary is 997): the padded parts are exercised.
 TEST(Mpi, DataParallelMatchesOneProcess) {
   if (!launched_by_mpi()) GTEST_SKIP() << "needs ranks started by mpirun; ctest runs it as Mpi.np2 to Mpi.np4";
   const std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
   const int rank = world->rank(), ranks = world->size();
+  for (const int stage : {0, 1})
   for (const char* preset : {"gpt2-tiny", "llama-tiny"})
     for (const int accumulation : {1, 2}) {
       const ModelConfig config = model_preset(preset);
       const int micro_batches = ranks * accumulation;  // of kB sequences in a global batch
-      Transformer one(config, kB, kT), mine(config, kB, kT);
+      Transformer one(config, kB, kT);
+      Transformer mine(config, kB, kT, Recompute::none, DType::f32, Device::cpu,
+                       stage == 0 ? kParamAlignment : DataParallel::unit_multiple(ranks));
       init_parameters(one.params(), 7);
       init_parameters(mine.params(), 7);
       AdamW one_opt(one.layout(), {}), my_opt(mine.layout(), {});
-      DataParallel dp(mine, *world, /*bucket_mb=*/0.05);  // several buckets for a tiny model
+      DataParallel dp(mine, *world, /*bucket_mb=*/0.05, stage);  // several buckets for a tiny model
       StepSeries reference, parallel;
       for (int step = 0; step < kSteps; ++step) {
         const GlobalBatch batch(micro_batches * kB, config.vocab_size, step);
@@ -78,23 +96,20 @@ TEST(Mpi, DataParallelMatchesOneProcess) {
         for (int m = 0; m < micro_batches; ++m) all.push_back(batch.micro_batch(m));
         for (int m = 0; m < accumulation; ++m) own.push_back(batch.micro_batch(m * ranks + rank));
         const StepStats a = train_step(one, one_opt, all, 1e-3f, 1.0f);
-        const StepStats b = train_step(mine, my_opt, own, 1e-3f, 1.0f, nullptr, step + 1, &dp);
+        const StepStats b = stage == 0 ? train_step(mine, my_opt, own, 1e-3f, 1.0f, nullptr, step + 1, &dp)
+                                       : train_step(mine, dp, own, 1e-3f, 1.0f, nullptr, step + 1);
         EXPECT_EQ(a.targets, b.targets);
         reference.losses.push_back(a.loss), reference.norms.push_back(a.grad_norm);
         parallel.losses.push_back(b.loss), parallel.norms.push_back(b.grad_norm);
       }
-      const Tensor p1 = one.params().all(), p2 = mine.params().all();
-      double max_diff = 0, max_abs = 0;
-      for (int64_t i = 0; i < p1.numel(); ++i) {
-        max_diff = std::max(max_diff, static_cast<double>(std::fabs(p1.ptr<float>()[i] - p2.ptr<float>()[i])));
-        max_abs = std::max(max_abs, static_cast<double>(std::fabs(p1.ptr<float>()[i])));
-      }
+      const Tensor p2 = mine.params().all();
+      const double parameters = parameter_difference(one, mine);
       const double loss_diff = max_relative_difference(parallel.losses, reference.losses);
       const double norm_diff = max_relative_difference(parallel.norms, reference.norms);
       if (rank == 0)
-        std::printf("dp %d, %s, accumulation %d: losses within %.2e, gradient norms within %.2e, parameters within "
-                    "%.2e of the largest\n",
-                    ranks, preset, accumulation, loss_diff, norm_diff, max_diff / max_abs);
+        std::printf("dp %d, ZeRO %d, %s, accumulation %d: losses within %.2e, gradient norms within %.2e, parameters "
+                    "within %.2e of the largest\n",
+                    ranks, stage, preset, accumulation, loss_diff, norm_diff, parameters);
       // The same sums in another grouping and order (per rank, then over ranks, where one process
       // adds micro-batch after micro-batch): fp32 rounding, ~1e-7 relative per addition, a few
       // additions deep. The losses are double sums of the same f32 per-token losses.
@@ -102,7 +117,7 @@ TEST(Mpi, DataParallelMatchesOneProcess) {
       EXPECT_LT(norm_diff, 1e-5) << preset << " accumulation " << accumulation;
       // Adam moves each parameter by ~lr = 1e-3 per step; gradients that agree to ~1e-6 move
       // them alike far below that (as TrainStep.TwoMicroBatchesOfFourEqualOneBatchOfEight).
-      EXPECT_LT(max_diff / max_abs, 1e-5) << preset << " accumulation " << accumulation;
+      EXPECT_LT(parameters, 1e-5) << preset << " accumulation " << accumulation << " ZeRO " << stage;
 
       // Every rank applied the same update to the same parameters: rank 0's, bit for bit.
       Buffer rank0(p2.bytes(), MemTag::workspace, Device::cpu, false);
@@ -110,6 +125,50 @@ TEST(Mpi, DataParallelMatchesOneProcess) {
       world->broadcast(rank0.view(DType::f32, {p2.numel()}), 0).wait();
       EXPECT_EQ(std::memcmp(rank0.data(), p2.data, p2.bytes()), 0) << "rank " << rank << " diverged from rank 0";
     }
+}
+
+// ZeRO stage 1 on one rank is AdamW: the same elementwise update of every shown element, so
+// with clipping off (the norm's summation order differs) the parameters are the same bits.
+TEST(DataParallel, ZeroStage1OnOneRankIsAdamWBitForBit) {
+  const ModelConfig config = model_preset("llama-tiny");
+  Transformer plain(config, kB, kT), sharded(config, kB, kT, Recompute::none, DType::f32, Device::cpu, 48);
+  init_parameters(plain.params(), 3);
+  init_parameters(sharded.params(), 3);
+  AdamW optimizer(plain.layout(), {});
+  SingleProcessCommunicator one(Device::cpu, "dp");
+  DataParallel zero(sharded, one, 25, /*zero_stage=*/1);
+  for (int step = 0; step < 3; ++step) {
+    const GlobalBatch batch(2 * kB, config.vocab_size, step);
+    const std::vector<MicroBatch> mbs = {batch.micro_batch(0), batch.micro_batch(1)};
+    const StepStats a = train_step(plain, optimizer, mbs, 1e-2f, /*max_grad_norm=*/0);
+    const StepStats b = train_step(sharded, zero, mbs, 1e-2f, 0);
+    EXPECT_EQ(a.loss, b.loss);
+  }
+  EXPECT_EQ(parameter_difference(plain, sharded), 0.0);
+  EXPECT_EQ(zero.steps_taken(), 3);
+  // The moments gathered back into a whole AdamW state are the plain optimizer's.
+  AdamW gathered(sharded.layout(), {});
+  zero.gather_moments(gathered);
+  for (const ParamInfo& p : plain.layout().params()) {
+    const Tensor a = optimizer.m().shown(p), b = gathered.m().shown(p.name);
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.bytes()), 0) << p.name;
+  }
+  EXPECT_EQ(gathered.steps_taken(), 3);
+}
+
+// A layout without the units' padding is refused, naming the unit multiple ZeRO needs.
+TEST(Mpi, ZeroRefusesALayoutWithoutItsUnitMultiple) {
+  if (!launched_by_mpi()) GTEST_SKIP() << "needs ranks started by mpirun; ctest runs it as Mpi.np2 to Mpi.np4";
+  const std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
+  Transformer model(model_preset("gpt2-tiny"), 1, 8);
+  try {
+    DataParallel zero(model, *world, 25, 1);
+    ADD_FAILURE() << "accepted a layout without padded units";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(str("needs the model's layout made with unit multiple ", 16 * world->size())),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(DataParallel, BucketsCoverTheBufferAtParameterBoundariesFromTheEnd) {

@@ -234,7 +234,7 @@ TEST(RunConfig, ParallelismNotBuiltYetIsRejectedWithTheFix) {
                                                   "true\n[train]\nglobal_batch_size = 16\n"));
   EXPECT_EQ(e.find("parallel.dp"), std::string::npos) << "data parallelism is built:\n" << e;
   for (const char* line : {"parallel.tp = 2: tensor parallelism is not built yet; set parallel.tp = 1",
-                           "parallel.zero_stage = 2: ZeRO sharding is not built yet; set parallel.zero_stage = 0",
+                           "parallel.zero_stage = 2: ZeRO stages 2 and 3 are not built yet; set parallel.zero_stage = 0 or 1",
                            "parallel.sequence_parallel = true: sequence parallelism is not built yet"})
     EXPECT_NE(e.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << e;
 }

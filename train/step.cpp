@@ -48,25 +48,52 @@ std::string first_nonfinite_gradient(const FlatTensors& grads) {
 
 }  // namespace
 
-void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats,
-                  LossScaler* scaler, int64_t step) {
-  const trace::ComputeScope span("gradient norm and optimizer");
+namespace {
+
+// After the norm: the skip decision, the scaler, the clipping coefficient, and `update` with
+// the gradient scale to apply.
+template <typename Update>
+void update_with(double scaled_norm, const FlatTensors& grads, float max_grad_norm, StepStats& stats,
+                 LossScaler* scaler, int64_t step, Update&& update) {
   // A sum of squares in double overflows only if an element is inf or NaN.
-  const double scaled_norm = global_grad_norm(model.grads());
   stats.applied = std::isfinite(scaled_norm);
-  if (!stats.applied) stats.nonfinite = first_nonfinite_gradient(model.grads());
+  if (!stats.applied) stats.nonfinite = first_nonfinite_gradient(grads);
   if (scaler != nullptr) scaler->update(stats.applied, step);
   if (!stats.applied) return;
   // Unscale before clipping, so that clipping sees the true norm.
   stats.grad_norm = scaled_norm / stats.loss_scale;
   stats.grad_scale = clip_coefficient(stats.grad_norm, max_grad_norm);
-  optimizer.step(model.params(), model.grads(), lr, stats.grad_scale / stats.loss_scale);
+  update(stats.grad_scale / stats.loss_scale);
+}
+
+}  // namespace
+
+void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats,
+                  LossScaler* scaler, int64_t step) {
+  const trace::ComputeScope span("gradient norm and optimizer");
+  update_with(global_grad_norm(model.grads()), model.grads(), max_grad_norm, stats, scaler, step,
+              [&](float grad_scale) { optimizer.step(model.params(), model.grads(), lr, grad_scale); });
+}
+
+void apply_sharded_update(Transformer& model, DataParallel& zero, float lr, float max_grad_norm, StepStats& stats,
+                          LossScaler* scaler, int64_t step) {
+  const trace::ComputeScope span("gradient norm and optimizer (sharded)");
+  update_with(zero.global_grad_norm(), model.grads(), max_grad_norm, stats, scaler, step,
+              [&](float grad_scale) { zero.update(lr, grad_scale); });
 }
 
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm, LossScaler* scaler, int64_t step, DataParallel* dp) {
+  DT_CHECK(dp == nullptr || dp->zero_stage() == 0, "with ZeRO the optimizer is the DataParallel's: use its train_step");
   StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f, dp);
   apply_update(model, optimizer, lr, max_grad_norm, stats, scaler, step);
+  return stats;
+}
+
+StepStats train_step(Transformer& model, DataParallel& zero, std::span<const MicroBatch> micro_batches, float lr,
+                     float max_grad_norm, LossScaler* scaler, int64_t step) {
+  StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f, &zero);
+  apply_sharded_update(model, zero, lr, max_grad_norm, stats, scaler, step);
   return stats;
 }
 

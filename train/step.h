@@ -55,8 +55,15 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
 // outcome to it (which throws when the run has diverged); `step` is for its messages.
 void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats,
                   LossScaler* scaler = nullptr, int64_t step = 0);
-// Both: one training step, with the scaler's current scale.
+// The same with ZeRO (zero.zero_stage() >= 1): the norm and the update are the sharded
+// optimizer's (parallel/data_parallel.h).
+void apply_sharded_update(Transformer& model, DataParallel& zero, float lr, float max_grad_norm, StepStats& stats,
+                          LossScaler* scaler = nullptr, int64_t step = 0);
+// Both: one training step, with the scaler's current scale. `dp`, when given, must be stage 0.
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0, DataParallel* dp = nullptr);
+// One training step under ZeRO.
+StepStats train_step(Transformer& model, DataParallel& zero, std::span<const MicroBatch> micro_batches, float lr,
+                     float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0);
 
 }  // namespace dt

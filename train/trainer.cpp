@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -128,9 +129,18 @@ TrainSummary run_training(const RunConfig& config) {
   const bool lead = groups.world->rank() == 0;  // prints, logs and saves for the job
   DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
 
-  Transformer model(mc, B, T, config.train.recompute, config.train.precision, device);
-  AdamW optimizer(model.layout(), config.adamw, device);
-  DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb);
+  // ZeRO pads the layout's units to equal parts over the dp ranks and keeps the optimizer
+  // sharded in data_parallel; without it the whole AdamW state is here.
+  const int zero_stage = config.parallel.zero_stage;
+  Transformer model(mc, B, T, config.train.recompute, config.train.precision, device,
+                    zero_stage >= 1 ? DataParallel::unit_multiple(groups.dims.dp) : kParamAlignment);
+  std::optional<AdamW> optimizer;
+  if (zero_stage == 0) optimizer.emplace(model.layout(), config.adamw, device);
+  DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb, zero_stage, config.adamw);
+  // Checkpoints hold the whole AdamW state: under ZeRO a host copy made for the occasion,
+  // gathered from the shards for a save (a collective) and read for a resume, each rank then
+  // taking its parts.
+  const auto host_optimizer = [&] { return AdamW(model.layout(), config.adamw, Device::cpu, MemTag::workspace); };
   std::unique_ptr<LossScaler> scaler;
   if (config.loss_scale.enabled) scaler = std::make_unique<LossScaler>(config.loss_scale.config);
 
@@ -139,7 +149,11 @@ TrainSummary run_training(const RunConfig& config) {
   std::string origin;
   if (config.checkpoint.resume && !checkpoints.empty() && std::filesystem::exists(checkpoints / "latest")) {
     const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
-    const TrainingProgress progress = load_training_checkpoint(checkpoint, model, optimizer, scaler.get());
+    std::optional<AdamW> whole;
+    if (!optimizer) whole.emplace(host_optimizer());
+    const TrainingProgress progress =
+        load_training_checkpoint(checkpoint, model, optimizer ? *optimizer : *whole, scaler.get());
+    if (whole) data_parallel.take_moments(*whole);
     summary.first_step = progress.step;
     loader.restore(progress.loader);
     origin = str("resumed from ", checkpoint.directory().string(), " (step ", progress.step, ")");
@@ -203,9 +217,16 @@ TrainSummary run_training(const RunConfig& config) {
     progress.message(str("step ", step, ": sample: ", sample_text(config, model.params(), *tokenizer)));
   };
   const auto save = [&](int64_t step, ProgressDisplay& progress) {
-    if (!lead || checkpoints.empty()) return;
-    summary.last_checkpoint = save_training_checkpoint(checkpoints, config.checkpoint.keep_last, model, optimizer,
-                                                       scaler.get(), {step, loader.state()});
+    if (checkpoints.empty()) return;
+    std::optional<AdamW> whole;
+    if (!optimizer) {
+      whole.emplace(host_optimizer());
+      data_parallel.gather_moments(*whole);  // every rank takes part
+    }
+    if (!lead) return;
+    summary.last_checkpoint = save_training_checkpoint(checkpoints, config.checkpoint.keep_last, model,
+                                                       optimizer ? *optimizer : *whole, scaler.get(),
+                                                       {step, loader.state()});
     progress.message(str("step ", step, ": saved checkpoint ", summary.last_checkpoint.string()));
   };
 
@@ -229,8 +250,11 @@ TrainSummary run_training(const RunConfig& config) {
     const auto start = std::chrono::steady_clock::now();
     step_batches.upload();
     const float lr = config.lr.at(step);
-    const StepStats stats = train_step(model, optimizer, step_batches.on_device(), lr, config.train.grad_clip,
-                                       scaler.get(), step + 1, &data_parallel);
+    const StepStats stats =
+        optimizer ? train_step(model, *optimizer, step_batches.on_device(), lr, config.train.grad_clip, scaler.get(),
+                               step + 1, &data_parallel)
+                  : train_step(model, data_parallel, step_batches.on_device(), lr, config.train.grad_clip, scaler.get(),
+                               step + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     summary.last_loss = stats.loss;
