@@ -352,6 +352,22 @@ TEST(TrainCli, ARankThatStopsCallingCollectivesIsNamedByTheOthers) {
   EXPECT_NE(result.output.find("  rank 3:\n    dp: "), std::string::npos) << result.output;
 }
 
+// A rank that dies mid-run (SIGKILL before step 2): the launcher ends the others at once and
+// names the rank, instead of leaving them waiting in the step's first collective.
+TEST(TrainCli, ARankThatDiesEndsTheJobAndIsNamed) {
+  const TrainRun run;
+  const std::string bin = str(DTRAIN_BINARY_DIR, "/dtrain ");
+  const std::string args = run.args("dies", "parallel.dp=2 parallel.timeout_s=60");
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = run_dtrain(args + " : -np 1 -x DTRAIN_INJECT_FAULT=step-kills-rank@2 " + bin + args,
+                                 testing::mpirun(1));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.status, 0);
+  EXPECT_LT(seconds, 30) << "the surviving rank was left waiting";
+  EXPECT_NE(result.output.find("rank 1"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("signal 9"), std::string::npos) << result.output;
+}
+
 // log.trace under two ranks: one Chrome trace with both ranks' compute and communication
 // tracks, and the per-step overlap summary in the log and in metrics.jsonl.
 TEST(TrainCli, TheTraceHoldsEveryRanksComputeAndCommunication) {

@@ -14,9 +14,11 @@ bool fault_injected(std::string_view fault, int64_t step) {
   const size_t at = spec.find('@');
   const std::string name = spec.substr(0, at);
   if (at == std::string::npos ||
-      (name != "checkpoint-write-fails" && name != "checkpoint-write-stalls" && name != "step-stalls"))
+      (name != "checkpoint-write-fails" && name != "checkpoint-write-stalls" && name != "step-stalls" &&
+       name != "step-kills-rank"))
     throw Error(str("DTRAIN_INJECT_FAULT = '", spec, "': expected checkpoint-write-fails@STEP, "
-                    "checkpoint-write-stalls@STEP or step-stalls@STEP; unset it for a normal run"));
+                    "checkpoint-write-stalls@STEP, step-stalls@STEP or step-kills-rank@STEP; unset it for a normal "
+                    "run"));
   char* end = nullptr;
   const long long fault_step = std::strtoll(spec.c_str() + at + 1, &end, 10);
   if (*end != '\0' || end == spec.c_str() + at + 1)

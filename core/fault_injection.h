@@ -10,6 +10,8 @@
 //   step-stalls              the rank stops for ten minutes before step STEP, calling no
 //                            collective (the collective watchdog's test: the other ranks
 //                            report it)
+//   step-kills-rank          the rank kills itself (SIGKILL) before step STEP: a rank that
+//                            dies mid-run
 // Unset (the normal case), nothing is injected. A malformed value is an error, so a test
 // cannot silently run without its fault.
 #pragma once

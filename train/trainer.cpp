@@ -246,6 +246,7 @@ TrainSummary run_training(const RunConfig& config) {
   bool stopping = false;
   while (step < total_steps && !stopping) {
     if (fault_injected("step-stalls", step + 1)) std::this_thread::sleep_for(std::chrono::minutes(10));
+    if (fault_injected("step-kills-rank", step + 1)) std::raise(SIGKILL);
     for (int m = 0; m < step_batches.count(); ++m) loader.next(step_batches.host(m).tokens, step_batches.host(m).targets);
     const auto start = std::chrono::steady_clock::now();
     step_batches.upload();
