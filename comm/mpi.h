@@ -15,7 +15,8 @@ bool launched_by_mpi();
 // The communicator of every rank of the job, named "world", for buffers on `device` (CUDA
 // buffers are staged through host memory: the MPI backend lets multi-rank GPU code run on one
 // GPU). Initializes MPI on its own thread on first use (comm/mpi_progress.h).
-std::unique_ptr<Communicator> mpi_world(Device device);
+// `name` tells two communicators over the same ranks apart in messages and the watchdog.
+std::unique_ptr<Communicator> mpi_world(Device device, std::string name = "world");
 
 // The peers `dtrain bench comm` measures dtrain against: seconds per MPI call of `kind`
 // (all_reduce sum, reduce_scatter_block, all_gather, broadcast, all_to_all) on f32, `bytes` as

@@ -137,7 +137,7 @@ class MpiCommunicator final : public Communicator {
     auto view = std::make_unique<HostView>(buffer, true);
     // Into a second buffer, then copied back: Open MPI's nonblocking all-reduce in place ran
     // 2.5-3x slower at 64 MiB on 2 ranks than out of place (bench comm), far more than the copy.
-    auto result = results_.take(buffer.bytes());
+    auto result = results_->take(buffer.bytes());
     void* data = view->data;
     const int count = count_of(buffer), ranks = size();
     const DType dtype = buffer.dtype;
@@ -148,9 +148,9 @@ class MpiCommunicator final : public Communicator {
           check_mpi(MPI_Iallreduce(data, result->data(), count, type, mpi_op(op), comm_, &r), "MPI_Iallreduce");
           return r;
         },
-        [=, this] {
+        [=, results = results_] {
           std::memcpy(data, result->data(), bytes);
-          results_.give_back(result);
+          results->give_back(result);
           if (op == ReduceOp::average) divide(data, dtype, count, ranks);
         },
         std::move(view));
@@ -303,7 +303,8 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_;
   std::vector<int> members_;
-  ResultBuffers results_;
+  // Shared with the finishing steps, which may run after this communicator is gone.
+  std::shared_ptr<ResultBuffers> results_ = std::make_shared<ResultBuffers>();
 };
 
 }  // namespace
@@ -376,12 +377,12 @@ void abort_job_if_mpi(int exit_code) {
   MpiProgress::instance().run([exit_code] { MPI_Abort(MPI_COMM_WORLD, exit_code); });
 }
 
-std::unique_ptr<Communicator> mpi_world(Device device) {
+std::unique_ptr<Communicator> mpi_world(Device device, std::string name) {
   MpiProgress& progress = MpiProgress::instance();
   std::vector<int> everyone(static_cast<size_t>(progress.world_size()));
   std::iota(everyone.begin(), everyone.end(), 0);
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, progress.world_rank(), progress.world_size(), "world",
-                                           device, std::move(everyone));
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, progress.world_rank(), progress.world_size(),
+                                           std::move(name), device, std::move(everyone));
 }
 
 namespace {

@@ -131,7 +131,8 @@ void MpiProgress::loop() {
       }
       try {
         const auto started = std::chrono::steady_clock::now();
-        active.push_back({op.start(), std::move(op.finish), state, op.collective, started});
+        const MPI_Request request = op.start();
+        active.push_back({request, std::move(op.finish), state, op.collective, started, std::move(op.start)});
         if (op.collective) watchdog_->started(*op.collective, op.members);
       } catch (...) {
         state->complete(std::current_exception());

@@ -86,6 +86,8 @@ class MpiProgress {
     std::shared_ptr<MpiOpState> state;
     std::optional<CollectiveInfo> collective;
     std::chrono::steady_clock::time_point started;  // for the trace's communication track
+    // Kept until completion: what it captured (host copies MPI reads) must outlive the request.
+    std::function<MPI_Request()> start;
   };
 
   std::mutex mutex_;

@@ -119,7 +119,7 @@ TrainSummary run_training(const RunConfig& config) {
   // The job's ranks, checked before anything large is allocated: started alike, as many as the
   // parallel layout needs. `control` exchanges host values (the launch check, stop requests);
   // the groups move the model's buffers.
-  const std::unique_ptr<Communicator> control = launched_by_mpi() ? mpi_world(Device::cpu)
+  const std::unique_ptr<Communicator> control = launched_by_mpi() ? mpi_world(Device::cpu, "control")
                                                                    : std::make_unique<SingleProcessCommunicator>(Device::cpu);
   check_same_launch(*control, resolved_toml(config));
   set_collective_timeout(config.parallel.timeout_s);
@@ -147,7 +147,13 @@ TrainSummary run_training(const RunConfig& config) {
   TrainSummary summary;
   const std::filesystem::path checkpoints = config.checkpoint_dir();
   std::string origin;
-  if (config.checkpoint.resume && !checkpoints.empty() && std::filesystem::exists(checkpoints / "latest")) {
+  const bool resume = config.checkpoint.resume && !checkpoints.empty() && std::filesystem::exists(checkpoints / "latest");
+  // Every rank must resume, or none: they read the same checkpoint directory.
+  const double resuming = all_reduce_value(*control, resume ? 1 : 0, ReduceOp::sum);
+  if (resuming != 0 && resuming != control->size())
+    throw Error(str("some ranks find a checkpoint in ", checkpoints.string(), " and others do not; put checkpoint.dir ",
+                    "(or log.run_dir) on a filesystem every rank shares"));
+  if (resume) {
     const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
     std::optional<AdamW> whole;
     if (!optimizer) whole.emplace(host_optimizer());
@@ -291,7 +297,7 @@ TrainSummary run_training(const RunConfig& config) {
   }
   save(step, progress);
   if (!trace_part.empty()) {
-    groups.world->barrier().wait();  // every rank's part is written
+    control->barrier().wait();  // every rank's part is written (a host barrier: NCCL's does not block)
     if (lead) {
       std::vector<std::filesystem::path> parts;
       for (int r = 0; r < groups.world->size(); ++r) parts.push_back(config.log.run_dir / str("trace_rank", r, ".jsonl"));

@@ -10,6 +10,7 @@
 #include <nccl.h>
 
 #include <cstdlib>
+#include <exception>
 #include <cstring>
 #include <vector>
 
@@ -51,6 +52,15 @@ ncclDataType_t nccl_type(DType dtype) {
 // Elements of t as NCCL counts them for its type.
 size_t nccl_count(const Tensor& t) {
   return nccl_type(t.dtype) == ncclUint8 ? t.bytes() : static_cast<size_t>(t.numel());
+}
+
+// The NCCL type of a buffer NCCL reduces; throws for a dtype it cannot (bytes cannot be summed).
+ncclDataType_t reduce_type(const Tensor& t, const std::string& group) {
+  const ncclDataType_t type = nccl_type(t.dtype);
+  if (type == ncclUint8)
+    throw Error(str("a reduction of ", dtype_name(t.dtype), " on '", group,
+                    "': the NCCL backend reduces f32, f64, bf16, f16, i32 and u32"));
+  return type;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -98,13 +108,21 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size, std::string name)
       : Communicator(rank, size, std::move(name), Device::cuda), comm_(comm) {}
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  // Destroying waits for the communicator's unfinished operations; while an error unwinds, a
+  // peer may never join them, so the communicator is aborted instead and the error reaches
+  // main, which ends the job.
+  ~NcclCommunicator() override {
+    if (std::uncaught_exceptions() > 0)
+      ncclCommAbort(comm_);
+    else
+      ncclCommDestroy(comm_);
+  }
   std::string backend() const override { return str("NCCL ", nccl_version()); }
 
  protected:
   std::unique_ptr<Work> start_all_reduce(Tensor buffer, ReduceOp op) override {
     return issue([&](cudaStream_t s) {
-      DT_NCCL_CHECK(ncclAllReduce(buffer.data, buffer.data, nccl_count(buffer), nccl_type(buffer.dtype), nccl_op(op),
+      DT_NCCL_CHECK(ncclAllReduce(buffer.data, buffer.data, nccl_count(buffer), reduce_type(buffer, name()), nccl_op(op),
                                   comm_, s),
                     comm_);
     });
@@ -112,7 +130,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Work> start_reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
     return issue([&](cudaStream_t s) {
       DT_NCCL_CHECK(
-          ncclReduceScatter(in.data, out.data, nccl_count(out), nccl_type(out.dtype), nccl_op(op), comm_, s), comm_);
+          ncclReduceScatter(in.data, out.data, nccl_count(out), reduce_type(out, name()), nccl_op(op), comm_, s), comm_);
     });
   }
   std::unique_ptr<Work> start_all_gather(Tensor out, Tensor in) override {
