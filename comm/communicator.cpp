@@ -158,8 +158,9 @@ CollectiveHandle Communicator::recv(Tensor buffer, int peer) {
   return launch(std::move(c), [&] { return start_recv(buffer, peer); });
 }
 
-CollectiveHandle Communicator::barrier() {
-  CollectiveInfo c = next("barrier", Tensor{});
+CollectiveHandle Communicator::barrier(bool timed) {
+  CollectiveInfo c = next(timed ? "barrier" : "barrier (untimed)", Tensor{});
+  c.timed = timed;
   return launch(std::move(c), [&] { return start_barrier(); });
 }
 

@@ -49,6 +49,7 @@ struct CollectiveInfo {
   uint64_t sequence = 0;  // 1 for the group's first collective
   size_t bytes = 0;       // this rank's input (for all_gather) or buffer
   DType dtype = DType::f32;
+  bool timed = true;  // false: the watchdog lets it wait (a barrier behind rank 0's own work)
   std::string describe() const;  // "all_reduce sum of 4.0 MiB f32 on dp (#42)"
 };
 
@@ -101,7 +102,10 @@ class Communicator {
   CollectiveHandle all_to_all(Tensor out, Tensor in);
   CollectiveHandle send(Tensor buffer, int peer);
   CollectiveHandle recv(Tensor buffer, int peer);
-  CollectiveHandle barrier();
+  // `timed` = false exempts the barrier from the collective watchdog: for waiting out work only
+  // some ranks do (rank 0's validation, samples, checkpoint writes), which may take longer than
+  // any collective should.
+  CollectiveHandle barrier(bool timed = true);
 
   // The communicator of the ranks that pass the same color, ranked by key (then by rank here),
   // named `name`. Every rank of this group must call it, in the same order as its collectives.

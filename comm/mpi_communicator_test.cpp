@@ -3,7 +3,9 @@
 // f32, so every sum is exact and every result is checked for equality.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi.h"
@@ -104,6 +106,19 @@ TEST(Mpi, BuffersMpiCannotReduceAreRefusedByName) {
   }
   std::vector<uint16_t> all(4 * static_cast<size_t>(world->size()));
   world->all_gather({.data = all.data(), .dtype = DType::bf16, .shape = {static_cast<int64_t>(all.size())}}, t).wait();
+}
+
+// An untimed barrier waits out rank 0's work past the collective timeout without the watchdog
+// ending the job (the trainer's barrier behind rank 0's checkpoint writes).
+TEST(Mpi, AnUntimedBarrierWaitsOutMoreThanTheTimeout) {
+  DT_SKIP_WITHOUT_MPIRUN();
+  const std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
+  const double saved = collective_timeout_s();
+  set_collective_timeout(0.5);
+  if (world->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  world->barrier(/*timed=*/false).wait();
+  set_collective_timeout(saved);
+  world->barrier().wait();
 }
 
 // CUDA buffers staged through host memory: the same results as host buffers.

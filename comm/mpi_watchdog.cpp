@@ -80,7 +80,7 @@ void MpiWatchdog::poll() {
   answer_questions();
   const double timeout = collective_timeout_s();
   for (const auto& [key, f] : in_flight_)
-    if (seconds_since(f.since) > timeout) report_and_abort(f);
+    if (f.collective.timed && seconds_since(f.since) > timeout) report_and_abort(f);
 }
 
 void MpiWatchdog::report_and_abort(const InFlight& stuck) {

@@ -282,9 +282,14 @@ TrainSummary run_training(const RunConfig& config) {
                    .hidden_fraction = overlap.hidden_fraction(), .skipped_by = stats.applied ? "" : stats.nonfinite});
     stopping = all_reduce_value(*control, stop.requested() ? 1 : 0, ReduceOp::max) > 0;  // all ranks stop together
     if (step == total_steps || stopping) break;
+    const bool lead_works = due(step, config.eval.every) || due(step, config.sample.every) ||
+                            due(step, config.checkpoint.every);
     if (due(step, config.eval.every)) validate(step, progress);
     if (due(step, config.sample.every)) sample(step, progress);
     if (due(step, config.checkpoint.every)) save(step, progress);
+    // The other ranks wait out rank 0's evaluation, sample and checkpoint write here, untimed,
+    // rather than in the next step's first collective, where the watchdog would count it.
+    if (lead_works && control->size() > 1) control->barrier(/*timed=*/false).wait();
   }
   summary.last_step = step;
   summary.stopped_by_signal = stopping;
