@@ -140,19 +140,33 @@ void DataParallel::update(float lr, float grad_scale) {
   for (CollectiveHandle& h : gathers) h.wait();
 }
 
-void DataParallel::gather_moments(AdamW& full) {
+void DataParallel::gather_moments(AdamW* full) {
   DT_CHECK(zero_stage_ >= 1, "gather_moments is ZeRO's");
-  // Through a whole-buffer copy on the group's device, gathered unit by unit, then to `full`.
-  const int64_t total = model_.layout().total_elements();
-  const Buffer whole(static_cast<size_t>(total) * sizeof(float), MemTag::communication, dp_.device());
-  for (const auto& [shard, target] : {std::pair{&m_, &full.m()}, std::pair{&v_, &full.v()}}) {
-    const Tensor w = whole.view(DType::f32, {total});
-    for (const Part& p : parts_)
-      dp_.all_gather(w.slice_rows(p.unit.begin, p.unit.size()), shard_view(*shard, p)).wait();
-    const Tensor t = target->all();
-    copy_bytes(t.data, t.device, w.data, w.device, t.bytes());
+  const bool lead = dp_.rank() == 0;
+  DT_CHECK(lead == (full != nullptr), "gather_moments: rank 0 of the group, and only it, passes the whole state");
+  for (const auto& [shard, which] : {std::pair{&m_, 0}, std::pair{&v_, 1}}) {
+    std::vector<CollectiveHandle> parts;
+    if (!lead) {
+      for (const Part& p : parts_) parts.push_back(dp_.send(shard_view(*shard, p), 0));
+      for (CollectiveHandle& h : parts) h.wait();
+      continue;
+    }
+    // Rank 0 receives every other rank's part of every unit, in the group's device memory, then
+    // copies the whole moment to `full`.
+    const Tensor target = which == 0 ? full->m().all() : full->v().all();
+    const Buffer whole(target.bytes(), MemTag::communication, dp_.device());
+    const Tensor w = whole.view(DType::f32, {target.numel()});
+    const int64_t ranks = dp_.size();
+    for (const Part& p : parts_) {
+      const int64_t part = p.unit.size() / ranks;
+      const Tensor mine = shard_view(*shard, p);
+      copy_bytes(w.slice_rows(p.global.begin, part).data, w.device, mine.data, mine.device, mine.bytes());
+      for (int r = 1; r < ranks; ++r) parts.push_back(dp_.recv(w.slice_rows(p.unit.begin + r * part, part), r));
+    }
+    for (CollectiveHandle& h : parts) h.wait();
+    copy_bytes(target.data, target.device, w.data, w.device, target.bytes());
   }
-  full.restore_steps_taken(steps_taken_);
+  if (full != nullptr) full->restore_steps_taken(steps_taken_);
 }
 
 void DataParallel::take_moments(AdamW& full) {

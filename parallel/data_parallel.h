@@ -69,9 +69,10 @@ class DataParallel {
   void update(float lr, float grad_scale);
   int64_t steps_taken() const { return steps_taken_; }
   // Checkpoints hold the whole AdamW state, whatever the stage and the number of ranks:
-  // gather_moments fills `full` (on the CPU) from every rank's shard (a collective);
+  // gather_moments fills `full` on rank 0 of the group from every rank's shard (a collective:
+  // the other ranks pass nullptr and send their parts; nothing whole is allocated on them);
   // take_moments copies this rank's parts out of a whole state.
-  void gather_moments(AdamW& full);
+  void gather_moments(AdamW* full);
   void take_moments(AdamW& full);
 
  private:

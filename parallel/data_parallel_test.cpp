@@ -148,7 +148,7 @@ TEST(DataParallel, ZeroStage1OnOneRankIsAdamWBitForBit) {
   EXPECT_EQ(zero.steps_taken(), 3);
   // The moments gathered back into a whole AdamW state are the plain optimizer's.
   AdamW gathered(sharded.layout(), {});
-  zero.gather_moments(gathered);
+  zero.gather_moments(&gathered);
   for (const ParamInfo& p : plain.layout().params()) {
     const Tensor a = optimizer.m().shown(p), b = gathered.m().shown(p.name);
     EXPECT_EQ(std::memcmp(a.data, b.data, a.bytes()), 0) << p.name;

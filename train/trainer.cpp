@@ -226,8 +226,8 @@ TrainSummary run_training(const RunConfig& config) {
     if (checkpoints.empty()) return;
     std::optional<AdamW> whole;
     if (!optimizer) {
-      whole.emplace(host_optimizer());
-      data_parallel.gather_moments(*whole);  // every rank takes part
+      if (lead) whole.emplace(host_optimizer());
+      data_parallel.gather_moments(lead ? &*whole : nullptr);  // every rank takes part
     }
     if (!lead) return;
     summary.last_checkpoint = save_training_checkpoint(checkpoints, config.checkpoint.keep_last, model,
