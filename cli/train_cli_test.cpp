@@ -369,7 +369,10 @@ TEST(TrainCli, ARankThatStopsCallingCollectivesIsNamedByTheOthers) {
   EXPECT_NE(result.output.find("(parallel.timeout_s = 3); waiting for rank 3, which has not started it"),
             std::string::npos)
       << result.output;
-  EXPECT_NE(result.output.find("  rank 3:\n    dp: "), std::string::npos) << result.output;
+  // Where rank 3 is: its last dp collective is the previous step's (#3), the others' is #4.
+  EXPECT_NE(result.output.find("  rank 3:\n    control: "), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("    dp: 3 all_reduce sum of 8 B f64 on dp (#3) (finished)"), std::string::npos)
+      << result.output;
 }
 
 // A rank that dies mid-run (SIGKILL before step 2): the launcher ends the others at once and
