@@ -274,6 +274,7 @@ TEST(TrainCli, TwoDataParallelRanksTrainLikeOneProcessAndResumeInOne) {
   EXPECT_NE(rest.output.find("resumed from "), std::string::npos) << rest.output;
   const std::vector<double> resumed = run.losses("switch");
   ASSERT_EQ(resumed.size(), 6u);
+  // The same bound as above: steps 4-6 continue from parameters that agree to fp32 rounding.
   for (size_t s = 3; s < 6; ++s) EXPECT_NEAR(resumed[s], expected[s], 1e-5 * expected[s]) << "step " << s + 1;
 }
 

@@ -143,17 +143,13 @@ class MpiCommunicator final : public Communicator {
     const DType dtype = buffer.dtype;
     const size_t bytes = buffer.bytes();
     return started(
-        [=, this] {
-          MPI_Request r;
-          check_mpi(MPI_Iallreduce(data, result->data(), count, type, mpi_op(op), comm_, &r), "MPI_Iallreduce");
-          return r;
-        },
-        [=, results = results_] {
+        "MPI_Iallreduce",
+        [=, this](MPI_Request* r) { return MPI_Iallreduce(data, result->data(), count, type, mpi_op(op), comm_, r); },
+        std::move(view), [=, results = results_] {
           std::memcpy(data, result->data(), bytes);
           results->give_back(result);
           if (op == ReduceOp::average) divide(data, dtype, count, ranks);
-        },
-        std::move(view));
+        });
   }
 
   std::unique_ptr<Work> start_reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
@@ -164,13 +160,13 @@ class MpiCommunicator final : public Communicator {
     const int count = count_of(out), ranks = size();
     const DType dtype = out.dtype;
     return started(
-        [=, this] {
-          MPI_Request r;
-          check_mpi(MPI_Ireduce_scatter_block(in_view->data, data, count, type, mpi_op(op), comm_, &r),
-                    "MPI_Ireduce_scatter_block");
-          return r;
+        "MPI_Ireduce_scatter_block",
+        [=, this](MPI_Request* r) {
+          return MPI_Ireduce_scatter_block(in_view->data, data, count, type, mpi_op(op), comm_, r);
         },
-        [=] { if (op == ReduceOp::average) divide(data, dtype, count, ranks); }, std::move(out_view));
+        std::move(out_view), [=] {
+          if (op == ReduceOp::average) divide(data, dtype, count, ranks);
+        });
   }
 
   std::unique_ptr<Work> start_all_gather(Tensor out, Tensor in) override {
@@ -183,13 +179,11 @@ class MpiCommunicator final : public Communicator {
     const int count = count_of(in);
     const MPI_Datatype type = word_type(in.dtype);
     return started(
-        [=, this] {
-          MPI_Request r;
-          check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : in_view->data, count, type, data, count, type, comm_, &r),
-                    "MPI_Iallgather");
-          return r;
+        "MPI_Iallgather",
+        [=, this](MPI_Request* r) {
+          return MPI_Iallgather(in_place ? MPI_IN_PLACE : in_view->data, count, type, data, count, type, comm_, r);
         },
-        [in_view] {}, std::move(out_view));
+        std::move(out_view));
   }
 
   std::unique_ptr<Work> start_broadcast(Tensor buffer, int root) override {
@@ -198,12 +192,8 @@ class MpiCommunicator final : public Communicator {
     const int count = count_of(buffer);
     const MPI_Datatype type = word_type(buffer.dtype);
     return started(
-        [=, this] {
-          MPI_Request r;
-          check_mpi(MPI_Ibcast(data, count, type, root, comm_, &r), "MPI_Ibcast");
-          return r;
-        },
-        [] {}, std::move(view));
+        "MPI_Ibcast", [=, this](MPI_Request* r) { return MPI_Ibcast(data, count, type, root, comm_, r); },
+        std::move(view));
   }
 
   std::unique_ptr<Work> start_all_to_all(Tensor out, Tensor in) override {
@@ -213,12 +203,9 @@ class MpiCommunicator final : public Communicator {
     const int count = count_of(in) / size();
     const MPI_Datatype type = word_type(in.dtype);
     return started(
-        [=, this] {
-          MPI_Request r;
-          check_mpi(MPI_Ialltoall(in_view->data, count, type, data, count, type, comm_, &r), "MPI_Ialltoall");
-          return r;
-        },
-        [in_view] {}, std::move(out_view));
+        "MPI_Ialltoall",
+        [=, this](MPI_Request* r) { return MPI_Ialltoall(in_view->data, count, type, data, count, type, comm_, r); },
+        std::move(out_view));
   }
 
   std::unique_ptr<Work> start_send(Tensor buffer, int peer) override {
@@ -226,12 +213,9 @@ class MpiCommunicator final : public Communicator {
     const int count = count_of(buffer);
     const MPI_Datatype type = word_type(buffer.dtype);
     return started(
-        [=, this] {
-          MPI_Request r;
-          check_mpi(MPI_Isend(view->data, count, type, peer, kPointToPointTag, comm_, &r), "MPI_Isend");
-          return r;
-        },
-        [view] {}, nullptr);
+        "MPI_Isend",
+        [=, this](MPI_Request* r) { return MPI_Isend(view->data, count, type, peer, kPointToPointTag, comm_, r); },
+        nullptr);
   }
 
   std::unique_ptr<Work> start_recv(Tensor buffer, int peer) override {
@@ -240,22 +224,12 @@ class MpiCommunicator final : public Communicator {
     const int count = count_of(buffer);
     const MPI_Datatype type = word_type(buffer.dtype);
     return started(
-        [=, this] {
-          MPI_Request r;
-          check_mpi(MPI_Irecv(data, count, type, peer, kPointToPointTag, comm_, &r), "MPI_Irecv");
-          return r;
-        },
-        [] {}, std::move(view));
+        "MPI_Irecv", [=, this](MPI_Request* r) { return MPI_Irecv(data, count, type, peer, kPointToPointTag, comm_, r); },
+        std::move(view));
   }
 
   std::unique_ptr<Work> start_barrier() override {
-    return started(
-        [this] {
-          MPI_Request r;
-          check_mpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
-          return r;
-        },
-        [] {}, nullptr);
+    return started("MPI_Ibarrier", [this](MPI_Request* r) { return MPI_Ibarrier(comm_, r); }, nullptr);
   }
 
   std::unique_ptr<Communicator> split_group(int color, int key, std::string name) override {
@@ -284,8 +258,17 @@ class MpiCommunicator final : public Communicator {
  private:
   static constexpr int kPointToPointTag = 7;
 
-  std::unique_ptr<Work> started(std::function<MPI_Request()> start, std::function<void()> finish,
-                                std::unique_ptr<HostView> out) {
+  // Submits `call` (an MPI nonblocking call, named for its errors) to the MPI thread. What `call`
+  // captured — the host copies MPI reads — lives until the request completes (the thread keeps
+  // the start function); `out` is copied to the device in wait(); `finish` runs on the MPI
+  // thread after completion.
+  std::unique_ptr<Work> started(const char* call_name, std::function<int(MPI_Request*)> call,
+                                std::unique_ptr<HostView> out, std::function<void()> finish = [] {}) {
+    auto start = [call = std::move(call), call_name] {
+      MPI_Request r;
+      check_mpi(call(&r), call_name);
+      return r;
+    };
     auto state = MpiProgress::instance().submit(
         {.start = std::move(start), .finish = std::move(finish), .collective = starting(), .members = members_});
     return std::make_unique<MpiWork>(std::move(state), std::move(out));
