@@ -352,10 +352,12 @@ void Transformer::backward_blocks(Tensor tokens) {
   zero_bytes(dres.data, device_, dres.bytes());
   Tensor x_last = c.n_layer > 0 ? act(a.layers.back().res3) : act(a.encoded);
   norm_backward(dres, dtmp, x_last, mean_rows(a.lnf_mean), rows(a.lnf_rstd), "ln_f");
-  const auto ready_from = [&](const std::string& first_param) {
-    if (gradients_ready_) gradients_ready_(layout_.find(first_param).offset);
+  // The layout's units are the embeddings, each block, then the head (model/parameters.h):
+  // a unit's gradients are final once backward has passed it.
+  const auto unit_done = [&](size_t unit) {
+    if (gradients_ready_) gradients_ready_(layout_.units()[unit].begin);
   };
-  ready_from("ln_f.weight");  // and lm_head after it, when untied
+  unit_done(layout_.units().size() - 1);  // the head: ln_f, and lm_head when untied
 
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const Activations::Layer& L = a.layers[l];
@@ -388,7 +390,7 @@ void Transformer::backward_blocks(Tensor tokens) {
     k::linear_backward_input(dtmp, dqkv, p(l, "attn.qkv.weight"));
     k::linear_backward_weight(g(l, "attn.qkv.weight"), gb(l, "attn.qkv"), dqkv, act(L.ln1));
     norm_backward(dres, dtmp, x, mean_rows(L.ln1_mean), rows(L.ln1_rstd), h + "ln_1");
-    ready_from(h + "ln_1.weight");  // the block's first parameter
+    unit_done(static_cast<size_t>(l) + 1);
   }
   if (gpt2) k::position_embedding_backward(grads_.stored("wpe"), dres.reshape({B, T, C}));
   k::embedding_backward(grads_.stored("wte"), tokens.reshape({N}), dres);
