@@ -59,6 +59,18 @@ class TrainRun {
     return out;
   }
 
+  // The last validation loss metrics.jsonl holds.
+  double final_validation_loss(const std::string& run) const {
+    double loss = -1;
+    std::ifstream in(path(run) / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto entry = nlohmann::json::parse(line);
+      if (entry.contains("val_loss")) loss = entry["val_loss"].get<double>();
+    }
+    EXPECT_GE(loss, 0) << "no validation loss in " << run;
+    return loss;
+  }
+
   // The bytes of the final checkpoint's tensor file: parameters and both AdamW moments.
   std::string final_tensors(const std::string& run) const {
     const auto step = ckpt::Checkpoint::latest(path(run) / "checkpoints");
@@ -278,28 +290,38 @@ TEST(TrainCli, TwoDataParallelRanksTrainLikeOneProcessAndResumeInOne) {
   for (size_t s = 3; s < 6; ++s) EXPECT_NEAR(resumed[s], expected[s], 1e-5 * expected[s]) << "step " << s + 1;
 }
 
-// ZeRO stage 1 on two ranks trains the one-process model, and its checkpoints are whole: saved
-// under ZeRO on two ranks they resume in one process, and saved by one process they resume under
-// ZeRO on two ranks, on the same loss curve.
-TEST(TrainCli, ZeroStage1CheckpointsMoveBetweenLayouts) {
+// ZeRO on two ranks trains the one-process model at every stage, and its checkpoints are whole:
+// saved under one stage on two ranks they resume in one process, and saved by one process they
+// resume under another stage on two ranks, on the same loss curve. The validation loss at the
+// end (under ZeRO 3 evaluated by both ranks, each forward gathering the units) is the same too.
+TEST(TrainCli, ZeroCheckpointsMoveBetweenStagesAndLayouts) {
   const TrainRun run;
   const std::string six = "train.steps=6 checkpoint.every=3";
   ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
   const std::vector<double> expected = run.losses("one");
-  const std::string zero = " parallel.dp=2 parallel.zero_stage=1";
-  const auto sharded = run_dtrain(run.args("zero", six + zero), testing::mpirun(2));
-  ASSERT_EQ(sharded.status, 0) << sharded.output;
-  const auto first = run_dtrain(run.args("to_one", "train.steps=3" + zero), testing::mpirun(2));
+  const double expected_val = run.final_validation_loss("one");
+  const auto zero = [](int stage) { return str(" parallel.dp=2 parallel.zero_stage=", stage); };
+  for (const int stage : {1, 2, 3}) {
+    const auto sharded = run_dtrain(run.args(str("zero", stage), six + zero(stage)), testing::mpirun(2));
+    ASSERT_EQ(sharded.status, 0) << sharded.output;
+  }
+  // Stage 3 to one process, one process to stage 2, stage 1 to stage 3.
+  const auto first = run_dtrain(run.args("3_to_one", "train.steps=3" + zero(3)), testing::mpirun(2));
   ASSERT_EQ(first.status, 0) << first.output;
-  ASSERT_EQ(run_dtrain(run.args("to_one", six)).status, 0);
-  ASSERT_EQ(run_dtrain(run.args("to_zero", "train.steps=3")).status, 0);
-  const auto rest = run_dtrain(run.args("to_zero", six + zero), testing::mpirun(2));
+  ASSERT_EQ(run_dtrain(run.args("3_to_one", six)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("one_to_2", "train.steps=3")).status, 0);
+  const auto rest = run_dtrain(run.args("one_to_2", six + zero(2)), testing::mpirun(2));
   ASSERT_EQ(rest.status, 0) << rest.output;
-  for (const char* name : {"zero", "to_one", "to_zero"}) {
+  const auto from1 = run_dtrain(run.args("1_to_3", "train.steps=3" + zero(1)), testing::mpirun(2));
+  ASSERT_EQ(from1.status, 0) << from1.output;
+  const auto to3 = run_dtrain(run.args("1_to_3", six + zero(3)), testing::mpirun(2));
+  ASSERT_EQ(to3.status, 0) << to3.output;
+  for (const char* name : {"zero1", "zero2", "zero3", "3_to_one", "one_to_2", "1_to_3"}) {
     const std::vector<double> got = run.losses(name);
     ASSERT_EQ(got.size(), 6u) << name;
     // As TwoDataParallelRanksTrainLikeOneProcessAndResumeInOne: fp32 rounding of the sums.
     for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+    EXPECT_NEAR(run.final_validation_loss(name), expected_val, 1e-5 * expected_val) << name;
   }
 }
 

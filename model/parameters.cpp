@@ -1,5 +1,6 @@
 #include "model/parameters.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -102,17 +103,64 @@ int64_t ParameterLayout::num_parameters() const {
   return n;
 }
 
-FlatTensors::FlatTensors(const ParameterLayout& layout, MemTag tag, Device device, DType dtype)
-    : layout_(&layout),
-      dtype_(dtype),
-      buffer_(static_cast<size_t>(layout.total_elements()) * dtype_size(dtype), tag, device) {}
+size_t ParameterLayout::unit_of(const ParamInfo& p) const {
+  const auto after = std::upper_bound(units_.begin(), units_.end(), p.offset,
+                                      [](int64_t offset, const kernels::FlatRange& u) { return offset < u.begin; });
+  return static_cast<size_t>(after - units_.begin()) - 1;
+}
+
+FlatTensors::FlatTensors(const ParameterLayout& layout, MemTag tag, Device device, DType dtype, Storage storage)
+    : layout_(&layout), dtype_(dtype), tag_(tag), device_(device), storage_(storage) {
+  if (storage == Storage::whole)
+    buffer_ = Buffer(static_cast<size_t>(layout.total_elements()) * dtype_size(dtype), tag, device);
+  else
+    units_.resize(layout.units().size());
+}
+
+Tensor FlatTensors::all() const {
+  DT_CHECK(storage_ == Storage::whole, "all() of flat tensors stored per unit: use unit()");
+  return buffer_.view(dtype_, {layout_->total_elements()});
+}
+
+Tensor FlatTensors::unit(size_t u) const {
+  const kernels::FlatRange& range = layout_->units().at(u);
+  if (storage_ == Storage::whole) return all().slice_rows(range.begin, range.size());
+  DT_CHECK(held(u), "unit ", u, " of flat tensors stored per unit is not held");
+  return units_[u].view(dtype_, {range.size()});
+}
+
+bool FlatTensors::held(size_t u) const { return storage_ == Storage::whole || units_.at(u).data() != nullptr; }
+
+void FlatTensors::hold(size_t u) {
+  if (held(u)) return;
+  units_[u] = Buffer(static_cast<size_t>(layout_->units()[u].size()) * dtype_size(dtype_), tag_, device_, false);
+}
+
+void FlatTensors::release(size_t u) {
+  if (storage_ == Storage::per_unit) units_.at(u) = Buffer();
+}
+
+void FlatTensors::zero() {
+  if (storage_ == Storage::whole) return buffer_.zero();
+  for (Buffer& b : units_)
+    if (b.data() != nullptr) b.zero();
+}
+
+std::pair<const Buffer*, size_t> FlatTensors::locate(const ParamInfo& info) const {
+  if (storage_ == Storage::whole) return {&buffer_, static_cast<size_t>(info.offset) * dtype_size(dtype_)};
+  const size_t u = layout_->unit_of(info);
+  DT_CHECK(held(u), info.name, " is in unit ", u, " of flat tensors stored per unit, which is not held");
+  return {&units_[u], static_cast<size_t>(info.offset - layout_->units()[u].begin) * dtype_size(dtype_)};
+}
 
 Tensor FlatTensors::stored(const ParamInfo& info) const {
-  return buffer_.view(dtype_, info.stored_shape(), static_cast<size_t>(info.offset) * dtype_size(dtype_));
+  const auto [buffer, offset] = locate(info);
+  return buffer->view(dtype_, info.stored_shape(), offset);
 }
 
 Tensor FlatTensors::shown(const ParamInfo& info) const {
-  return buffer_.view(dtype_, info.shape, static_cast<size_t>(info.offset) * dtype_size(dtype_));
+  const auto [buffer, offset] = locate(info);
+  return buffer->view(dtype_, info.shape, offset);
 }
 
 void init_parameters(FlatTensors& params, uint64_t seed) {

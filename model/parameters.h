@@ -59,6 +59,8 @@ class ParameterLayout {
   int64_t unit_multiple() const { return unit_multiple_; }
   // The units in layout order, covering [0, total_elements()): embeddings, blocks, head.
   const std::vector<kernels::FlatRange>& units() const { return units_; }
+  // The unit holding parameter p: 0 for the embeddings, 1 + l for block l, the last for the head.
+  size_t unit_of(const ParamInfo& p) const;
   // The shown elements of the parameters `include` selects (all without it), as increasing
   // ranges of the flat buffer with touching ones merged: what the multi-tensor ops run over.
   std::vector<kernels::FlatRange> shown_ranges(const std::function<bool(const ParamInfo&)>& include = {}) const;
@@ -74,27 +76,59 @@ class ParameterLayout {
   int64_t total_elements_ = 0;
 };
 
+// How a FlatTensors holds its elements. whole: one buffer, always there. per_unit: a buffer
+// per unit of the layout, allocated by hold() and freed by release(), so that only the units in
+// use take memory (ZeRO stages 2 and 3 hold gradients, and stage 3 parameters, a few blocks at
+// a time: parallel/data_parallel.h).
+enum class Storage { whole, per_unit };
+
+// How a model's parameters and gradients are stored: the layout's unit multiple, and each
+// buffer's storage. The default is one process's: no padding, both whole.
+struct ParameterStorage {
+  int64_t unit_multiple = kParamAlignment;
+  Storage params = Storage::whole;
+  Storage grads = Storage::whole;
+};
+
 // One flat buffer laid out by a ParameterLayout, with named views: f32 for master weights,
 // gradients and optimizer moments; bf16 or f16 for the compute copy of mixed precision.
 class FlatTensors {
  public:
-  FlatTensors(const ParameterLayout& layout, MemTag tag, Device device = Device::cpu, DType dtype = DType::f32);
+  FlatTensors(const ParameterLayout& layout, MemTag tag, Device device = Device::cpu, DType dtype = DType::f32,
+              Storage storage = Storage::whole);
 
   const ParameterLayout& layout() const { return *layout_; }
   DType dtype() const { return dtype_; }
-  Tensor all() const { return buffer_.view(dtype_, {layout_->total_elements()}); }
+  Device device() const { return device_; }
+  Storage storage() const { return storage_; }
+  // Every element (whole storage only).
+  Tensor all() const;
+  // Unit u's elements; with per-unit storage, the unit must be held.
+  Tensor unit(size_t u) const;
+  // Per-unit storage: allocates unit u (its contents undefined until written), frees it.
+  // Whole storage holds every unit always.
+  bool held(size_t u) const;
+  void hold(size_t u);
+  void release(size_t u);
   // The stored view, (stored_rows, ...): what kernels use.
   Tensor stored(const ParamInfo& info) const;
   Tensor stored(std::string_view name) const { return stored(layout_->find(name)); }
   // The shown view, shape[0] rows: what is saved and compared.
   Tensor shown(const ParamInfo& info) const;
   Tensor shown(std::string_view name) const { return shown(layout_->find(name)); }
-  void zero() { buffer_.zero(); }
+  // Zeroes every element held.
+  void zero();
 
  private:
+  // The buffer holding `info` and the byte offset of its first element there.
+  std::pair<const Buffer*, size_t> locate(const ParamInfo& info) const;
   const ParameterLayout* layout_;
   DType dtype_;
-  Buffer buffer_;
+  MemTag tag_;
+  Device device_;
+  Storage storage_;
+  Buffer buffer_;              // whole
+  std::vector<Buffer> units_;  // per unit: empty while not held
 };
 
 // Sets every parameter from its init rule; element i of parameter p is a function of

@@ -123,11 +123,12 @@ DType precision_from_name(std::string_view name) {
 }
 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                         DType precision, Device device, int64_t unit_multiple)
+                         DType precision, Device device, const ParameterStorage& storage)
     : layout_(validated(config, batch_size, seq_len, recompute, precision, device),  // before anything is allocated
-              unit_multiple),
-      params_(layout_, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state, device),
-      grads_(layout_, MemTag::gradients, device),
+              storage.unit_multiple),
+      params_(layout_, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state, device, DType::f32,
+              storage.params),
+      grads_(layout_, MemTag::gradients, device, DType::f32, storage.grads),
       recompute_(recompute),
       precision_(precision),
       device_(device),
@@ -239,7 +240,22 @@ void Transformer::norm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor mea
     k::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
 }
 
-void Transformer::forward_blocks(Tensor tokens) {
+void Transformer::weights_needed(size_t u, std::optional<size_t> next) const {
+  if (hooks_ != nullptr) hooks_->weights_needed(u, next);
+}
+void Transformer::weights_done(size_t u) const {
+  if (hooks_ != nullptr) hooks_->weights_done(u);
+}
+void Transformer::gradients_needed(size_t u) const {
+  if (hooks_ != nullptr) hooks_->gradients_needed(u);
+}
+void Transformer::gradients_final(size_t u) const {
+  if (hooks_ != nullptr) hooks_->gradients_final(u);
+}
+
+size_t Transformer::output_unit() const { return layout_.unit_of(layout_.find(output_weight_name(config()))); }
+
+void Transformer::forward_blocks(Tensor tokens, bool backward_follows) {
   const ModelConfig& c = config();
   const int64_t B = tokens.dim(0), T = tokens.dim(1), N = B * T, C = c.d_model;
   Activations& a = *acts_;
@@ -249,17 +265,25 @@ void Transformer::forward_blocks(Tensor tokens) {
   refresh_compute_weights();  // the master weights may have changed since the last forward
 
   Tensor x = act(a.encoded);
+  const bool tied = output_unit() == 0;
+  weights_needed(0, 1);
   k::embedding_forward(x, tokens.reshape({N}), weights().stored("wte"));
   if (c.family == ModelFamily::gpt2) k::position_embedding_forward(x.reshape({B, T, C}), weights().stored("wpe"));
+  if (!tied) weights_done(0);  // else the output projection reads wte again
   Tensor lnf = act(a.lnf);
   // ln_f comes with the last block's residual add, or, without blocks, from the embeddings.
   for (int l = 0; l < c.n_layer; ++l) block_forward(l, B, T, /*recomputing=*/false);
-  if (c.n_layer == 0)
+  if (c.n_layer == 0) {
+    weights_needed(head_unit(), std::nullopt);
     norm_forward(c, weights(), "ln_f", lnf, c.family == ModelFamily::gpt2 ? act(a.lnf_mean).reshape({N}) : Tensor{},
                  act(a.lnf_rstd).reshape({N}), x);
+  }
   // Padding rows of the output weight are zero, so padding columns of the logits are zero; the
   // loss never reads them and sets their gradient to zero.
   k::linear_forward(act(a.logits), lnf, weights().stored(output_weight_name(c)), Tensor{});
+  if (backward_follows) return;  // it starts with the head
+  weights_done(head_unit());
+  if (tied) weights_done(0);
 }
 
 void Transformer::block_forward(int l, int64_t B, int64_t T, bool recomputing) {
@@ -278,6 +302,9 @@ void Transformer::block_forward(int l, int64_t B, int64_t T, bool recomputing) {
   // recomputation reruns a block (the previous block's backward has consumed it; dres is kept).
   Tensor proj_out = Activations::view(a.scratch, a.dtmp, N);
 
+  const size_t unit = static_cast<size_t>(l) + 1, next = unit + 1;  // the next block's, or the head
+  // Forward reads the next unit's first norm at the end of this block; backward goes down.
+  weights_needed(unit, recomputing ? backward_next(unit) : std::optional<size_t>(next));
   Tensor x = l == 0 ? act(a.encoded) : act(a.layers[l - 1].res3);
   Tensor ln1 = act(L.ln1), qkv = act(L.qkv), atty = act(L.atty), res2 = act(L.res2);
   if (l == 0 || recomputing) norm_forward(c, weights(), h + "ln_1", ln1, mean_rows(L.ln1_mean), rows(L.ln1_rstd), x);
@@ -296,6 +323,7 @@ void Transformer::block_forward(int l, int64_t B, int64_t T, bool recomputing) {
     k::swiglu_forward(fch_act, fch);
   if (recomputing) return;
   k::linear_forward(proj_out, fch_act, p("mlp.proj.weight"), b("mlp.proj"));
+  weights_needed(next, next + 1 < layout_.units().size() ? std::optional<size_t>(next + 1) : std::nullopt);
   if (l + 1 < c.n_layer) {
     const Activations::Layer& next = a.layers[l + 1];
     add_norm_forward(c, weights(), str("h.", l + 1, ".ln_1"), res3, act(next.ln1), mean_rows(next.ln1_mean),
@@ -304,11 +332,12 @@ void Transformer::block_forward(int l, int64_t B, int64_t T, bool recomputing) {
     add_norm_forward(c, weights(), "ln_f", res3, act(a.lnf), mean_rows(a.lnf_mean), rows(a.lnf_rstd), res2,
                      proj_out);
   }
+  weights_done(unit);
 }
 
 double Transformer::forward(Tensor tokens, Tensor targets) {
   check_inputs(tokens, targets);
-  forward_blocks(tokens);
+  forward_blocks(tokens, /*backward_follows=*/false);
   if (!targets.defined()) return 0.0;
   const int64_t N = tokens.numel();
   Tensor losses_n = Activations::view(acts_->saved, acts_->losses, N).reshape({N});
@@ -320,7 +349,7 @@ double Transformer::forward(Tensor tokens, Tensor targets) {
 double Transformer::forward_backward(Tensor tokens, Tensor targets, float loss_scale) {
   DT_CHECK(targets.defined(), "forward_backward needs targets");
   check_inputs(tokens, targets);
-  forward_blocks(tokens);
+  forward_blocks(tokens, /*backward_follows=*/true);
   const int64_t N = tokens.numel();
   Tensor losses_n = Activations::view(acts_->saved, acts_->losses, N).reshape({N});
   k::cross_entropy_forward_backward(losses_n,
@@ -347,22 +376,27 @@ void Transformer::backward_blocks(Tensor tokens) {
   // norm backward adds into it (kernels/layernorm.h and rmsnorm.h accumulate dinp).
   Tensor dres = tmp(a.dres), dtmp = tmp(a.dtmp);
   Tensor dlogits = act(a.logits);
+  const size_t head = head_unit(), output = output_unit();
+  weights_needed(head, backward_next(head));
+  weights_needed(output, std::nullopt);  // the head's, or a tied wte, still held from forward
+  gradients_needed(head);
+  gradients_needed(output);
   k::linear_backward_input(dtmp, dlogits, weights().stored(output_weight_name(c)));
   k::linear_backward_weight(grads_.stored(output_weight_name(c)), Tensor{}, dlogits, act(a.lnf));
+  if (output != head) weights_done(output);  // the lookup's backward reads no weights
   zero_bytes(dres.data, device_, dres.bytes());
   Tensor x_last = c.n_layer > 0 ? act(a.layers.back().res3) : act(a.encoded);
   norm_backward(dres, dtmp, x_last, mean_rows(a.lnf_mean), rows(a.lnf_rstd), "ln_f");
-  // The layout's units are the embeddings, each block, then the head (model/parameters.h):
-  // a unit's gradients are final once backward has passed it.
-  const auto unit_done = [&](size_t unit) {
-    if (gradients_ready_) gradients_ready_(layout_.units()[unit].begin);
-  };
-  unit_done(layout_.units().size() - 1);  // the head: ln_f, and lm_head when untied
+  weights_done(head);
+  gradients_final(head);
 
   for (int l = c.n_layer - 1; l >= 0; --l) {
     const Activations::Layer& L = a.layers[l];
     const std::string h = str("h.", l, ".");
     Tensor x = l == 0 ? act(a.encoded) : act(a.layers[l - 1].res3);
+    const size_t unit = static_cast<size_t>(l) + 1;
+    weights_needed(unit, backward_next(unit));
+    gradients_needed(unit);
     if (recompute_ == Recompute::full) block_forward(l, B, T, /*recomputing=*/true);
     // MLP branch: dres is d(res3) here.
     Tensor dfch = tmp(a.dfch), dact = tmp(a.dact);
@@ -390,11 +424,13 @@ void Transformer::backward_blocks(Tensor tokens) {
     k::linear_backward_input(dtmp, dqkv, p(l, "attn.qkv.weight"));
     k::linear_backward_weight(g(l, "attn.qkv.weight"), gb(l, "attn.qkv"), dqkv, act(L.ln1));
     norm_backward(dres, dtmp, x, mean_rows(L.ln1_mean), rows(L.ln1_rstd), h + "ln_1");
-    unit_done(static_cast<size_t>(l) + 1);
+    weights_done(unit);
+    gradients_final(unit);
   }
+  gradients_needed(0);
   if (gpt2) k::position_embedding_backward(grads_.stored("wpe"), dres.reshape({B, T, C}));
   k::embedding_backward(grads_.stored("wte"), tokens.reshape({N}), dres);
-  if (gradients_ready_) gradients_ready_(0);
+  gradients_final(0);
 }
 
 void Transformer::copy_logits(Tensor out) const {

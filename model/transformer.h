@@ -55,9 +55,10 @@ class Transformer {
   // first rounds it into the 16-bit compute copy (tagged parameters). Gradients are f32.
   // device: where every buffer lives and every kernel runs; tokens and targets given to
   // forward() are on it too.
-  // unit_multiple: the parameter layout's (model/parameters.h), 16 × ranks under ZeRO.
+  // storage: the parameter layout's unit multiple and how parameters and gradients are held
+  // (model/parameters.h): DataParallel::storage under ZeRO, else one process's.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
-              DType precision = DType::f32, Device device = Device::cpu, int64_t unit_multiple = kParamAlignment);
+              DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {});
   ~Transformer();
 
   // Bytes a training run of this shape holds on its device: parameters (with the 16-bit copy),
@@ -85,14 +86,27 @@ class Transformer {
   // Returns the unscaled sum of losses. The logits buffer holds their gradient afterwards.
   double forward_backward(Tensor tokens, Tensor targets, float loss_scale);
 
-  // Called during backward as gradients become final: with `ready_from`, an offset into the
-  // flat gradient buffer such that no gradient at or after it changes again in this backward.
-  // Backward computes them from the end of the layout to the start (the output projection and
-  // ln_f, then the blocks from last to first, then the embeddings; a tied wte, at offset 0, is
-  // final only at the end), so ready_from only decreases, to 0. Data parallelism starts a
-  // bucket's all-reduce from here while backward goes on (parallel/data_parallel.h).
-  using GradientsReady = std::function<void(int64_t ready_from)>;
-  void set_gradients_ready(GradientsReady hook) { gradients_ready_ = std::move(hook); }
+  // What data parallelism does as the passes reach each unit of the layout (the embeddings,
+  // unit 0; block l, unit 1 + l; the head, the last: model/parameters.h). Forward reads the
+  // units' weights in layout order, backward in reverse; backward finishes the head's
+  // gradients first, then each block's, and the embeddings' last (a tied wte gets gradient from
+  // the output projection at the start of backward and from the lookup at the end).
+  // Parallelism reduces a unit's gradients while backward goes on below it, and under ZeRO 3
+  // gathers a unit's weights just before they are read (parallel/data_parallel.h).
+  class UnitHooks {
+   public:
+    virtual ~UnitHooks() = default;
+    // Before the pass first reads unit u's weights; `next` is the unit whose weights it reads
+    // after u's (to prefetch), or none.
+    virtual void weights_needed(size_t u, std::optional<size_t> next) = 0;
+    // After the pass's last read of unit u's weights.
+    virtual void weights_done(size_t u) = 0;
+    // Backward: before it first adds to unit u's gradients, and once none of them changes again.
+    virtual void gradients_needed(size_t u) = 0;
+    virtual void gradients_final(size_t u) = 0;
+  };
+  // The hooks every pass calls, or none (nullptr).
+  void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
 
   // Copies the last forward's logits, without vocabulary padding, into out (B, T, V) f32 on
   // the CPU.
@@ -110,7 +124,8 @@ class Transformer {
   static void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                                 DType precision);
   void check_inputs(Tensor tokens, Tensor targets) const;
-  void forward_blocks(Tensor tokens);
+  // backward_follows: the head's weights (and a tied wte) stay needed for backward.
+  void forward_blocks(Tensor tokens, bool backward_follows);
   // Block l's forward from its kept input. In the forward pass it writes the block's
   // activations, its output and, fused with the output's residual add, the norm after it (the
   // next block's ln_1, or ln_f); block 0 also norms its own input. When backward reruns the
@@ -118,6 +133,17 @@ class Transformer {
   // up to the MLP's activation.
   void block_forward(int l, int64_t B, int64_t T, bool recomputing);
   void backward_blocks(Tensor tokens);
+  // The hooks, when set (each does nothing without them).
+  void weights_needed(size_t u, std::optional<size_t> next) const;
+  void weights_done(size_t u) const;
+  void gradients_needed(size_t u) const;
+  void gradients_final(size_t u) const;
+  // The unit holding the output projection's weight: the head's, or the embeddings' when tied.
+  size_t output_unit() const;
+  size_t head_unit() const { return layout_.units().size() - 1; }
+  // The unit whose weights backward reads after unit u's: the block below, or none (the
+  // embeddings' lookup has no weights to read in backward).
+  static std::optional<size_t> backward_next(size_t u) { return u > 1 ? std::optional<size_t>(u - 1) : std::nullopt; }
   void norm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor mean, Tensor rstd, const std::string& name);
   // The weights the kernels read: the 16-bit compute copy, or the f32 parameters themselves.
   const FlatTensors& weights() const { return compute_weights_ ? *compute_weights_ : params_; }
@@ -140,7 +166,7 @@ class Transformer {
   int current_seq_ = 0;
   std::unique_ptr<Activations> acts_;
   Buffer rope_table_;  // llama: cos and sin, (seq_len, HS/2) each
-  GradientsReady gradients_ready_;
+  UnitHooks* hooks_ = nullptr;
 };
 
 }  // namespace dt

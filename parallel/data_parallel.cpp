@@ -5,6 +5,7 @@
 
 #include "core/device.h"
 #include "kernels/adamw.h"
+#include "kernels/add.h"
 #include "kernels/reduce.h"
 
 namespace dt {
@@ -39,20 +40,35 @@ std::vector<kernels::FlatRange> clipped(const std::vector<kernels::FlatRange>& r
 
 }  // namespace
 
+// Reductions of units kept in flight at once under ZeRO 2 and 3 before the oldest is waited for
+// and its gradients freed: enough to overlap with backward, few enough to bound the memory.
+constexpr size_t kUnitReductionsInFlight = 2;
+
+ParameterStorage DataParallel::storage(int ranks, int zero_stage) {
+  if (zero_stage == 0) return {};
+  return {.unit_multiple = kParamAlignment * ranks,
+          .params = zero_stage >= 3 ? Storage::per_unit : Storage::whole,
+          .grads = zero_stage >= 2 ? Storage::per_unit : Storage::whole};
+}
+
 DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_mb, int zero_stage,
                            const AdamWConfig& adamw)
     : model_(model), dp_(dp), zero_stage_(zero_stage), adamw_(adamw) {
   DT_CHECK(dp.device() == model.device(), "data parallelism over a ", device_name(dp.device()),
            " communicator for a model on ", device_name(model.device()));
-  DT_CHECK(zero_stage == 0 || zero_stage == 1, "ZeRO stage ", zero_stage, " is not built yet (stages 0 and 1 are)");
+  DT_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage, " does not exist (0 to 3)");
   const ParameterLayout& layout = model.layout();
   if (zero_stage == 0) {
     buckets_ = make_buckets(layout, std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024 / sizeof(float))));
   } else {
     const int ranks = dp.size(), rank = dp.rank();
-    DT_CHECK(layout.unit_multiple() % unit_multiple(ranks) == 0, "ZeRO over ", ranks,
-             " ranks needs the model's layout made with unit multiple ", unit_multiple(ranks), ", not ",
+    const ParameterStorage needed = storage(ranks, zero_stage);
+    DT_CHECK(layout.unit_multiple() % needed.unit_multiple == 0, "ZeRO over ", ranks,
+             " ranks needs the model's layout made with unit multiple ", needed.unit_multiple, ", not ",
              layout.unit_multiple());
+    DT_CHECK(model.params().storage() == needed.params && model.grads().storage() == needed.grads,
+             "ZeRO stage ", zero_stage, " needs the model made with DataParallel::storage(ranks, ", zero_stage, ")");
+    DT_CHECK(model.precision() == DType::f32, "ZeRO shards f32 training only, not ", dtype_name(model.precision()));
     const auto decayed = layout.shown_ranges([&](const ParamInfo& p) { return adamw_decays(adamw, p); });
     const auto not_decayed = layout.shown_ranges([&](const ParamInfo& p) { return !adamw_decays(adamw, p); });
     for (const kernels::FlatRange& unit : layout.units()) {
@@ -72,46 +88,105 @@ DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_m
     grad_shard_ = Buffer(bytes, MemTag::gradients, model.device());
     m_ = Buffer(bytes, MemTag::optimizer_state, model.device());
     v_ = Buffer(bytes, MemTag::optimizer_state, model.device());
+    if (zero_stage == 3) param_shard_ = Buffer(bytes, MemTag::parameters, model.device());
+    gathering_.resize(parts_.size());
   }
-  model_.set_gradients_ready([this](int64_t ready_from) { on_gradients_ready(ready_from); });
+  model_.set_unit_hooks(this);
 }
 
-DataParallel::~DataParallel() { model_.set_gradients_ready({}); }
+DataParallel::~DataParallel() {
+  model_.set_unit_hooks(nullptr);
+  try {
+    wait_for_gradients();  // nothing may still write into buffers about to be freed
+    for (auto& g : gathering_)
+      if (g) g->wait();
+  } catch (const Error&) {  // already unwinding from the collective's failure
+  }
+}
 
 Tensor DataParallel::shard_view(const Buffer& b, const Part& p) const {
   return b.view(DType::f32, {p.global.size()}, static_cast<size_t>(p.local) * sizeof(float));
 }
 
-void DataParallel::reduce_during_next_backward() {
-  DT_CHECK(in_flight_.empty(), "the previous step's gradient reduction was not waited for");
-  // Stage 1 reduce-scatters even over one rank: the update reads the shard.
+void DataParallel::reduce_during_next_backward(bool first_of_step) {
+  DT_CHECK(reductions_.empty(), "the previous backward's gradient reduction was not waited for");
+  // ZeRO reduce-scatters even over one rank: the update reads the shard.
   armed_ = dp_.size() > 1 || zero_stage_ >= 1;
-  next_ = 0;
+  accumulate_ = reduces_every_micro_batch() && !first_of_step;
+  next_bucket_ = 0;
 }
 
-void DataParallel::on_gradients_ready(int64_t ready_from) {
+void DataParallel::gradients_needed(size_t u) {
+  FlatTensors& grads = model_.grads();
+  if (grads.held(u)) return;
+  grads.hold(u);
+  zero_bytes(grads.unit(u).data, grads.device(), grads.unit(u).bytes());
+}
+
+void DataParallel::gradients_final(size_t u) {
   if (!armed_) return;
-  const Tensor grads = model_.grads().all();
+  const FlatTensors& grads = model_.grads();
   if (zero_stage_ == 0) {
-    for (; next_ < buckets_.size() && buckets_[next_].begin >= ready_from; ++next_) {
-      const kernels::FlatRange& b = buckets_[next_];
-      in_flight_.push_back(dp_.all_reduce(grads.slice_rows(b.begin, b.size()), ReduceOp::sum));
+    const int64_t ready_from = model_.layout().units()[u].begin;
+    for (; next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= ready_from; ++next_bucket_) {
+      const kernels::FlatRange& b = buckets_[next_bucket_];
+      reductions_.push_back({.handle = dp_.all_reduce(grads.all().slice_rows(b.begin, b.size()), ReduceOp::sum)});
     }
-    if (next_ == buckets_.size()) armed_ = false;
-    return;
+  } else {
+    const Part& p = parts_[u];
+    Reduction r{.unit = zero_stage_ >= 2 ? std::optional<size_t>(u) : std::nullopt};
+    Tensor into = shard_view(grad_shard_, p);
+    if (accumulate_) {
+      r.staged = Buffer(into.bytes(), MemTag::communication, model_.device(), false);
+      into = r.staged.view(DType::f32, {p.global.size()});
+    }
+    r.handle = dp_.reduce_scatter(into, grads.unit(u), ReduceOp::sum);
+    reductions_.push_back(std::move(r));
+    // The units' gradients are freed as their reductions complete, a few behind backward.
+    while (zero_stage_ >= 2 && reductions_.size() > kUnitReductionsInFlight) finish_oldest_reduction();
   }
-  for (; next_ < parts_.size() && parts_[parts_.size() - 1 - next_].unit.begin >= ready_from; ++next_) {
-    const Part& p = parts_[parts_.size() - 1 - next_];
-    in_flight_.push_back(
-        dp_.reduce_scatter(shard_view(grad_shard_, p), grads.slice_rows(p.unit.begin, p.unit.size()), ReduceOp::sum));
+  if (u == 0) armed_ = false;  // the embeddings are backward's last unit
+}
+
+void DataParallel::finish_oldest_reduction() {
+  Reduction& r = reductions_.front();
+  r.handle.wait();
+  if (r.unit) {
+    if (r.staged.data() != nullptr) {
+      const Tensor shard = shard_view(grad_shard_, parts_[*r.unit]);
+      kernels::add_forward(shard, shard, r.staged.view(DType::f32, {shard.numel()}));
+    }
+    model_.grads().release(*r.unit);
   }
-  if (next_ == parts_.size()) armed_ = false;
+  reductions_.pop_front();
 }
 
 void DataParallel::wait_for_gradients() {
   DT_CHECK(!armed_, "waiting for the gradients before backward reported them all final");
-  for (CollectiveHandle& h : in_flight_) h.wait();
-  in_flight_.clear();
+  while (!reductions_.empty()) finish_oldest_reduction();
+}
+
+void DataParallel::start_gathering(size_t u) {
+  FlatTensors& params = model_.params();
+  if (params.held(u)) return;
+  params.hold(u);
+  gathering_[u] = dp_.all_gather(params.unit(u), shard_view(param_shard_, parts_[u]));
+}
+
+void DataParallel::weights_needed(size_t u, std::optional<size_t> next) {
+  if (zero_stage_ < 3) return;
+  start_gathering(u);
+  if (gathering_[u]) {
+    gathering_[u]->wait();
+    gathering_[u].reset();
+  }
+  if (next) start_gathering(*next);  // arrives while unit u computes
+}
+
+void DataParallel::weights_done(size_t u) {
+  if (zero_stage_ < 3) return;
+  DT_CHECK(!gathering_[u], "unit ", u, "'s weights done before they were needed");
+  model_.params().release(u);
 }
 
 double DataParallel::global_grad_norm() {
@@ -120,65 +195,100 @@ double DataParallel::global_grad_norm() {
   return std::sqrt(all_reduce_value(dp_, mine, ReduceOp::sum));
 }
 
+std::string DataParallel::first_nonfinite_gradient() {
+  DT_CHECK(zero_stage_ >= 1, "first_nonfinite_gradient of the shards is ZeRO's");
+  // Backward computes the parameters from the last to the first, so the first non-finite one it
+  // reached is the highest index holding one on any rank.
+  const auto& params = model_.layout().params();
+  double highest = -1;
+  for (size_t i = params.size(); i-- > 0 && highest < 0;) {
+    const ParamInfo& info = params[i];
+    const Part& p = parts_[model_.layout().unit_of(info)];
+    const int64_t b = std::max(info.offset, p.global.begin), e = std::min(info.offset + info.numel(), p.global.end);
+    if (b < e && !kernels::all_finite(grad_shard_.view(DType::f32, {e - b},
+                                                       static_cast<size_t>(p.local + b - p.global.begin) * sizeof(float))))
+      highest = static_cast<double>(i);
+  }
+  highest = all_reduce_value(dp_, highest, ReduceOp::max);
+  return highest < 0 ? "" : params[static_cast<size_t>(highest)].name;
+}
+
 void DataParallel::update(float lr, float grad_scale) {
   DT_CHECK(zero_stage_ >= 1, "update of the shards is ZeRO's; stage 0 uses optim/adamw.h");
   ++steps_taken_;
-  const Tensor params = model_.params().all();
   kernels::AdamWStep decayed = adamw_step(adamw_, lr, grad_scale, steps_taken_), not_decayed = decayed;
   not_decayed.weight_decay = 0;
+  // Stage 3 updates its shard of the parameters; stages 1 and 2 the owned parts of the whole.
+  const auto owned = [&](const Part& p) {
+    return zero_stage_ == 3 ? shard_view(param_shard_, p) : model_.params().all().slice_rows(p.global.begin, p.global.size());
+  };
   for (const Part& p : parts_) {
-    const Tensor param = params.slice_rows(p.global.begin, p.global.size());
-    const Tensor grad = shard_view(grad_shard_, p), m = shard_view(m_, p), v = shard_view(v_, p);
+    const Tensor param = owned(p), grad = shard_view(grad_shard_, p), m = shard_view(m_, p), v = shard_view(v_, p);
     if (!p.decayed.empty()) kernels::adamw_update(param, grad, m, v, p.decayed, decayed);
     if (!p.not_decayed.empty()) kernels::adamw_update(param, grad, m, v, p.not_decayed, not_decayed);
   }
+  if (zero_stage_ == 3) return;
   // Every rank's parts back into every rank's parameters, unit by unit (in flight together).
+  const Tensor params = model_.params().all();
   std::vector<CollectiveHandle> gathers;
   for (const Part& p : parts_)
-    gathers.push_back(dp_.all_gather(params.slice_rows(p.unit.begin, p.unit.size()),
-                                     params.slice_rows(p.global.begin, p.global.size())));
+    gathers.push_back(dp_.all_gather(params.slice_rows(p.unit.begin, p.unit.size()), owned(p)));
   for (CollectiveHandle& h : gathers) h.wait();
+}
+
+void DataParallel::gather_shard(const Buffer& shard, Tensor whole) {
+  const bool lead = dp_.rank() == 0;
+  DT_CHECK(lead == whole.defined(), "gathering shards: rank 0 of the group, and only it, passes the whole buffer");
+  std::vector<CollectiveHandle> parts;
+  if (!lead) {
+    for (const Part& p : parts_) parts.push_back(dp_.send(shard_view(shard, p), 0));
+    for (CollectiveHandle& h : parts) h.wait();
+    return;
+  }
+  // Rank 0 receives every other rank's part of every unit, in the group's device memory, then
+  // copies the whole buffer to its destination.
+  const Buffer staged(whole.bytes(), MemTag::communication, dp_.device());
+  const Tensor w = staged.view(DType::f32, {whole.numel()});
+  const int64_t ranks = dp_.size();
+  for (const Part& p : parts_) {
+    const int64_t part = p.unit.size() / ranks;
+    const Tensor mine = shard_view(shard, p);
+    copy_bytes(w.slice_rows(p.global.begin, part).data, w.device, mine.data, mine.device, mine.bytes());
+    for (int r = 1; r < ranks; ++r) parts.push_back(dp_.recv(w.slice_rows(p.unit.begin + r * part, part), r));
+  }
+  for (CollectiveHandle& h : parts) h.wait();
+  copy_bytes(whole.data, whole.device, w.data, w.device, whole.bytes());
+}
+
+void DataParallel::take_shard(Buffer& shard, Tensor whole) {
+  for (const Part& p : parts_) {
+    const Tensor to = shard_view(shard, p), from = whole.slice_rows(p.global.begin, p.global.size());
+    copy_bytes(to.data, to.device, from.data, from.device, to.bytes());
+  }
 }
 
 void DataParallel::gather_moments(AdamW* full) {
   DT_CHECK(zero_stage_ >= 1, "gather_moments is ZeRO's");
-  const bool lead = dp_.rank() == 0;
-  DT_CHECK(lead == (full != nullptr), "gather_moments: rank 0 of the group, and only it, passes the whole state");
-  for (const auto& [shard, which] : {std::pair{&m_, 0}, std::pair{&v_, 1}}) {
-    std::vector<CollectiveHandle> parts;
-    if (!lead) {
-      for (const Part& p : parts_) parts.push_back(dp_.send(shard_view(*shard, p), 0));
-      for (CollectiveHandle& h : parts) h.wait();
-      continue;
-    }
-    // Rank 0 receives every other rank's part of every unit, in the group's device memory, then
-    // copies the whole moment to `full`.
-    const Tensor target = which == 0 ? full->m().all() : full->v().all();
-    const Buffer whole(target.bytes(), MemTag::communication, dp_.device());
-    const Tensor w = whole.view(DType::f32, {target.numel()});
-    const int64_t ranks = dp_.size();
-    for (const Part& p : parts_) {
-      const int64_t part = p.unit.size() / ranks;
-      const Tensor mine = shard_view(*shard, p);
-      copy_bytes(w.slice_rows(p.global.begin, part).data, w.device, mine.data, mine.device, mine.bytes());
-      for (int r = 1; r < ranks; ++r) parts.push_back(dp_.recv(w.slice_rows(p.unit.begin + r * part, part), r));
-    }
-    for (CollectiveHandle& h : parts) h.wait();
-    copy_bytes(target.data, target.device, w.data, w.device, target.bytes());
-  }
+  gather_shard(m_, full != nullptr ? full->m().all() : Tensor{});
+  gather_shard(v_, full != nullptr ? full->v().all() : Tensor{});
   if (full != nullptr) full->restore_steps_taken(steps_taken_);
 }
 
 void DataParallel::take_moments(AdamW& full) {
   DT_CHECK(zero_stage_ >= 1, "take_moments is ZeRO's");
-  for (const auto& [shard, source] : {std::pair{&m_, &full.m()}, std::pair{&v_, &full.v()}}) {
-    const Tensor s = source->all();
-    for (const Part& p : parts_) {
-      const Tensor to = shard_view(*shard, p), from = s.slice_rows(p.global.begin, p.global.size());
-      copy_bytes(to.data, to.device, from.data, from.device, to.bytes());
-    }
-  }
+  take_shard(m_, full.m().all());
+  take_shard(v_, full.v().all());
   steps_taken_ = full.steps_taken();
+}
+
+void DataParallel::gather_parameters(FlatTensors* whole) {
+  DT_CHECK(zero_stage_ == 3, "gather_parameters is ZeRO 3's: the other stages keep the parameters whole");
+  gather_shard(param_shard_, whole != nullptr ? whole->all() : Tensor{});
+}
+
+void DataParallel::take_parameters(const FlatTensors& whole) {
+  DT_CHECK(zero_stage_ == 3, "take_parameters is ZeRO 3's: the other stages keep the parameters whole");
+  take_shard(param_shard_, whole.all());
 }
 
 }  // namespace dt

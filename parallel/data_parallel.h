@@ -15,15 +15,35 @@
 // over the group. Per rank the optimizer state is 8Ψ/N bytes instead of 8Ψ (f32 parameters and
 // gradients stay whole: 4Ψ each).
 //
-// In both stages a bucket's (stage 0) or a unit's (stage 1) collective starts during the last
-// micro-batch's backward as soon as the model reports its gradients final, while backward goes
-// on with the layers below: communication overlaps with compute. Earlier micro-batches of an
-// accumulation only accumulate locally; one reduction per step. Each rank's gradients are of
-// the global-batch loss (scaled by the global target count, train/step.h), so the sum is the
-// whole batch's gradient.
+// ZeRO stage 2: the gradients, too, exist only as the shard. The model's gradient buffer is
+// stored per unit (model/parameters.h): backward allocates a unit's gradients when it reaches
+// the unit, and they are freed as soon as their reduce-scatter has completed, at most a few
+// units behind. Because no whole gradient outlives its backward, every micro-batch reduces
+// (as DeepSpeed's stage 2 does): the first into the shard, later ones added to it. Per rank:
+// 4Ψ of parameters and 12Ψ/N of gradient shard and moments, with a few units of gradients.
+//
+// ZeRO stage 3: the parameters are sharded as well. Rank r keeps only its parts (the master
+// copy the update writes); the model's parameter buffer is stored per unit, and each unit is
+// all-gathered just before a pass reads it (the next unit's gather starts at the same time, so
+// it arrives while this one computes) and freed after the pass's last read: forward gathers
+// every unit, backward gathers them again from the head down. Per rank: 16Ψ/N, plus the units
+// being used and prefetched. Evaluation under stage 3 runs on every rank (each forward is a
+// collective); a whole copy for a checkpoint or a sample is gathered on rank 0.
+//
+// In every stage a bucket's (stage 0) or a unit's (stages 1-3) collective starts during
+// backward as soon as the model reports its gradients final (Transformer::UnitHooks), while
+// backward goes on with the layers below: communication overlaps with compute. In stages 0 and
+// 1 only the last micro-batch of an accumulation reduces (the earlier ones accumulate into the
+// whole gradients locally); one reduction per step. Each rank's gradients are of the
+// global-batch loss (scaled by the global target count, train/step.h), so the sum is the whole
+// batch's gradient.
+//
+// Only f32 training is sharded: 16-bit compute copies under ZeRO are refused (run_config.cpp).
 #pragma once
 
+#include <deque>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -34,46 +54,65 @@
 
 namespace dt {
 
-class DataParallel {
+class DataParallel : public Transformer::UnitHooks {
  public:
-  // Reduces `model`'s gradients over `dp` (whose device must be the model's). With zero_stage 1
-  // the model's layout must have been made with unit_multiple(dp size), and `adamw` configures
-  // the sharded optimizer.
+  // Reduces `model`'s gradients over `dp` (whose device must be the model's). With ZeRO the
+  // model must have been made with storage(dp size, zero_stage), and `adamw` configures the
+  // sharded optimizer. The model calls this object's hooks until it is destroyed.
   DataParallel(Transformer& model, Communicator& dp, double bucket_mb, int zero_stage = 0,
                const AdamWConfig& adamw = {});
-  ~DataParallel();
+  ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  // The parameter layout's unit multiple ZeRO needs over `ranks` ranks: equal parts of whole
-  // 16-element (64-byte) groups.
-  static int64_t unit_multiple(int ranks) { return kParamAlignment * ranks; }
+  // How the model must store its parameters and gradients for `zero_stage` over `ranks` ranks:
+  // units of equal parts of whole 16-element (64-byte) groups; gradients per unit from stage 2,
+  // parameters per unit at stage 3.
+  static ParameterStorage storage(int ranks, int zero_stage);
 
   Communicator& group() { return dp_; }
   int zero_stage() const { return zero_stage_; }
   // Stage 0's buckets, in launch order.
   const std::vector<kernels::FlatRange>& buckets() const { return buckets_; }
 
-  // Arms the reduction for the next backward (the last micro-batch's): buckets or units launch
-  // as the model reports their gradients final.
-  void reduce_during_next_backward();
+  // Whether every micro-batch's backward reduces (stages 2 and 3), or only the last (0 and 1).
+  bool reduces_every_micro_batch() const { return zero_stage_ >= 2; }
+  // Arms the reduction for the next backward: buckets or units launch as the model reports
+  // their gradients final. first_of_step: the step's first reduction, which replaces the
+  // gradient shard; later ones (stages 2 and 3) add to it.
+  void reduce_during_next_backward(bool first_of_step);
   // Waits until every bucket or unit of the armed backward is reduced over the group.
   void wait_for_gradients();
 
-  // ZeRO stage 1 and above: the optimizer lives here.
+  // ZeRO (stage 1 and above): the optimizer lives here.
   // The global gradient norm: the shards' sums of squares, summed over the group (one
   // all-reduce of a double). Not finite when any gradient is not.
   double global_grad_norm();
+  // The name of the first parameter, in backward order, whose reduced gradient holds inf or NaN
+  // on any rank (a collective), or "" when none does.
+  std::string first_nonfinite_gradient();
   // One AdamW update of this rank's parts with learning rate lr, every gradient multiplied by
-  // grad_scale first, then each unit's parameters all-gathered from the parts.
+  // grad_scale first. Stages 1 and 2 then all-gather each unit's parameters from the parts;
+  // stage 3 keeps only its parts (the next forward gathers them).
   void update(float lr, float grad_scale);
   int64_t steps_taken() const { return steps_taken_; }
-  // Checkpoints hold the whole AdamW state, whatever the stage and the number of ranks:
-  // gather_moments fills `full` on rank 0 of the group from every rank's shard (a collective:
-  // the other ranks pass nullptr and send their parts; nothing whole is allocated on them);
-  // take_moments copies this rank's parts out of a whole state.
+  // Checkpoints hold the whole AdamW state and parameters, whatever the stage and the number of
+  // ranks. gather_moments fills `full` on rank 0 of the group from every rank's shard (a
+  // collective: the other ranks pass nullptr and send their parts; nothing whole is allocated on
+  // them); take_moments copies this rank's parts out of a whole state.
   void gather_moments(AdamW* full);
   void take_moments(AdamW& full);
+  // Stage 3: the same for the parameters, into and out of whole flat tensors of the model's
+  // layout (on any device).
+  void gather_parameters(FlatTensors* whole);
+  void take_parameters(const FlatTensors& whole);
+
+  // Transformer::UnitHooks: stage 3 gathers and frees parameter units; stages 2 and 3 allocate
+  // and free gradient units; every stage starts reductions at gradients_final.
+  void weights_needed(size_t u, std::optional<size_t> next) override;
+  void weights_done(size_t u) override;
+  void gradients_needed(size_t u) override;
+  void gradients_final(size_t u) override;
 
  private:
   // Rank r's part of a unit: where it is in the flat buffers, and where in the shard.
@@ -83,22 +122,38 @@ class DataParallel {
     int64_t local = 0;
     std::vector<kernels::FlatRange> decayed, not_decayed;  // shown elements, relative to the part
   };
-  void on_gradients_ready(int64_t ready_from);
+  // A reduction in flight, and what to do once it completes: add the staged result into the
+  // shard (a later micro-batch under stages 2 and 3), free the unit's gradients (stages 2, 3).
+  struct Reduction {
+    CollectiveHandle handle;
+    std::optional<size_t> unit;
+    Buffer staged;
+  };
+  void finish_oldest_reduction();
+  // Stage 3: starts unit u's all-gather unless it is held or on its way.
+  void start_gathering(size_t u);
   Tensor shard_view(const Buffer& b, const Part& p) const;
+  // Rank 0 of the group: every rank's parts of `shard` into `whole` (a flat buffer's elements);
+  // the others send theirs (whole undefined). Taking is the reverse, on every rank.
+  void gather_shard(const Buffer& shard, Tensor whole);
+  void take_shard(Buffer& shard, Tensor whole);
 
   Transformer& model_;
   Communicator& dp_;
   int zero_stage_;
   std::vector<kernels::FlatRange> buckets_;  // stage 0: from the end of the buffer to its start
-  std::vector<Part> parts_;                  // stage 1: per unit, in layout order
-  std::vector<kernels::FlatRange> shown_local_;  // stage 1: the shard's shown elements
+  std::vector<Part> parts_;                  // ZeRO: per unit, in layout order
+  std::vector<kernels::FlatRange> shown_local_;  // ZeRO: the shard's shown elements
   int64_t shard_elements_ = 0;
   Buffer grad_shard_, m_, v_;
+  Buffer param_shard_;  // stage 3
   AdamWConfig adamw_;
   int64_t steps_taken_ = 0;
-  std::vector<CollectiveHandle> in_flight_;
-  size_t next_ = 0;  // the next bucket (stage 0) or unit from the end (stage 1) to launch
+  std::deque<Reduction> reductions_;
+  std::vector<std::optional<CollectiveHandle>> gathering_;  // stage 3: per unit
+  size_t next_bucket_ = 0;
   bool armed_ = false;
+  bool accumulate_ = false;  // stages 2 and 3: add this backward's reductions to the shard
 };
 
 }  // namespace dt

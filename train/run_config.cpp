@@ -448,11 +448,7 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
     else if (key != "parallel.dp")  // data parallelism is built (parallel/data_parallel.h)
       check.require(value == 1, key, str(what, " is not built yet; set ", key, " = 1"));
   }
-  if (p.zero_stage < 0 || p.zero_stage > 3)
-    check.report("parallel.zero_stage", "must be 0, 1, 2 or 3");
-  else
-    check.require(p.zero_stage <= 1, "parallel.zero_stage",
-                  "ZeRO stages 2 and 3 are not built yet; set parallel.zero_stage = 0 or 1");
+  check.require(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", "must be 0, 1, 2 or 3");
   check.require(p.zero_stage == 0 || t.precision == DType::f32, "parallel.zero_stage",
                 "ZeRO with 16-bit precision is not built yet (its f32 master weights would not be sharded); use "
                 "train.precision = \"f32\", or parallel.zero_stage = 0");

@@ -23,14 +23,15 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
   model.grads().zero();
   double loss_sum = 0;
   for (size_t m = 0; m < micro_batches.size(); ++m) {
-    if (dp != nullptr && m + 1 == micro_batches.size()) dp->reduce_during_next_backward();
-    const trace::ComputeScope span(str("forward and backward ", m + 1, "/", micro_batches.size()));
-    loss_sum += model.forward_backward(micro_batches[m].tokens, micro_batches[m].targets, token_scale);
+    const bool reduce = dp != nullptr && (m + 1 == micro_batches.size() || dp->reduces_every_micro_batch());
+    if (reduce) dp->reduce_during_next_backward(/*first_of_step=*/m == 0);
+    {
+      const trace::ComputeScope span(str("forward and backward ", m + 1, "/", micro_batches.size()));
+      loss_sum += model.forward_backward(micro_batches[m].tokens, micro_batches[m].targets, token_scale);
+    }
+    if (reduce) dp->wait_for_gradients();
   }
-  if (dp != nullptr) {
-    dp->wait_for_gradients();
-    loss_sum = all_reduce_value(dp->group(), loss_sum, ReduceOp::sum);
-  }
+  if (dp != nullptr) loss_sum = all_reduce_value(dp->group(), loss_sum, ReduceOp::sum);
   stats.loss = loss_sum / static_cast<double>(stats.targets);
   return stats;
 }
@@ -50,14 +51,14 @@ std::string first_nonfinite_gradient(const FlatTensors& grads) {
 
 namespace {
 
-// After the norm: the skip decision, the scaler, the clipping coefficient, and `update` with
-// the gradient scale to apply.
-template <typename Update>
-void update_with(double scaled_norm, const FlatTensors& grads, float max_grad_norm, StepStats& stats,
+// After the norm: the skip decision (naming the first non-finite gradient), the scaler, the
+// clipping coefficient, and `update` with the gradient scale to apply.
+template <typename FirstNonfinite, typename Update>
+void update_with(double scaled_norm, FirstNonfinite&& first_nonfinite, float max_grad_norm, StepStats& stats,
                  LossScaler* scaler, int64_t step, Update&& update) {
   // A sum of squares in double overflows only if an element is inf or NaN.
   stats.applied = std::isfinite(scaled_norm);
-  if (!stats.applied) stats.nonfinite = first_nonfinite_gradient(grads);
+  if (!stats.applied) stats.nonfinite = first_nonfinite();
   if (scaler != nullptr) scaler->update(stats.applied, step);
   if (!stats.applied) return;
   // Unscale before clipping, so that clipping sees the true norm.
@@ -71,15 +72,17 @@ void update_with(double scaled_norm, const FlatTensors& grads, float max_grad_no
 void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats,
                   LossScaler* scaler, int64_t step) {
   const trace::ComputeScope span("gradient norm and optimizer");
-  update_with(global_grad_norm(model.grads()), model.grads(), max_grad_norm, stats, scaler, step,
-              [&](float grad_scale) { optimizer.step(model.params(), model.grads(), lr, grad_scale); });
+  update_with(
+      global_grad_norm(model.grads()), [&] { return first_nonfinite_gradient(model.grads()); }, max_grad_norm, stats,
+      scaler, step, [&](float grad_scale) { optimizer.step(model.params(), model.grads(), lr, grad_scale); });
 }
 
-void apply_sharded_update(Transformer& model, DataParallel& zero, float lr, float max_grad_norm, StepStats& stats,
-                          LossScaler* scaler, int64_t step) {
+void apply_sharded_update(DataParallel& zero, float lr, float max_grad_norm, StepStats& stats, LossScaler* scaler,
+                          int64_t step) {
   const trace::ComputeScope span("gradient norm and optimizer (sharded)");
-  update_with(zero.global_grad_norm(), model.grads(), max_grad_norm, stats, scaler, step,
-              [&](float grad_scale) { zero.update(lr, grad_scale); });
+  update_with(
+      zero.global_grad_norm(), [&] { return zero.first_nonfinite_gradient(); }, max_grad_norm, stats, scaler, step,
+      [&](float grad_scale) { zero.update(lr, grad_scale); });
 }
 
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
@@ -93,7 +96,7 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Micro
 StepStats train_step(Transformer& model, DataParallel& zero, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm, LossScaler* scaler, int64_t step) {
   StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f, &zero);
-  apply_sharded_update(model, zero, lr, max_grad_norm, stats, scaler, step);
+  apply_sharded_update(zero, lr, max_grad_norm, stats, scaler, step);
   return stats;
 }
 

@@ -11,7 +11,8 @@
 //
 // With data parallelism (parallel/data_parallel.h) each rank passes its own micro-batches; the
 // target count and the loss are summed over the ranks, and the gradients during the last
-// micro-batch's backward, so every rank sees the global batch's loss and gradient.
+// micro-batch's backward (under ZeRO 2 and 3, during every micro-batch's), so every rank sees
+// the global batch's loss and gradient.
 //
 // No update with a non-finite value is ever applied. When any gradient is inf or NaN the step
 // is skipped, and StepStats names the first tensor (in backward order, i.e. the one the
@@ -57,7 +58,7 @@ void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad
                   LossScaler* scaler = nullptr, int64_t step = 0);
 // The same with ZeRO (zero.zero_stage() >= 1): the norm and the update are the sharded
 // optimizer's (parallel/data_parallel.h).
-void apply_sharded_update(Transformer& model, DataParallel& zero, float lr, float max_grad_norm, StepStats& stats,
+void apply_sharded_update(DataParallel& zero, float lr, float max_grad_norm, StepStats& stats,
                           LossScaler* scaler = nullptr, int64_t step = 0);
 // Both: one training step, with the scaler's current scale. `dp`, when given, must be stage 0.
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,

@@ -130,10 +130,11 @@ TrainSummary run_training(const RunConfig& config) {
   DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
 
   // ZeRO pads the layout's units to equal parts over the dp ranks and keeps the optimizer
-  // sharded in data_parallel; without it the whole AdamW state is here.
+  // sharded in data_parallel (from stage 2 the gradients, at stage 3 the parameters too);
+  // without it the whole AdamW state is here.
   const int zero_stage = config.parallel.zero_stage;
   Transformer model(mc, B, T, config.train.recompute, config.train.precision, device,
-                    zero_stage >= 1 ? DataParallel::unit_multiple(groups.dims.dp) : kParamAlignment);
+                    DataParallel::storage(groups.dims.dp, zero_stage));
   std::optional<AdamW> optimizer;
   if (zero_stage == 0) optimizer.emplace(model.layout(), config.adamw, device);
   DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb, zero_stage, config.adamw);
@@ -153,22 +154,31 @@ TrainSummary run_training(const RunConfig& config) {
   if (resuming != 0 && resuming != control->size())
     throw Error(str("some ranks find a checkpoint in ", checkpoints.string(), " and others do not; put checkpoint.dir ",
                     "(or log.run_dir) on a filesystem every rank shares"));
+  // ZeRO 3 keeps no whole parameters: every rank starts from a whole host copy (the checkpoint,
+  // init.from or the random initialisation) and takes its parts of it.
+  std::optional<FlatTensors> start_copy;
+  if (zero_stage == 3) start_copy.emplace(model.layout(), MemTag::workspace, Device::cpu);
+  FlatTensors& start_params = start_copy ? *start_copy : model.params();
   if (resume) {
     const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
     std::optional<AdamW> whole;
     if (!optimizer) whole.emplace(host_optimizer());
     const TrainingProgress progress =
-        load_training_checkpoint(checkpoint, model, optimizer ? *optimizer : *whole, scaler.get());
+        load_training_checkpoint(checkpoint, start_params, optimizer ? *optimizer : *whole, scaler.get());
     if (whole) data_parallel.take_moments(*whole);
     summary.first_step = progress.step;
     loader.restore(progress.loader);
     origin = str("resumed from ", checkpoint.directory().string(), " (step ", progress.step, ")");
   } else if (!config.init.from.empty()) {
-    load_init_from(config, model.params());
+    load_init_from(config, start_params);
     origin = str("weights from ", config.init.from);
   } else {
-    init_parameters(model.params(), config.init.seed);
+    init_parameters(start_params, config.init.seed);
     origin = str("random initialisation, seed ", config.init.seed);
+  }
+  if (start_copy) {
+    data_parallel.take_parameters(*start_copy);
+    start_copy.reset();
   }
   if (summary.first_step >= total_steps)
     throw Error(str("the checkpoint in ", checkpoints.string(), " is at step ", summary.first_step,
@@ -210,17 +220,29 @@ TrainSummary run_training(const RunConfig& config) {
   BatchBuffers step_batches(accumulation, B, T, device);
   BatchBuffers eval_batch(1, B, T, device);
   // Evaluation, samples and checkpoints are the lead rank's: every rank holds the same model.
+  // Under ZeRO 3 every forward gathers each unit from all ranks, so every rank evaluates (the
+  // same batches), and a sample or a save first gathers the whole parameters on the lead rank.
   const auto validate = [&](int64_t step, ProgressDisplay& progress) {
-    if (!lead || !val_data) return;
+    if (!val_data || (!lead && zero_stage < 3)) return;
     const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch);
+    if (!lead) return;
     summary.val_loss = e.loss;
     if (metrics) metrics->log_validation(step, e.loss);
     progress.message(str("step ", step, ": validation loss ", fixed(e.loss, 4), " (perplexity ",
                          fixed(std::exp(e.loss), 2), ", ", e.tokens, " tokens)"));
   };
+  const auto gathered_parameters = [&] {  // ZeRO 3: on the lead rank; nullopt elsewhere and otherwise
+    std::optional<FlatTensors> whole;
+    if (zero_stage < 3) return whole;
+    if (lead) whole.emplace(model.layout(), MemTag::workspace, Device::cpu);
+    data_parallel.gather_parameters(whole ? &*whole : nullptr);
+    return whole;
+  };
   const auto sample = [&](int64_t step, ProgressDisplay& progress) {
-    if (!lead || !tokenizer) return;
-    progress.message(str("step ", step, ": sample: ", sample_text(config, model.params(), *tokenizer)));
+    if (!tokenizer || (!lead && zero_stage < 3)) return;
+    const std::optional<FlatTensors> whole = gathered_parameters();
+    if (!lead) return;
+    progress.message(str("step ", step, ": sample: ", sample_text(config, whole ? *whole : model.params(), *tokenizer)));
   };
   const auto save = [&](int64_t step, ProgressDisplay& progress) {
     if (checkpoints.empty()) return;
@@ -229,8 +251,10 @@ TrainSummary run_training(const RunConfig& config) {
       if (lead) whole.emplace(host_optimizer());
       data_parallel.gather_moments(lead ? &*whole : nullptr);  // every rank takes part
     }
+    std::optional<FlatTensors> whole_params = gathered_parameters();
     if (!lead) return;
-    summary.last_checkpoint = save_training_checkpoint(checkpoints, config.checkpoint.keep_last, model,
+    summary.last_checkpoint = save_training_checkpoint(checkpoints, config.checkpoint.keep_last,
+                                                       whole_params ? *whole_params : model.params(),
                                                        optimizer ? *optimizer : *whole, scaler.get(),
                                                        {step, loader.state()});
     progress.message(str("step ", step, ": saved checkpoint ", summary.last_checkpoint.string()));

@@ -68,12 +68,12 @@ namespace {
 // model on the CPU, else host copies (download() before saving, upload() after loading).
 class HostBuffers {
  public:
-  HostBuffers(Transformer& model, AdamW& optimizer) {
-    for (const auto& [prefix, flat] : {std::pair<std::string, FlatTensors*>{"model.", &model.params()},
+  HostBuffers(FlatTensors& params, AdamW& optimizer) {
+    for (const auto& [prefix, flat] : {std::pair<std::string, FlatTensors*>{"model.", &params},
                                        {"adamw.m.", &optimizer.m()},
                                        {"adamw.v.", &optimizer.v()}}) {
       FlatTensors* host = flat;
-      if (model.device() != Device::cpu) host = &copies_.emplace_back(flat->layout(), MemTag::workspace, Device::cpu);
+      if (flat->device() != Device::cpu) host = &copies_.emplace_back(flat->layout(), MemTag::workspace, Device::cpu);
       entries_.push_back({prefix, flat, host});
     }
   }
@@ -122,7 +122,7 @@ void check_same_model(const ckpt::Checkpoint& checkpoint, const ModelConfig& con
 
 }  // namespace
 
-std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last, Transformer& model,
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last, FlatTensors& params,
                                                AdamW& optimizer, const LossScaler* scaler,
                                                const TrainingProgress& progress) {
   nlohmann::ordered_json state = {{"adamw_steps", optimizer.steps_taken()},
@@ -131,21 +131,21 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
     const LossScalerState s = scaler->state();
     state["loss_scaler"] = {{"scale", s.scale}, {"finite_in_a_row", s.finite_in_a_row}, {"skipped", s.skipped}};
   }
-  const HostBuffers buffers(model, optimizer);
+  const HostBuffers buffers(params, optimizer);
   buffers.download();
   return ckpt::save_checkpoint(root,
                                {.step = progress.step,
-                                .model = model_description(model.config()),
+                                .model = model_description(params.layout().config()),
                                 .state = state,
                                 .tensors = buffers.tensors()},
                                keep_last);
 }
 
-TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, Transformer& model, AdamW& optimizer,
+TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, FlatTensors& params, AdamW& optimizer,
                                           LossScaler* scaler) {
   return with_context(str("resuming from checkpoint '", checkpoint.directory().string(), "'"), [&] {
-    check_same_model(checkpoint, model.config());
-    const HostBuffers buffers(model, optimizer);
+    check_same_model(checkpoint, params.layout().config());
+    const HostBuffers buffers(params, optimizer);
     for (const auto& [name, tensor] : buffers.tensors()) checkpoint.read_into(name, tensor);
     buffers.upload();
     const nlohmann::json& state = checkpoint.state();

@@ -37,15 +37,16 @@ ModelConfig model_config_of(const ckpt::Checkpoint& checkpoint);
 // Reads only the parameters (model.NAME) of a checkpoint, each checksummed.
 void load_checkpoint_parameters(const ckpt::Checkpoint& checkpoint, FlatTensors& params);
 
-// Saves under `root` (ckpt::save_checkpoint: atomic, keeps the newest keep_last).
-std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last, Transformer& model,
+// Saves under `root` (ckpt::save_checkpoint: atomic, keeps the newest keep_last). `params` are
+// the model's f32 parameters, whole (under ZeRO 3 a copy gathered for the save).
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last, FlatTensors& params,
                                                AdamW& optimizer, const LossScaler* scaler,
                                                const TrainingProgress& progress);
 
-// Loads a checkpoint directory into model, optimizer and scaler (each tensor checksummed) and
-// returns the progress to continue from. Throws dt::Error naming the fields when the
-// checkpoint's model description differs from the model's.
-TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, Transformer& model, AdamW& optimizer,
+// Loads a checkpoint directory into the parameters (whole), optimizer and scaler (each tensor
+// checksummed) and returns the progress to continue from. Throws dt::Error naming the fields
+// when the checkpoint's model description differs from the parameters' model.
+TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, FlatTensors& params, AdamW& optimizer,
                                           LossScaler* scaler);
 
 }  // namespace dt

@@ -28,14 +28,14 @@ TEST(TrainingCheckpoint, RoundTripsModelOptimizerScalerAndProgressForBothFamilie
     LossScaler saved_scaler({.initial_scale = 1024, .growth_interval = 5});
     saved_scaler.update(false, 1);
     saved_scaler.update(true, 2);
-    save_training_checkpoint(dir.path(), 2, saved, saved_optimizer, &saved_scaler, {12, {1, 34}});
+    save_training_checkpoint(dir.path(), 2, saved.params(), saved_optimizer, &saved_scaler, {12, {1, 34}});
 
     const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(dir.path()));
     EXPECT_EQ(model_description(model_config_of(checkpoint)), model_description(config)) << preset;
     Transformer loaded(model_config_of(checkpoint), 1, 8);
     AdamW optimizer(loaded.layout(), {});
     LossScaler scaler({.initial_scale = 1024, .growth_interval = 5});
-    const TrainingProgress progress = load_training_checkpoint(checkpoint, loaded, optimizer, &scaler);
+    const TrainingProgress progress = load_training_checkpoint(checkpoint, loaded.params(), optimizer, &scaler);
     EXPECT_EQ(progress.step, 12);
     EXPECT_EQ(progress.loader, (DataLoaderState{1, 34}));
     EXPECT_EQ(optimizer.steps_taken(), 12);
@@ -52,14 +52,14 @@ TEST(TrainingCheckpoint, ADifferentModelIsRefusedWithEveryDifferingField) {
   testing::TempDir dir;
   Transformer saved(model_preset("gpt2-tiny"), 1, 8);
   AdamW saved_optimizer(saved.layout(), {});
-  save_training_checkpoint(dir.path(), 1, saved, saved_optimizer, nullptr, {3, {}});
+  save_training_checkpoint(dir.path(), 1, saved.params(), saved_optimizer, nullptr, {3, {}});
   ModelConfig other = model_preset("gpt2-tiny");
   other.n_layer = 3;
   other.vocab_size = 1000;
   Transformer model(other, 1, 8);
   AdamW optimizer(model.layout(), {});
   const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(dir.path()));
-  const std::string message = testing::error_message([&] { load_training_checkpoint(checkpoint, model, optimizer, nullptr); });
+  const std::string message = testing::error_message([&] { load_training_checkpoint(checkpoint, model.params(), optimizer, nullptr); });
   for (const char* expected : {"was saved by a different model", "model.n_layer: checkpoint 2, config 3",
                                "model.vocab_size: checkpoint 997, config 1000"})
     EXPECT_NE(message.find(expected), std::string::npos) << expected << "\n" << message;
