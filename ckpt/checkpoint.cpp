@@ -74,30 +74,61 @@ uint32_t checksum_of(const Tensor& t) { return crc32c(t.data, t.bytes()); }
 
 }  // namespace
 
-std::filesystem::path save_checkpoint(const std::filesystem::path& root, const CheckpointContent& content,
-                                      int keep_last) {
-  DT_CHECK(keep_last >= 1, "keep_last = ", keep_last);
-  return with_context(str("saving checkpoint of step ", content.step, " under '", root.string(), "'"), [&] {
+std::string shard_file_name(int rank, int ranks) {
+  char name[64];
+  std::snprintf(name, sizeof name, "tensors_%05d_of_%05d.safetensors", rank, ranks);
+  return name;
+}
+
+std::filesystem::path temporary_directory(const std::filesystem::path& root, int64_t step) {
+  return root / (step_name(step) + ".tmp");
+}
+
+void begin_checkpoint(const std::filesystem::path& root, int64_t step) {
+  with_context(str("saving checkpoint of step ", step, " under '", root.string(), "'"), [&] {
     std::error_code ec;
     std::filesystem::create_directories(root, ec);
     if (ec) throw Error(str("cannot create the checkpoint directory: ", ec.message()));
-    const std::string name = step_name(content.step);
-    const std::filesystem::path final_dir = root / name, temporary = root / (name + ".tmp");
+    const std::filesystem::path temporary = temporary_directory(root, step);
     std::filesystem::remove_all(temporary, ec);  // left by a crash during an earlier save
     if (!std::filesystem::create_directory(temporary, ec) || ec)
       throw Error(str("cannot create '", temporary.string(), "': ", ec ? ec.message() : "it exists"));
+  });
+}
 
+void write_checkpoint_file(const std::filesystem::path& root, int64_t step, const std::string& file,
+                           const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  with_context(str("saving checkpoint of step ", step, " under '", root.string(), "'"), [&] {
     SafetensorsWriter writer;
-    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
-    for (const auto& [tensor_name, tensor] : content.tensors) {
-      writer.add(tensor_name, tensor);
-      tensors.push_back({{"name", tensor_name},
-                         {"dtype", dtype_name(tensor.dtype)},
-                         {"shape", std::vector<int64_t>(tensor.shape.begin(), tensor.shape.end())},
-                         {"file", kTensors},
-                         {"crc32c", checksum_of(tensor)}});
+    for (const auto& [name, tensor] : tensors) {
+      writer.add(name, tensor);
+      writer.set_metadata("crc32c." + name, std::to_string(checksum_of(tensor)));
     }
-    writer.write(temporary / kTensors);
+    writer.write(temporary_directory(root, step) / file);
+  });
+}
+
+std::filesystem::path finish_checkpoint(const std::filesystem::path& root, const CheckpointContent& content,
+                                        const std::vector<std::string>& files, int keep_last) {
+  DT_CHECK(keep_last >= 1, "keep_last = ", keep_last);
+  return with_context(str("saving checkpoint of step ", content.step, " under '", root.string(), "'"), [&] {
+    const std::string name = step_name(content.step);
+    const std::filesystem::path final_dir = root / name, temporary = temporary_directory(root, content.step);
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+    for (const std::string& file : files) {
+      if (!std::filesystem::exists(temporary / file))
+        throw Error(str("'", (temporary / file).string(), "' was not written; every process must write its file ",
+                        "before the checkpoint is finished"));
+      const SafetensorsReader reader(temporary / file);
+      for (const std::string& tensor_name : reader.names()) {
+        const StoredTensorInfo& info = reader.info(tensor_name);
+        tensors.push_back({{"name", tensor_name},
+                           {"dtype", dtype_name(info.dtype)},
+                           {"shape", std::vector<int64_t>(info.shape.begin(), info.shape.end())},
+                           {"file", file},
+                           {"crc32c", std::stoul(reader.metadata().at("crc32c." + tensor_name))}});
+      }
+    }
     if (fault_injected("checkpoint-write-fails", content.step))
       throw Error(str("cannot write '", (temporary / kManifest).string(),
                       "': No space left on device (injected by DTRAIN_INJECT_FAULT)"));
@@ -110,6 +141,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const C
     write_file_durably(temporary / kManifest, manifest.dump(2) + "\n");
     fsync_path(temporary, O_RDONLY | O_DIRECTORY);
 
+    std::error_code ec;
     std::filesystem::remove_all(final_dir, ec);  // the same step saved again
     std::filesystem::rename(temporary, final_dir, ec);
     if (ec) throw Error(str("cannot rename '", temporary.string(), "' into place: ", ec.message()));
@@ -123,6 +155,13 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const C
       if (steps[i] != final_dir) std::filesystem::remove_all(steps[i], ec);
     return final_dir;
   });
+}
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& root, const CheckpointContent& content,
+                                      int keep_last) {
+  begin_checkpoint(root, content.step);
+  write_checkpoint_file(root, content.step, kTensors, content.tensors);
+  return finish_checkpoint(root, content, {kTensors}, keep_last);
 }
 
 std::filesystem::path Checkpoint::latest(const std::filesystem::path& root) {
@@ -141,8 +180,7 @@ std::filesystem::path Checkpoint::step_or_latest(const std::filesystem::path& di
   return std::filesystem::exists(directory / kManifest) ? directory : latest(directory);
 }
 
-Checkpoint::Checkpoint(std::filesystem::path directory)
-    : directory_(std::move(directory)), tensors_(directory_ / kTensors) {
+Checkpoint::Checkpoint(std::filesystem::path directory) : directory_(std::move(directory)) {
   const std::filesystem::path path = directory_ / kManifest;
   std::ifstream in(path);
   if (!in) throw Error(str("checkpoint manifest '", path.string(), "' cannot be read: ", std::strerror(errno)));
@@ -156,6 +194,20 @@ Checkpoint::Checkpoint(std::filesystem::path directory)
   if (manifest_["format_version"] != kCheckpointFormatVersion)
     throw Error(str("checkpoint manifest '", path.string(), "' has format_version ", manifest_["format_version"].dump(),
                     "; this dtrain reads version ", kCheckpointFormatVersion));
+  // Every file the manifest names must be there before anything is read: a checkpoint saved by
+  // several processes is usable only whole.
+  std::map<std::string, int> tensors_in;
+  for (const auto& t : manifest_.at("tensors")) ++tensors_in[t.at("file").get<std::string>()];
+  std::string missing;
+  for (const auto& [file, count] : tensors_in)
+    if (!std::filesystem::exists(directory_ / file))
+      missing += str("\n  ", file, " (", count, " tensor", count == 1 ? "" : "s", ")");
+  if (!missing.empty())
+    throw Error(str("checkpoint '", directory_.string(), "' is incomplete: its manifest names ", tensors_in.size(),
+                    " tensor files and these are missing:", missing,
+                    "\na checkpoint saved by several ranks needs every rank's file; copy the whole step directory. ",
+                    previous_advice()));
+  for (const auto& [file, count] : tensors_in) files_.emplace(file, SafetensorsReader(directory_ / file));
 }
 
 std::vector<std::string> Checkpoint::tensor_names() const {
@@ -164,34 +216,40 @@ std::vector<std::string> Checkpoint::tensor_names() const {
   return names;
 }
 
-void Checkpoint::checksum_failed(const std::string& name, uint32_t stored, uint32_t computed) const {
-  // The checkpoint before this one, if any, is where to resume from.
+std::string Checkpoint::previous_advice() const {
   std::string previous;
   for (const auto& step : step_directories(directory_.parent_path()))
     if (step < directory_) previous = step.string();
+  return previous.empty() ? std::string("No earlier checkpoint is kept; restart the run")
+                          : str("Resume from the previous checkpoint '", previous, "'");
+}
+
+void Checkpoint::checksum_failed(const std::string& name, uint32_t stored, uint32_t computed) const {
   throw Error(str("checkpoint '", directory_.string(), "': tensor '", name, "' fails its checksum (stored ", stored,
-                  ", computed ", computed, "): the file is corrupt. ",
-                  previous.empty() ? std::string("No earlier checkpoint is kept; restart the run")
-                                   : str("Resume from the previous checkpoint '", previous, "'")));
+                  ", computed ", computed, "): the file is corrupt. ", previous_advice()));
+}
+
+const nlohmann::json& Checkpoint::entry(const std::string& name) const {
+  const auto& entries = manifest_.at("tensors");
+  const auto found = std::find_if(entries.begin(), entries.end(), [&](const auto& t) { return t.at("name") == name; });
+  if (found == entries.end())
+    throw Error(str("checkpoint '", directory_.string(), "' has no tensor '", name,
+                    "'; it was saved by a different model or configuration"));
+  return *found;
 }
 
 void Checkpoint::read_into(const std::string& name, const Tensor& destination) const {
-  const auto& entries = manifest_.at("tensors");
-  const auto entry = std::find_if(entries.begin(), entries.end(), [&](const auto& t) { return t.at("name") == name; });
-  if (entry == entries.end())
-    throw Error(str("checkpoint '", directory_.string(), "' has no tensor '", name,
-                    "'; it was saved by a different model or configuration"));
-  tensors_.read_into(name, destination);
-  const uint32_t computed = checksum_of(destination), stored = entry->at("crc32c").get<uint32_t>();
+  const nlohmann::json& e = entry(name);
+  files_.at(e.at("file").get<std::string>()).read_into(name, destination);
+  const uint32_t computed = checksum_of(destination), stored = e.at("crc32c").get<uint32_t>();
   if (computed != stored) checksum_failed(name, stored, computed);
 }
 
 void Checkpoint::verify() const {
   for (const std::string& name : tensor_names()) {
-    const LoadedTensor t = tensors_.read(name, MemTag::workspace);
-    const auto& entries = manifest_.at("tensors");
-    const auto entry = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.at("name") == name; });
-    if (const uint32_t computed = checksum_of(t.tensor), stored = entry->at("crc32c").get<uint32_t>(); computed != stored)
+    const nlohmann::json& e = entry(name);
+    const LoadedTensor t = files_.at(e.at("file").get<std::string>()).read(name, MemTag::workspace);
+    if (const uint32_t computed = checksum_of(t.tensor), stored = e.at("crc32c").get<uint32_t>(); computed != stored)
       checksum_failed(name, stored, computed);
   }
 }

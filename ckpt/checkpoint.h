@@ -7,6 +7,12 @@
 //   ROOT/step_000001200/tensors.safetensors  the tensors (parameters, master weights, moments)
 //   ROOT/latest                              the name of the newest complete step directory
 //
+// Several processes may write one checkpoint, each its own tensor file (ZeRO's ranks each save
+// their shard: tensors_00001_of_00004.safetensors); the manifest lists every tensor with the file
+// that holds it, so a checkpoint is complete only with every file it names. Rank 0 begins the
+// save (begin_checkpoint), every rank writes its file (write_checkpoint_file), and once all are
+// written rank 0 finishes it (finish_checkpoint); the callers synchronise between the steps.
+//
 // Saving writes ROOT/step_N.tmp, syncs every file and the directory, renames it into place,
 // then replaces ROOT/latest atomically (temporary file, fsync, rename) and removes all but the
 // newest keep_last step directories. Loading verifies each tensor's checksum as it is read and
@@ -15,6 +21,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -34,9 +41,24 @@ struct CheckpointContent {
   std::vector<std::pair<std::string, Tensor>> tensors;
 };
 
-// Saves `content` under root (created if needed); returns the step directory.
+// Saves `content` under root (created if needed), its tensors in one file; returns the step
+// directory.
 std::filesystem::path save_checkpoint(const std::filesystem::path& root, const CheckpointContent& content,
                                       int keep_last);
+
+// The three steps of a save from several processes. begin_checkpoint creates the step's
+// temporary directory (removing one a crash left). write_checkpoint_file writes `tensors` there
+// as `file`, durably, with each tensor's checksum in the file's metadata.
+// finish_checkpoint reads the headers of `files` (all written by now), writes the manifest with
+// `content`'s step, model and state (content.tensors is not used) and puts the directory in place
+// as save_checkpoint does; a file that is missing is an error naming it.
+void begin_checkpoint(const std::filesystem::path& root, int64_t step);
+void write_checkpoint_file(const std::filesystem::path& root, int64_t step, const std::string& file,
+                           const std::vector<std::pair<std::string, Tensor>>& tensors);
+std::filesystem::path finish_checkpoint(const std::filesystem::path& root, const CheckpointContent& content,
+                                        const std::vector<std::string>& files, int keep_last);
+// The name of rank `rank`'s tensor file of a checkpoint written by `ranks` processes.
+std::string shard_file_name(int rank, int ranks);
 
 class Checkpoint {
  public:
@@ -62,9 +84,12 @@ class Checkpoint {
 
  private:
   [[noreturn]] void checksum_failed(const std::string& name, uint32_t stored, uint32_t computed) const;
+  // What to do when this checkpoint cannot be read: resume from the previous one, if any.
+  std::string previous_advice() const;
+  const nlohmann::json& entry(const std::string& name) const;
   std::filesystem::path directory_;
   nlohmann::json manifest_;
-  SafetensorsReader tensors_;
+  std::map<std::string, SafetensorsReader> files_;  // every file the manifest names, by name
 };
 
 }  // namespace dt::ckpt

@@ -102,5 +102,43 @@ TEST(Checkpoint, MissingCheckpointsAndTensorsAreNamed) {
   EXPECT_NE(message.find("has no tensor 'param.v'; it was saved by a different model"), std::string::npos) << message;
 }
 
+// A checkpoint written by several processes, each its own file (as ZeRO's ranks save their
+// shards), reads like one written by one; without one of its files it is refused whole, naming
+// the file, before anything is read.
+TEST(Checkpoint, OneWrittenByThreeProcessesNeedsEveryFile) {
+  TempDir dir;
+  State first, second;
+  second.weights.ptr<float>()[0] = 42;
+  const OwnedTensor third = testing::random_normal(DType::f32, {7}, 3);
+  CheckpointContent content = first.content(4);
+  content.tensors.clear();
+  begin_checkpoint(dir.path(), 4);
+  write_checkpoint_file(dir.path(), 4, shard_file_name(0, 3), first.content(4).tensors);
+  write_checkpoint_file(dir.path(), 4, shard_file_name(1, 3), {{"param.w.1", second.weights.t}});
+  // Finishing before every process has written is an error naming the file.
+  const std::vector<std::string> files = {shard_file_name(0, 3), shard_file_name(1, 3), shard_file_name(2, 3)};
+  const std::string early = error_of([&] { finish_checkpoint(dir.path(), content, files, 2); });
+  EXPECT_NE(early.find("tensors_00002_of_00003.safetensors' was not written"), std::string::npos) << early;
+  write_checkpoint_file(dir.path(), 4, shard_file_name(2, 3), {{"rank2.x", third.t}});
+  const std::filesystem::path step = finish_checkpoint(dir.path(), content, files, 2);
+
+  const Checkpoint whole(step);
+  EXPECT_EQ(whole.tensor_names().size(), 4u);
+  OwnedTensor w = testing::zeros(DType::f32, {17, 5}), x = testing::zeros(DType::f32, {7});
+  whole.read_into("param.w.1", w.t);
+  whole.read_into("rank2.x", x.t);
+  EXPECT_EQ(w.ptr<float>()[0], 42);
+  EXPECT_EQ(std::memcmp(x.t.data, third.t.data, x.t.bytes()), 0);
+  whole.verify();
+
+  std::filesystem::remove(step / shard_file_name(1, 3));
+  const std::string message = error_of([&] { Checkpoint incomplete(step); });
+  EXPECT_NE(message.find(str("checkpoint '", step.string(), "' is incomplete: its manifest names 3 tensor files and "
+                             "these are missing:\n  tensors_00001_of_00003.safetensors (1 tensor)")),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("copy the whole step directory. No earlier checkpoint is kept"), std::string::npos) << message;
+}
+
 }  // namespace
 }  // namespace dt::ckpt

@@ -325,6 +325,24 @@ TEST(TrainCli, ZeroCheckpointsMoveBetweenStagesAndLayouts) {
   }
 }
 
+// A ZeRO run's checkpoint is each rank's file of its parts; with one rank's file gone it is
+// refused before anything is read, naming the file and the checkpoint to resume from instead.
+TEST(TrainCli, AZeroCheckpointWithoutOneRanksFileIsRefusedNamingIt) {
+  const TrainRun run;
+  const auto saved = run_dtrain(run.args("zero", "train.steps=4 checkpoint.every=2 parallel.dp=2 parallel.zero_stage=2"),
+                                testing::mpirun(2));
+  ASSERT_EQ(saved.status, 0) << saved.output;
+  const std::filesystem::path latest = ckpt::Checkpoint::latest(run.path("zero") / "checkpoints");
+  ASSERT_TRUE(std::filesystem::exists(latest / "tensors_00000_of_00002.safetensors"));
+  std::filesystem::remove(latest / "tensors_00001_of_00002.safetensors");
+  const auto resumed = run_dtrain(run.args("zero", "train.steps=6"));
+  EXPECT_NE(resumed.status, 0);
+  EXPECT_NE(resumed.output.find(str("checkpoint '", latest.string(), "' is incomplete")), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("tensors_00001_of_00002.safetensors"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("Resume from the previous checkpoint"), std::string::npos) << resumed.output;
+}
+
 // Multi-rank GPU code on one GPU: two ranks with CUDA buffers through the MPI backend (staged
 // in host memory), ZeRO 0 and 1, train the one-GPU model.
 TEST(TrainCli, OnTheGpuTwoRanksThroughMpiTrainLikeOne) {

@@ -323,6 +323,9 @@ void Transformer::block_forward(int l, int64_t B, int64_t T, bool recomputing) {
     k::swiglu_forward(fch_act, fch);
   if (recomputing) return;
   k::linear_forward(proj_out, fch_act, p("mlp.proj.weight"), b("mlp.proj"));
+  // The residual add below is fused with the next unit's first norm: it reads that unit's
+  // weights, and no more of this one's.
+  weights_done(unit);
   weights_needed(next, next + 1 < layout_.units().size() ? std::optional<size_t>(next + 1) : std::nullopt);
   if (l + 1 < c.n_layer) {
     const Activations::Layer& next = a.layers[l + 1];
@@ -332,7 +335,6 @@ void Transformer::block_forward(int l, int64_t B, int64_t T, bool recomputing) {
     add_norm_forward(c, weights(), "ln_f", res3, act(a.lnf), mean_rows(a.lnf_mean), rows(a.lnf_rstd), res2,
                      proj_out);
   }
-  weights_done(unit);
 }
 
 double Transformer::forward(Tensor tokens, Tensor targets) {

@@ -48,6 +48,8 @@ class AdamW {
   const AdamWConfig& config() const { return config_; }
   FlatTensors& m() { return m_; }
   FlatTensors& v() { return v_; }
+  const FlatTensors& m() const { return m_; }
+  const FlatTensors& v() const { return v_; }
 
  private:
   AdamWConfig config_;

@@ -267,14 +267,16 @@ void DataParallel::take_shard(Buffer& shard, Tensor whole) {
   }
 }
 
-void DataParallel::gather_moments(AdamW* full) {
-  DT_CHECK(zero_stage_ >= 1, "gather_moments is ZeRO's");
-  gather_shard(m_, full != nullptr ? full->m().all() : Tensor{});
-  gather_shard(v_, full != nullptr ? full->v().all() : Tensor{});
-  if (full != nullptr) full->restore_steps_taken(steps_taken_);
+std::vector<Tensor> DataParallel::parts(Sharded buffer) const {
+  DT_CHECK(zero_stage_ >= 1, "parts of the shards are ZeRO's");
+  DT_CHECK(buffer != Sharded::parameters || zero_stage_ == 3, "the parameters are sharded at ZeRO 3 only");
+  const Buffer& shard = buffer == Sharded::parameters ? param_shard_ : buffer == Sharded::first_moments ? m_ : v_;
+  std::vector<Tensor> out;
+  for (const Part& p : parts_) out.push_back(shard_view(shard, p));
+  return out;
 }
 
-void DataParallel::take_moments(AdamW& full) {
+void DataParallel::take_moments(const AdamW& full) {
   DT_CHECK(zero_stage_ >= 1, "take_moments is ZeRO's");
   take_shard(m_, full.m().all());
   take_shard(v_, full.v().all());

@@ -71,6 +71,8 @@ class DataParallel : public Transformer::UnitHooks {
   static ParameterStorage storage(int ranks, int zero_stage);
 
   Communicator& group() { return dp_; }
+  const Communicator& group() const { return dp_; }
+  const ParameterLayout& model_layout() const { return model_.layout(); }
   int zero_stage() const { return zero_stage_; }
   // Stage 0's buckets, in launch order.
   const std::vector<kernels::FlatRange>& buckets() const { return buckets_; }
@@ -96,16 +98,18 @@ class DataParallel : public Transformer::UnitHooks {
   // stage 3 keeps only its parts (the next forward gathers them).
   void update(float lr, float grad_scale);
   int64_t steps_taken() const { return steps_taken_; }
-  // Checkpoints hold the whole AdamW state and parameters, whatever the stage and the number of
-  // ranks. gather_moments fills `full` on rank 0 of the group from every rank's shard (a
-  // collective: the other ranks pass nullptr and send their parts; nothing whole is allocated on
-  // them); take_moments copies this rank's parts out of a whole state.
-  void gather_moments(AdamW* full);
-  void take_moments(AdamW& full);
-  // Stage 3: the same for the parameters, into and out of whole flat tensors of the model's
-  // layout (on any device).
-  void gather_parameters(FlatTensors* whole);
+  // The sharded buffers, for checkpoints (train/training_checkpoint.h): this rank's part of each
+  // unit, in unit order. The parameters are sharded at stage 3 only.
+  enum class Sharded { parameters, first_moments, second_moments };
+  std::vector<Tensor> parts(Sharded buffer) const;
+  // A resume copies this rank's parts out of a whole AdamW state (the update count too), and at
+  // stage 3 out of whole parameters (flat tensors of the model's layout, on any device).
+  void take_moments(const AdamW& full);
   void take_parameters(const FlatTensors& whole);
+  // Stage 3: the whole parameters on rank 0 of the group, gathered from every rank's parts (a
+  // collective: the other ranks pass nullptr and send theirs; nothing whole is allocated on
+  // them). For a sample of the model's text.
+  void gather_parameters(FlatTensors* whole);
 
   // Transformer::UnitHooks: stage 3 gathers and frees parameter units; stages 2 and 3 allocate
   // and free gradient units; every stage starts reductions at gradients_final.

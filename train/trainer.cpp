@@ -138,10 +138,6 @@ TrainSummary run_training(const RunConfig& config) {
   std::optional<AdamW> optimizer;
   if (zero_stage == 0) optimizer.emplace(model.layout(), config.adamw, device);
   DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb, zero_stage, config.adamw);
-  // Checkpoints hold the whole AdamW state: under ZeRO a host copy made for the occasion,
-  // gathered from the shards for a save (a collective) and read for a resume, each rank then
-  // taking its parts.
-  const auto host_optimizer = [&] { return AdamW(model.layout(), config.adamw, Device::cpu, MemTag::workspace); };
   std::unique_ptr<LossScaler> scaler;
   if (config.loss_scale.enabled) scaler = std::make_unique<LossScaler>(config.loss_scale.config);
 
@@ -161,8 +157,10 @@ TrainSummary run_training(const RunConfig& config) {
   FlatTensors& start_params = start_copy ? *start_copy : model.params();
   if (resume) {
     const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
+    // Under ZeRO the whole AdamW state is read into a host copy made for the occasion (from a
+    // whole or a sharded checkpoint), and each rank takes its parts.
     std::optional<AdamW> whole;
-    if (!optimizer) whole.emplace(host_optimizer());
+    if (!optimizer) whole.emplace(model.layout(), config.adamw, Device::cpu, MemTag::workspace);
     const TrainingProgress progress =
         load_training_checkpoint(checkpoint, start_params, optimizer ? *optimizer : *whole, scaler.get());
     if (whole) data_parallel.take_moments(*whole);
@@ -231,33 +229,31 @@ TrainSummary run_training(const RunConfig& config) {
     progress.message(str("step ", step, ": validation loss ", fixed(e.loss, 4), " (perplexity ",
                          fixed(std::exp(e.loss), 2), ", ", e.tokens, " tokens)"));
   };
-  const auto gathered_parameters = [&] {  // ZeRO 3: on the lead rank; nullopt elsewhere and otherwise
-    std::optional<FlatTensors> whole;
-    if (zero_stage < 3) return whole;
-    if (lead) whole.emplace(model.layout(), MemTag::workspace, Device::cpu);
-    data_parallel.gather_parameters(whole ? &*whole : nullptr);
-    return whole;
-  };
   const auto sample = [&](int64_t step, ProgressDisplay& progress) {
     if (!tokenizer || (!lead && zero_stage < 3)) return;
-    const std::optional<FlatTensors> whole = gathered_parameters();
+    std::optional<FlatTensors> gathered;  // ZeRO 3: the whole parameters, on the lead rank
+    if (zero_stage == 3) {
+      if (lead) gathered.emplace(model.layout(), MemTag::workspace, Device::cpu);
+      data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
+    }
     if (!lead) return;
-    progress.message(str("step ", step, ": sample: ", sample_text(config, whole ? *whole : model.params(), *tokenizer)));
+    progress.message(
+        str("step ", step, ": sample: ", sample_text(config, gathered ? *gathered : model.params(), *tokenizer)));
   };
+  // Without ZeRO rank 0 writes the whole state; with it every rank writes its own parts.
   const auto save = [&](int64_t step, ProgressDisplay& progress) {
     if (checkpoints.empty()) return;
-    std::optional<AdamW> whole;
-    if (!optimizer) {
-      if (lead) whole.emplace(host_optimizer());
-      data_parallel.gather_moments(lead ? &*whole : nullptr);  // every rank takes part
-    }
-    std::optional<FlatTensors> whole_params = gathered_parameters();
+    const TrainingProgress at{step, loader.state()};
+    const int keep_last = config.checkpoint.keep_last;
+    if (optimizer && !lead) return;
+    const std::filesystem::path saved =
+        optimizer ? save_training_checkpoint(checkpoints, keep_last, model.params(), *optimizer, scaler.get(), at)
+                  : save_sharded_training_checkpoint(checkpoints, keep_last, *control,
+                                                     lead && zero_stage < 3 ? &model.params() : nullptr, data_parallel,
+                                                     scaler.get(), at);
     if (!lead) return;
-    summary.last_checkpoint = save_training_checkpoint(checkpoints, config.checkpoint.keep_last,
-                                                       whole_params ? *whole_params : model.params(),
-                                                       optimizer ? *optimizer : *whole, scaler.get(),
-                                                       {step, loader.state()});
-    progress.message(str("step ", step, ": saved checkpoint ", summary.last_checkpoint.string()));
+    summary.last_checkpoint = saved;
+    progress.message(str("step ", step, ": saved checkpoint ", saved.string()));
   };
 
   // Spans of compute and communication: the overlap summary of each step with several ranks, and

@@ -1,5 +1,6 @@
 #include "train/training_checkpoint.h"
 
+#include <algorithm>
 #include <deque>
 #include <string>
 #include <vector>
@@ -57,8 +58,43 @@ ModelConfig model_config_of(const ckpt::Checkpoint& checkpoint) {
   });
 }
 
+namespace {
+
+std::string part_name(const std::string& buffer, size_t unit, int rank) {
+  return str(buffer, ".unit.", unit, ".part.", rank);
+}
+
+// Reads flat buffer `buffer` ("model", "adamw.m" or "adamw.v") into `dest`, whole: tensor by
+// tensor when the checkpoint holds it whole; when sharded, every rank's part of every unit into
+// the saving run's layout, then tensor by tensor from there (the padding may differ).
+void read_flat(const ckpt::Checkpoint& checkpoint, const std::string& buffer, FlatTensors& dest) {
+  const ParameterLayout& layout = dest.layout();
+  const nlohmann::json& state = checkpoint.state();
+  const bool sharded = state.contains("sharding") &&
+                       std::ranges::count(state["sharding"].at("buffers").get<std::vector<std::string>>(), buffer) > 0;
+  if (!sharded) {
+    for (const ParamInfo& p : layout.params()) checkpoint.read_into(str(buffer, ".", p.name), dest.shown(p));
+    return;
+  }
+  const int ranks = state["sharding"].at("ranks").get<int>();
+  const ParameterLayout saved(layout.config(), state["sharding"].at("unit_multiple").get<int64_t>());
+  const FlatTensors whole(saved, MemTag::workspace, Device::cpu);
+  for (size_t u = 0; u < saved.units().size(); ++u) {
+    const kernels::FlatRange unit = saved.units()[u];
+    const int64_t part = unit.size() / ranks;
+    for (int r = 0; r < ranks; ++r)
+      checkpoint.read_into(part_name(buffer, u, r), whole.all().slice_rows(unit.begin + r * part, part));
+  }
+  for (const ParamInfo& p : layout.params()) {
+    const Tensor to = dest.shown(p), from = whole.shown(p.name);
+    copy_bytes(to.data, to.device, from.data, from.device, to.bytes());
+  }
+}
+
+}  // namespace
+
 void load_checkpoint_parameters(const ckpt::Checkpoint& checkpoint, FlatTensors& params) {
-  for (const ParamInfo& p : params.layout().params()) checkpoint.read_into("model." + p.name, params.shown(p));
+  read_flat(checkpoint, "model", params);
 }
 
 namespace {
@@ -69,20 +105,24 @@ namespace {
 class HostBuffers {
  public:
   HostBuffers(FlatTensors& params, AdamW& optimizer) {
-    for (const auto& [prefix, flat] : {std::pair<std::string, FlatTensors*>{"model.", &params},
-                                       {"adamw.m.", &optimizer.m()},
-                                       {"adamw.v.", &optimizer.v()}}) {
+    for (const auto& [buffer, flat] : {std::pair<std::string, FlatTensors*>{"model", &params},
+                                       {"adamw.m", &optimizer.m()},
+                                       {"adamw.v", &optimizer.v()}}) {
       FlatTensors* host = flat;
       if (flat->device() != Device::cpu) host = &copies_.emplace_back(flat->layout(), MemTag::workspace, Device::cpu);
-      entries_.push_back({prefix, flat, host});
+      entries_.push_back({buffer, flat, host});
     }
   }
-  // Every tensor with its checkpoint name, in one order for saving and loading.
+  // Every tensor with its checkpoint name, for saving.
   std::vector<std::pair<std::string, Tensor>> tensors() const {
     std::vector<std::pair<std::string, Tensor>> out;
     for (const Entry& e : entries_)
-      for (const ParamInfo& p : e.host->layout().params()) out.emplace_back(e.prefix + p.name, e.host->shown(p));
+      for (const ParamInfo& p : e.host->layout().params()) out.emplace_back(str(e.buffer, ".", p.name), e.host->shown(p));
     return out;
+  }
+  // Reads every buffer from `checkpoint`, whole or sharded.
+  void read(const ckpt::Checkpoint& checkpoint) const {
+    for (const Entry& e : entries_) read_flat(checkpoint, e.buffer, *e.host);
   }
   void download() const {
     for (const Entry& e : entries_) copy(*e.host, *e.own);
@@ -93,7 +133,7 @@ class HostBuffers {
 
  private:
   struct Entry {
-    std::string prefix;
+    std::string buffer;  // "model", "adamw.m", "adamw.v"
     FlatTensors* own;   // where training keeps it
     FlatTensors* host;  // the same, or its host copy
   };
@@ -122,15 +162,24 @@ void check_same_model(const ckpt::Checkpoint& checkpoint, const ModelConfig& con
 
 }  // namespace
 
-std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last, FlatTensors& params,
-                                               AdamW& optimizer, const LossScaler* scaler,
-                                               const TrainingProgress& progress) {
-  nlohmann::ordered_json state = {{"adamw_steps", optimizer.steps_taken()},
+namespace {
+
+nlohmann::ordered_json training_state(int64_t adamw_steps, const LossScaler* scaler, const TrainingProgress& progress) {
+  nlohmann::ordered_json state = {{"adamw_steps", adamw_steps},
                                   {"loader", {{"epoch", progress.loader.epoch}, {"position", progress.loader.position}}}};
   if (scaler) {
     const LossScalerState s = scaler->state();
     state["loss_scaler"] = {{"scale", s.scale}, {"finite_in_a_row", s.finite_in_a_row}, {"skipped", s.skipped}};
   }
+  return state;
+}
+
+}  // namespace
+
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last, FlatTensors& params,
+                                               AdamW& optimizer, const LossScaler* scaler,
+                                               const TrainingProgress& progress) {
+  const nlohmann::ordered_json state = training_state(optimizer.steps_taken(), scaler, progress);
   const HostBuffers buffers(params, optimizer);
   buffers.download();
   return ckpt::save_checkpoint(root,
@@ -141,12 +190,61 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
                                keep_last);
 }
 
+std::filesystem::path save_sharded_training_checkpoint(const std::filesystem::path& root, int keep_last,
+                                                       Communicator& control, const FlatTensors* params,
+                                                       const DataParallel& zero, const LossScaler* scaler,
+                                                       const TrainingProgress& progress) {
+  const int rank = zero.group().rank(), ranks = zero.group().size();
+  DT_CHECK(zero.zero_stage() >= 1, "a sharded checkpoint is ZeRO's");
+  DT_CHECK((params != nullptr) == (rank == 0 && zero.zero_stage() < 3),
+           "rank 0, and only it, passes the whole parameters, below ZeRO 3");
+  // This rank's tensors, in host memory (parts on a GPU are copied out).
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::deque<Buffer> host_copies;
+  const auto add = [&](std::string name, const Tensor& t) {
+    Tensor host = t;
+    if (t.device != Device::cpu) {
+      host = host_copies.emplace_back(t.bytes(), MemTag::workspace, Device::cpu, false).view(t.dtype, t.shape);
+      copy_bytes(host.data, Device::cpu, t.data, t.device, t.bytes());
+    }
+    tensors.emplace_back(std::move(name), host);
+  };
+  std::vector<std::string> buffers = {"adamw.m", "adamw.v"};
+  if (zero.zero_stage() == 3) buffers.push_back("model");
+  for (const std::string& buffer : buffers) {
+    const auto which = buffer == "model"     ? DataParallel::Sharded::parameters
+                       : buffer == "adamw.m" ? DataParallel::Sharded::first_moments
+                                             : DataParallel::Sharded::second_moments;
+    const std::vector<Tensor> parts = zero.parts(which);
+    for (size_t u = 0; u < parts.size(); ++u) add(part_name(buffer, u, rank), parts[u]);
+  }
+  if (params != nullptr)
+    for (const ParamInfo& p : params->layout().params()) add("model." + p.name, params->shown(p));
+
+  // Rank 0 makes the directory, every rank writes its file (the slowest writer is waited for
+  // untimed: a large write is not a hang), then rank 0 writes the manifest and puts it in place.
+  if (rank == 0) ckpt::begin_checkpoint(root, progress.step);
+  control.barrier().wait();
+  ckpt::write_checkpoint_file(root, progress.step, ckpt::shard_file_name(rank, ranks), tensors);
+  control.barrier(/*timed=*/false).wait();
+  if (rank != 0) return {};
+  nlohmann::ordered_json state = training_state(zero.steps_taken(), scaler, progress);
+  state["sharding"] = {{"ranks", ranks},
+                       {"unit_multiple", zero.model_layout().unit_multiple()},
+                       {"buffers", buffers}};
+  std::vector<std::string> files;
+  for (int r = 0; r < ranks; ++r) files.push_back(ckpt::shard_file_name(r, ranks));
+  const ParameterLayout& layout = zero.model_layout();
+  return ckpt::finish_checkpoint(root, {.step = progress.step, .model = model_description(layout.config()), .state = state},
+                                 files, keep_last);
+}
+
 TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, FlatTensors& params, AdamW& optimizer,
                                           LossScaler* scaler) {
   return with_context(str("resuming from checkpoint '", checkpoint.directory().string(), "'"), [&] {
     check_same_model(checkpoint, params.layout().config());
     const HostBuffers buffers(params, optimizer);
-    for (const auto& [name, tensor] : buffers.tensors()) checkpoint.read_into(name, tensor);
+    buffers.read(checkpoint);
     buffers.upload();
     const nlohmann::json& state = checkpoint.state();
     optimizer.restore_steps_taken(state.at("adamw_steps").get<int64_t>());
