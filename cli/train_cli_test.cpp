@@ -325,6 +325,38 @@ TEST(TrainCli, ZeroCheckpointsMoveBetweenStagesAndLayouts) {
   }
 }
 
+// ZeRO in 16-bit precision keeps the f32 master weights only as each rank's parts: two ranks
+// train the one-process bf16 run at stages 1 and 3, a stage-3 checkpoint (the master weights in
+// parts) resumes in one process, a one-process checkpoint resumes at stage 2, and f16 with loss
+// scaling at stage 2 trains the one-process f16 run.
+TEST(TrainCli, ZeroInSixteenBitsShardsTheMasterWeightsAndTrainsLikeOneProcess) {
+  const TrainRun run;
+  const std::string six = "train.steps=6 checkpoint.every=3 train.precision=bf16";
+  ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
+  const auto zero = [](int stage) { return str(" parallel.dp=2 parallel.zero_stage=", stage); };
+  for (const int stage : {1, 3}) {
+    const auto sharded = run_dtrain(run.args(str("zero", stage), six + zero(stage)), testing::mpirun(2));
+    ASSERT_EQ(sharded.status, 0) << sharded.output;
+  }
+  ASSERT_EQ(run_dtrain(run.args("3_to_one", "train.steps=3 train.precision=bf16" + zero(3)), testing::mpirun(2)).status,
+            0);
+  ASSERT_EQ(run_dtrain(run.args("3_to_one", six)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("one_to_2", "train.steps=3 train.precision=bf16")).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("one_to_2", six + zero(2)), testing::mpirun(2)).status, 0);
+  // f16 with loss scaling: the scaler sees the overflow flag of every rank's shard.
+  const std::string f16 = "train.steps=6 train.precision=f16 loss_scale.enabled=true";
+  ASSERT_EQ(run_dtrain(run.args("one_f16", f16)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("zero2_f16", f16 + zero(2)), testing::mpirun(2)).status, 0);
+  for (const auto& [name, reference] : {std::pair{"zero1", "one"}, std::pair{"zero3", "one"}, std::pair{"3_to_one", "one"},
+                                        std::pair{"one_to_2", "one"}, std::pair{"zero2_f16", "one_f16"}}) {
+    const std::vector<double> got = run.losses(name), expected = run.losses(reference);
+    ASSERT_EQ(got.size(), 6u) << name;
+    // Two ranks add the same two micro-batch gradients as one process, in either order: the
+    // same f32 sums, so the same 16-bit weights; the f32 runs' bound is kept.
+    for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+  }
+}
+
 // A ZeRO run's checkpoint is each rank's file of its parts; with one rank's file gone it is
 // refused before anything is read, naming the file and the checkpoint to resume from instead.
 TEST(TrainCli, AZeroCheckpointWithoutOneRanksFileIsRefusedNamingIt) {

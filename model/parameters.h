@@ -83,11 +83,14 @@ class ParameterLayout {
 enum class Storage { whole, per_unit };
 
 // How a model's parameters and gradients are stored: the layout's unit multiple, and each
-// buffer's storage. The default is one process's: no padding, both whole.
+// buffer's storage. The default is one process's: no padding, everything whole.
 struct ParameterStorage {
   int64_t unit_multiple = kParamAlignment;
-  Storage params = Storage::whole;
+  Storage weights = Storage::whole;  // what forward reads: the parameters, or the 16-bit copy
   Storage grads = Storage::whole;
+  // 16-bit precision: whether the model keeps the f32 master weights. Under ZeRO the sharded
+  // optimizer keeps them as shards instead and writes the 16-bit copy itself.
+  bool master_weights = true;
 };
 
 // One flat buffer laid out by a ParameterLayout, with named views: f32 for master weights,

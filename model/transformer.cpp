@@ -126,8 +126,12 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
                          DType precision, Device device, const ParameterStorage& storage)
     : layout_(validated(config, batch_size, seq_len, recompute, precision, device),  // before anything is allocated
               storage.unit_multiple),
+      // The f32 parameters: the weights themselves, or a 16-bit run's master copy, which is not
+      // kept here (nothing held) when ZeRO shards it.
       params_(layout_, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state, device, DType::f32,
-              storage.params),
+              precision == DType::f32 ? storage.weights
+              : storage.master_weights ? Storage::whole
+                                       : Storage::per_unit),
       grads_(layout_, MemTag::gradients, device, DType::f32, storage.grads),
       recompute_(recompute),
       precision_(precision),
@@ -136,7 +140,8 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
       seq_len_(seq_len),
       acts_(std::make_unique<Activations>(config, static_cast<int64_t>(batch_size) * seq_len, recompute, precision,
                                           device)) {
-  if (precision != DType::f32) compute_weights_.emplace(layout_, MemTag::parameters, device, precision);
+  if (precision != DType::f32) compute_weights_.emplace(layout_, MemTag::parameters, device, precision, storage.weights);
+  master_weights_ = precision != DType::f32 && storage.master_weights;
   if (config.family != ModelFamily::llama) return;
   // The table is computed on the CPU and copied to the device.
   const int64_t half = config.head_size() / 2;
@@ -226,7 +231,7 @@ void Transformer::check_inputs(Tensor tokens, Tensor targets) const {
 }
 
 void Transformer::refresh_compute_weights() {
-  if (!compute_weights_) return;
+  if (!master_weights_) return;
   // The whole flat buffer in one pass: padding rows and alignment gaps are zero in the master
   // weights (the optimizer updates shown elements only), so they stay zero in the copy.
   k::convert(compute_weights_->all(), params_.all());

@@ -53,6 +53,8 @@ class Transformer {
   // With bf16 or f16, params() stays the f32 master copy (tagged optimizer_state, as ZeRO
   // counts it) that the optimizer updates, init fills and checkpoints save; every forward
   // first rounds it into the 16-bit compute copy (tagged parameters). Gradients are f32.
+  // Without master weights (storage.master_weights false: ZeRO keeps them, sharded) params()
+  // holds nothing, and whoever updates the weights writes the compute copy.
   // device: where every buffer lives and every kernel runs; tokens and targets given to
   // forward() are on it too.
   // storage: the parameter layout's unit multiple and how parameters and gradients are held
@@ -70,11 +72,16 @@ class Transformer {
   const ParameterLayout& layout() const { return layout_; }
   FlatTensors& params() { return params_; }
   FlatTensors& grads() { return grads_; }
+  // The weights the kernels read: the 16-bit compute copy, or the f32 parameters themselves.
+  FlatTensors& weights() { return compute_weights_ ? *compute_weights_ : params_; }
+  const FlatTensors& weights() const { return compute_weights_ ? *compute_weights_ : params_; }
   int batch_size() const { return batch_size_; }
   int seq_len() const { return seq_len_; }
   Recompute recompute() const { return recompute_; }
   DType precision() const { return precision_; }
   Device device() const { return device_; }
+  // Whether a 16-bit run's f32 master weights are kept here (params()).
+  bool keeps_master_weights() const { return master_weights_; }
 
   // Runs the forward pass on tokens (B, T) and returns the sum of per-token losses over the
   // targets that are not ignore_index (kernels/cross_entropy.h). targets may be undefined:
@@ -145,9 +152,7 @@ class Transformer {
   // embeddings' lookup has no weights to read in backward).
   static std::optional<size_t> backward_next(size_t u) { return u > 1 ? std::optional<size_t>(u - 1) : std::nullopt; }
   void norm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor mean, Tensor rstd, const std::string& name);
-  // The weights the kernels read: the 16-bit compute copy, or the f32 parameters themselves.
-  const FlatTensors& weights() const { return compute_weights_ ? *compute_weights_ : params_; }
-  // Rounds params() into the compute copy (16-bit precision only).
+  // Rounds params() into the compute copy (16-bit precision with master weights only).
   void refresh_compute_weights();
   // llama's rotary tables, (seq_len, HS/2) each.
   Tensor rope_cos() const;
@@ -160,6 +165,7 @@ class Transformer {
   DType precision_;
   Device device_;
   std::optional<FlatTensors> compute_weights_;
+  bool master_weights_ = false;  // a 16-bit run's f32 master weights are here (params_)
   int batch_size_;
   int seq_len_;
   int current_batch_ = 0;  // B and T of the last forward (at most batch_size_, seq_len_)

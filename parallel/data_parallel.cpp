@@ -6,6 +6,7 @@
 #include "core/device.h"
 #include "kernels/adamw.h"
 #include "kernels/add.h"
+#include "kernels/convert.h"
 #include "kernels/reduce.h"
 
 namespace dt {
@@ -47,13 +48,18 @@ constexpr size_t kUnitReductionsInFlight = 2;
 ParameterStorage DataParallel::storage(int ranks, int zero_stage) {
   if (zero_stage == 0) return {};
   return {.unit_multiple = kParamAlignment * ranks,
-          .params = zero_stage >= 3 ? Storage::per_unit : Storage::whole,
-          .grads = zero_stage >= 2 ? Storage::per_unit : Storage::whole};
+          .weights = zero_stage >= 3 ? Storage::per_unit : Storage::whole,
+          .grads = zero_stage >= 2 ? Storage::per_unit : Storage::whole,
+          .master_weights = false};
 }
 
 DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_mb, int zero_stage,
                            const AdamWConfig& adamw)
-    : model_(model), dp_(dp), zero_stage_(zero_stage), adamw_(adamw) {
+    : model_(model),
+      dp_(dp),
+      zero_stage_(zero_stage),
+      shards_parameters_(zero_stage == 3 || (zero_stage >= 1 && model.precision() != DType::f32)),
+      adamw_(adamw) {
   DT_CHECK(dp.device() == model.device(), "data parallelism over a ", device_name(dp.device()),
            " communicator for a model on ", device_name(model.device()));
   DT_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage, " does not exist (0 to 3)");
@@ -66,9 +72,9 @@ DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_m
     DT_CHECK(layout.unit_multiple() % needed.unit_multiple == 0, "ZeRO over ", ranks,
              " ranks needs the model's layout made with unit multiple ", needed.unit_multiple, ", not ",
              layout.unit_multiple());
-    DT_CHECK(model.params().storage() == needed.params && model.grads().storage() == needed.grads,
+    DT_CHECK(model.weights().storage() == needed.weights && model.grads().storage() == needed.grads &&
+                 !model.keeps_master_weights(),
              "ZeRO stage ", zero_stage, " needs the model made with DataParallel::storage(ranks, ", zero_stage, ")");
-    DT_CHECK(model.precision() == DType::f32, "ZeRO shards f32 training only, not ", dtype_name(model.precision()));
     const auto decayed = layout.shown_ranges([&](const ParamInfo& p) { return adamw_decays(adamw, p); });
     const auto not_decayed = layout.shown_ranges([&](const ParamInfo& p) { return !adamw_decays(adamw, p); });
     for (const kernels::FlatRange& unit : layout.units()) {
@@ -88,7 +94,14 @@ DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_m
     grad_shard_ = Buffer(bytes, MemTag::gradients, model.device());
     m_ = Buffer(bytes, MemTag::optimizer_state, model.device());
     v_ = Buffer(bytes, MemTag::optimizer_state, model.device());
-    if (zero_stage == 3) param_shard_ = Buffer(bytes, MemTag::parameters, model.device());
+    // The f32 parameters' parts: the weights themselves at stage 3 in f32; a 16-bit run's master
+    // weights, which the paper counts with the optimizer state.
+    if (shards_parameters_)
+      param_shard_ = Buffer(bytes, model.precision() == DType::f32 ? MemTag::parameters : MemTag::optimizer_state,
+                            model.device());
+    if (zero_stage == 3 && model.precision() != DType::f32)
+      weight_shard_ = Buffer(static_cast<size_t>(shard_elements_) * dtype_size(model.precision()), MemTag::parameters,
+                             model.device());
     gathering_.resize(parts_.size());
   }
   model_.set_unit_hooks(this);
@@ -104,8 +117,29 @@ DataParallel::~DataParallel() {
   }
 }
 
-Tensor DataParallel::shard_view(const Buffer& b, const Part& p) const {
-  return b.view(DType::f32, {p.global.size()}, static_cast<size_t>(p.local) * sizeof(float));
+Tensor DataParallel::shard_view(const Buffer& b, const Part& p, DType dtype) const {
+  return b.view(dtype, {p.global.size()}, static_cast<size_t>(p.local) * dtype_size(dtype));
+}
+
+Tensor DataParallel::weight_part(const Part& p) const {
+  const FlatTensors& weights = model_.weights();
+  if (weights.storage() == Storage::whole) return weights.all().slice_rows(p.global.begin, p.global.size());
+  return weight_shard_.data() != nullptr ? shard_view(weight_shard_, p, weights.dtype()) : shard_view(param_shard_, p);
+}
+
+Tensor DataParallel::master_part(const Part& p) const {
+  return shards_parameters_ ? shard_view(param_shard_, p) : weight_part(p);
+}
+
+void DataParallel::publish_weights() {
+  if (model_.precision() != DType::f32)
+    for (const Part& p : parts_) kernels::convert(weight_part(p), shard_view(param_shard_, p));
+  if (zero_stage_ == 3) return;  // each forward gathers the units it reads
+  // Every rank's parts into every rank's weights, unit by unit (in flight together).
+  const FlatTensors& weights = model_.weights();
+  std::vector<CollectiveHandle> gathers;
+  for (size_t u = 0; u < parts_.size(); ++u) gathers.push_back(dp_.all_gather(weights.unit(u), weight_part(parts_[u])));
+  for (CollectiveHandle& h : gathers) h.wait();
 }
 
 void DataParallel::reduce_during_next_backward(bool first_of_step) {
@@ -130,11 +164,14 @@ void DataParallel::gradients_final(size_t u) {
     const int64_t ready_from = model_.layout().units()[u].begin;
     for (; next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= ready_from; ++next_bucket_) {
       const kernels::FlatRange& b = buckets_[next_bucket_];
-      reductions_.push_back({.handle = dp_.all_reduce(grads.all().slice_rows(b.begin, b.size()), ReduceOp::sum)});
+      Reduction r;
+      r.handle = dp_.all_reduce(grads.all().slice_rows(b.begin, b.size()), ReduceOp::sum);
+      reductions_.push_back(std::move(r));
     }
   } else {
     const Part& p = parts_[u];
-    Reduction r{.unit = zero_stage_ >= 2 ? std::optional<size_t>(u) : std::nullopt};
+    Reduction r;
+    if (zero_stage_ >= 2) r.unit = u;
     Tensor into = shard_view(grad_shard_, p);
     if (accumulate_) {
       r.staged = Buffer(into.bytes(), MemTag::communication, model_.device(), false);
@@ -167,10 +204,10 @@ void DataParallel::wait_for_gradients() {
 }
 
 void DataParallel::start_gathering(size_t u) {
-  FlatTensors& params = model_.params();
-  if (params.held(u)) return;
-  params.hold(u);
-  gathering_[u] = dp_.all_gather(params.unit(u), shard_view(param_shard_, parts_[u]));
+  FlatTensors& weights = model_.weights();
+  if (weights.held(u)) return;
+  weights.hold(u);
+  gathering_[u] = dp_.all_gather(weights.unit(u), weight_part(parts_[u]));
 }
 
 void DataParallel::weights_needed(size_t u, std::optional<size_t> next) {
@@ -186,7 +223,7 @@ void DataParallel::weights_needed(size_t u, std::optional<size_t> next) {
 void DataParallel::weights_done(size_t u) {
   if (zero_stage_ < 3) return;
   DT_CHECK(!gathering_[u], "unit ", u, "'s weights done before they were needed");
-  model_.params().release(u);
+  model_.weights().release(u);
 }
 
 double DataParallel::global_grad_norm() {
@@ -218,22 +255,12 @@ void DataParallel::update(float lr, float grad_scale) {
   ++steps_taken_;
   kernels::AdamWStep decayed = adamw_step(adamw_, lr, grad_scale, steps_taken_), not_decayed = decayed;
   not_decayed.weight_decay = 0;
-  // Stage 3 updates its shard of the parameters; stages 1 and 2 the owned parts of the whole.
-  const auto owned = [&](const Part& p) {
-    return zero_stage_ == 3 ? shard_view(param_shard_, p) : model_.params().all().slice_rows(p.global.begin, p.global.size());
-  };
   for (const Part& p : parts_) {
-    const Tensor param = owned(p), grad = shard_view(grad_shard_, p), m = shard_view(m_, p), v = shard_view(v_, p);
+    const Tensor param = master_part(p), grad = shard_view(grad_shard_, p), m = shard_view(m_, p), v = shard_view(v_, p);
     if (!p.decayed.empty()) kernels::adamw_update(param, grad, m, v, p.decayed, decayed);
     if (!p.not_decayed.empty()) kernels::adamw_update(param, grad, m, v, p.not_decayed, not_decayed);
   }
-  if (zero_stage_ == 3) return;
-  // Every rank's parts back into every rank's parameters, unit by unit (in flight together).
-  const Tensor params = model_.params().all();
-  std::vector<CollectiveHandle> gathers;
-  for (const Part& p : parts_)
-    gathers.push_back(dp_.all_gather(params.slice_rows(p.unit.begin, p.unit.size()), owned(p)));
-  for (CollectiveHandle& h : gathers) h.wait();
+  publish_weights();
 }
 
 void DataParallel::gather_shard(const Buffer& shard, Tensor whole) {
@@ -269,7 +296,8 @@ void DataParallel::take_shard(Buffer& shard, Tensor whole) {
 
 std::vector<Tensor> DataParallel::parts(Sharded buffer) const {
   DT_CHECK(zero_stage_ >= 1, "parts of the shards are ZeRO's");
-  DT_CHECK(buffer != Sharded::parameters || zero_stage_ == 3, "the parameters are sharded at ZeRO 3 only");
+  DT_CHECK(buffer != Sharded::parameters || shards_parameters_,
+           "the parameters are sharded at ZeRO 3 and with 16-bit precision only");
   const Buffer& shard = buffer == Sharded::parameters ? param_shard_ : buffer == Sharded::first_moments ? m_ : v_;
   std::vector<Tensor> out;
   for (const Part& p : parts_) out.push_back(shard_view(shard, p));
@@ -284,13 +312,14 @@ void DataParallel::take_moments(const AdamW& full) {
 }
 
 void DataParallel::gather_parameters(FlatTensors* whole) {
-  DT_CHECK(zero_stage_ == 3, "gather_parameters is ZeRO 3's: the other stages keep the parameters whole");
+  DT_CHECK(shards_parameters_, "gather_parameters: this run keeps the parameters whole");
   gather_shard(param_shard_, whole != nullptr ? whole->all() : Tensor{});
 }
 
 void DataParallel::take_parameters(const FlatTensors& whole) {
-  DT_CHECK(zero_stage_ == 3, "take_parameters is ZeRO 3's: the other stages keep the parameters whole");
+  DT_CHECK(shards_parameters_, "take_parameters: this run keeps the parameters whole");
   take_shard(param_shard_, whole.all());
+  publish_weights();
 }
 
 }  // namespace dt

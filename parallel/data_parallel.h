@@ -38,7 +38,10 @@
 // global-batch loss (scaled by the global target count, train/step.h), so the sum is the whole
 // batch's gradient.
 //
-// Only f32 training is sharded: 16-bit compute copies under ZeRO are refused (run_config.cpp).
+// Mixed precision (bf16, f16): the f32 master weights exist only as this rank's parts, at every
+// stage (tagged optimizer_state, as the paper counts them); the update rounds the owned parts
+// into the model's 16-bit weights, which stages 1 and 2 then all-gather (half the bytes of f32)
+// and stage 3 gathers unit by unit as forward reads them. Gradients stay f32.
 #pragma once
 
 #include <deque>
@@ -98,17 +101,21 @@ class DataParallel : public Transformer::UnitHooks {
   // stage 3 keeps only its parts (the next forward gathers them).
   void update(float lr, float grad_scale);
   int64_t steps_taken() const { return steps_taken_; }
+  // Whether the f32 parameters are sharded here: at stage 3, and at every stage in 16-bit
+  // precision (the master weights; the model keeps only the 16-bit copy).
+  bool shards_parameters() const { return shards_parameters_; }
   // The sharded buffers, for checkpoints (train/training_checkpoint.h): this rank's part of each
-  // unit, in unit order. The parameters are sharded at stage 3 only.
+  // unit, in unit order. The parameters only where shards_parameters().
   enum class Sharded { parameters, first_moments, second_moments };
   std::vector<Tensor> parts(Sharded buffer) const;
-  // A resume copies this rank's parts out of a whole AdamW state (the update count too), and at
-  // stage 3 out of whole parameters (flat tensors of the model's layout, on any device).
+  // A resume copies this rank's parts out of a whole AdamW state (the update count too), and
+  // where shards_parameters() out of whole f32 parameters (flat tensors of the model's layout,
+  // on any device), then writes the model's weights from them.
   void take_moments(const AdamW& full);
   void take_parameters(const FlatTensors& whole);
-  // Stage 3: the whole parameters on rank 0 of the group, gathered from every rank's parts (a
-  // collective: the other ranks pass nullptr and send theirs; nothing whole is allocated on
-  // them). For a sample of the model's text.
+  // Where shards_parameters(): the whole f32 parameters on rank 0 of the group, gathered from
+  // every rank's parts (a collective: the other ranks pass nullptr and send theirs; nothing whole
+  // is allocated on them). For a sample of the model's text.
   void gather_parameters(FlatTensors* whole);
 
   // Transformer::UnitHooks: stage 3 gathers and frees parameter units; stages 2 and 3 allocate
@@ -136,7 +143,15 @@ class DataParallel : public Transformer::UnitHooks {
   void finish_oldest_reduction();
   // Stage 3: starts unit u's all-gather unless it is held or on its way.
   void start_gathering(size_t u);
-  Tensor shard_view(const Buffer& b, const Part& p) const;
+  Tensor shard_view(const Buffer& b, const Part& p, DType dtype = DType::f32) const;
+  // This rank's part of unit p of the weights forward reads (in the model's precision): a range
+  // of the model's whole weights, or at stage 3 of the shard the gathers send from.
+  Tensor weight_part(const Part& p) const;
+  // The f32 part the update writes: of the master shard, or of the model's f32 weights.
+  Tensor master_part(const Part& p) const;
+  // After the master parts change: rounds them into the 16-bit parts, and below stage 3
+  // all-gathers every unit's parts into every rank's weights.
+  void publish_weights();
   // Rank 0 of the group: every rank's parts of `shard` into `whole` (a flat buffer's elements);
   // the others send theirs (whole undefined). Taking is the reverse, on every rank.
   void gather_shard(const Buffer& shard, Tensor whole);
@@ -150,7 +165,9 @@ class DataParallel : public Transformer::UnitHooks {
   std::vector<kernels::FlatRange> shown_local_;  // ZeRO: the shard's shown elements
   int64_t shard_elements_ = 0;
   Buffer grad_shard_, m_, v_;
-  Buffer param_shard_;  // stage 3
+  bool shards_parameters_;
+  Buffer param_shard_;   // f32 parts: stage 3's parameters, or a 16-bit run's master weights
+  Buffer weight_shard_;  // 16-bit parts of the weights, at stage 3
   AdamWConfig adamw_;
   int64_t steps_taken_ = 0;
   std::deque<Reduction> reductions_;

@@ -449,9 +449,6 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
       check.require(value == 1, key, str(what, " is not built yet; set ", key, " = 1"));
   }
   check.require(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", "must be 0, 1, 2 or 3");
-  check.require(p.zero_stage == 0 || t.precision == DType::f32, "parallel.zero_stage",
-                "ZeRO with 16-bit precision is not built yet (its f32 master weights would not be sharded); use "
-                "train.precision = \"f32\", or parallel.zero_stage = 0");
   check.require(!p.sequence_parallel, "parallel.sequence_parallel",
                 "sequence parallelism is not built yet; set parallel.sequence_parallel = false");
   check.require(p.bucket_mb > 0 && std::isfinite(p.bucket_mb), "parallel.bucket_mb", "must be finite and above 0");

@@ -150,10 +150,12 @@ TrainSummary run_training(const RunConfig& config) {
   if (resuming != 0 && resuming != control->size())
     throw Error(str("some ranks find a checkpoint in ", checkpoints.string(), " and others do not; put checkpoint.dir ",
                     "(or log.run_dir) on a filesystem every rank shares"));
-  // ZeRO 3 keeps no whole parameters: every rank starts from a whole host copy (the checkpoint,
-  // init.from or the random initialisation) and takes its parts of it.
+  // ZeRO 3, and ZeRO with 16-bit precision, keep no whole f32 parameters: every rank starts
+  // from a whole host copy (the checkpoint, init.from or the random initialisation) and takes
+  // its parts of it.
+  const bool sharded_parameters = data_parallel.shards_parameters();
   std::optional<FlatTensors> start_copy;
-  if (zero_stage == 3) start_copy.emplace(model.layout(), MemTag::workspace, Device::cpu);
+  if (sharded_parameters) start_copy.emplace(model.layout(), MemTag::workspace, Device::cpu);
   FlatTensors& start_params = start_copy ? *start_copy : model.params();
   if (resume) {
     const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
@@ -230,9 +232,9 @@ TrainSummary run_training(const RunConfig& config) {
                          fixed(std::exp(e.loss), 2), ", ", e.tokens, " tokens)"));
   };
   const auto sample = [&](int64_t step, ProgressDisplay& progress) {
-    if (!tokenizer || (!lead && zero_stage < 3)) return;
-    std::optional<FlatTensors> gathered;  // ZeRO 3: the whole parameters, on the lead rank
-    if (zero_stage == 3) {
+    if (!tokenizer || (!lead && !sharded_parameters)) return;
+    std::optional<FlatTensors> gathered;  // sharded: the whole parameters, on the lead rank
+    if (sharded_parameters) {
       if (lead) gathered.emplace(model.layout(), MemTag::workspace, Device::cpu);
       data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
     }
@@ -249,7 +251,8 @@ TrainSummary run_training(const RunConfig& config) {
     const std::filesystem::path saved =
         optimizer ? save_training_checkpoint(checkpoints, keep_last, model.params(), *optimizer, scaler.get(), at)
                   : save_sharded_training_checkpoint(checkpoints, keep_last, *control,
-                                                     lead && zero_stage < 3 ? &model.params() : nullptr, data_parallel,
+                                                     lead && !sharded_parameters ? &model.params() : nullptr,
+                                                     data_parallel,
                                                      scaler.get(), at);
     if (!lead) return;
     summary.last_checkpoint = saved;

@@ -196,8 +196,8 @@ std::filesystem::path save_sharded_training_checkpoint(const std::filesystem::pa
                                                        const TrainingProgress& progress) {
   const int rank = zero.group().rank(), ranks = zero.group().size();
   DT_CHECK(zero.zero_stage() >= 1, "a sharded checkpoint is ZeRO's");
-  DT_CHECK((params != nullptr) == (rank == 0 && zero.zero_stage() < 3),
-           "rank 0, and only it, passes the whole parameters, below ZeRO 3");
+  DT_CHECK((params != nullptr) == (rank == 0 && !zero.shards_parameters()),
+           "rank 0, and only it, passes the whole parameters, unless they are sharded");
   // This rank's tensors, in host memory (parts on a GPU are copied out).
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::deque<Buffer> host_copies;
@@ -210,7 +210,7 @@ std::filesystem::path save_sharded_training_checkpoint(const std::filesystem::pa
     tensors.emplace_back(std::move(name), host);
   };
   std::vector<std::string> buffers = {"adamw.m", "adamw.v"};
-  if (zero.zero_stage() == 3) buffers.push_back("model");
+  if (zero.shards_parameters()) buffers.push_back("model");
   for (const std::string& buffer : buffers) {
     const auto which = buffer == "model"     ? DataParallel::Sharded::parameters
                        : buffer == "adamw.m" ? DataParallel::Sharded::first_moments
@@ -235,8 +235,9 @@ std::filesystem::path save_sharded_training_checkpoint(const std::filesystem::pa
   std::vector<std::string> files;
   for (int r = 0; r < ranks; ++r) files.push_back(ckpt::shard_file_name(r, ranks));
   const ParameterLayout& layout = zero.model_layout();
-  return ckpt::finish_checkpoint(root, {.step = progress.step, .model = model_description(layout.config()), .state = state},
-                                 files, keep_last);
+  return ckpt::finish_checkpoint(
+      root, {.step = progress.step, .model = model_description(layout.config()), .state = state, .tensors = {}}, files,
+      keep_last);
 }
 
 TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, FlatTensors& params, AdamW& optimizer,

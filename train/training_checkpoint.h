@@ -6,7 +6,7 @@
 //   adamw.m.NAME    AdamW's first moments
 //   adamw.v.NAME    AdamW's second moments
 // A ZeRO run saves sharded: each rank writes its own part of every unit of the sharded buffers
-// (the moments, and at ZeRO 3 the parameters) to its own file, under names
+// (the moments, and at ZeRO 3 or with 16-bit precision the parameters) to its own file, under names
 //   adamw.m.unit.U.part.R    rank R's part of unit U of the layout with the saving run's padding
 // and the state records the sharding: {"ranks", "unit_multiple", "buffers"}. Loading reassembles
 // the whole buffers from every rank's parts, so a checkpoint resumes under any number of ranks
@@ -53,8 +53,9 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
 
 // A ZeRO run's save (zero.zero_stage() >= 1): every rank of `zero`'s group calls it, and `control`
 // (host memory, the same ranks) orders the steps. Each rank writes only its own parts; rank 0
-// also writes the whole parameters below ZeRO 3 (`params`; nullptr on the other ranks and at
-// ZeRO 3), the state and the manifest. Nothing is gathered. Returns the step directory.
+// also writes the whole parameters where they are not sharded (`params`; nullptr on the other
+// ranks and where zero.shards_parameters()), the state and the manifest. Nothing is gathered.
+// Returns the step directory on rank 0.
 std::filesystem::path save_sharded_training_checkpoint(const std::filesystem::path& root, int keep_last,
                                                        Communicator& control, const FlatTensors* params,
                                                        const DataParallel& zero, const LossScaler* scaler,
