@@ -2,7 +2,9 @@
 // world communicator over MPI (comm/mpi_communicator.cpp). No MPI header here.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -31,6 +33,13 @@ double raw_mpi_seconds(CollectiveKind kind, size_t bytes, int iterations, bool n
 void set_collective_timeout(double seconds);
 double collective_timeout_s();
 
+// For another backend's collectives (NCCL's, which run on a GPU stream): the MPI thread's
+// watchdog (comm/mpi_watchdog.h) watches `collective`, run by `members` (the world ranks of its
+// group, in group rank order), asking `completed` about once a millisecond until it returns
+// true. Past the collective timeout the watchdog reports where every rank is and ends the job,
+// as for MPI's own collectives; if `completed` throws, the error is printed and the job ends.
+// Call it in the order the collectives start. Needs a process started by a launcher.
+void watch_collective(CollectiveInfo collective, std::vector<int> members, std::function<bool()> completed);
 // For the top-level error handler: when this process has initialized MPI, ends every rank of
 // the job at once (MPI_Abort) with `exit_code`, so that no rank is left waiting in a collective
 // for the one that failed; returns without doing anything otherwise.

@@ -270,7 +270,7 @@ class MpiCommunicator final : public Communicator {
       return r;
     };
     auto state = MpiProgress::instance().submit(
-        {.start = std::move(start), .finish = std::move(finish), .collective = starting(), .members = members_});
+        {.start = std::move(start), .finish = std::move(finish), .collective = starting(), .members = members_, .completed = {}});
     return std::make_unique<MpiWork>(std::move(state), std::move(out));
   }
 
@@ -353,6 +353,15 @@ double raw_mpi_seconds(CollectiveKind kind, size_t bytes, int iterations, bool n
     check_mpi(MPI_Allreduce(&mine, &seconds, 1, MPI_DOUBLE, MPI_MAX, w), "MPI_Allreduce");
   });
   return seconds;
+}
+
+void watch_collective(CollectiveInfo collective, std::vector<int> members, std::function<bool()> completed) {
+  DT_CHECK(launched_by_mpi(), "watching ", collective.describe(), " needs the MPI thread of a launched job");
+  MpiProgress::instance().submit({.start = {},
+                                  .finish = [] {},
+                                  .collective = std::move(collective),
+                                  .members = std::move(members),
+                                  .completed = std::move(completed)});
 }
 
 void abort_job_if_mpi(int exit_code) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "core/error.h"
@@ -87,8 +89,22 @@ std::shared_ptr<MpiOpState> MpiProgress::submit(Op op) {
 }
 
 void MpiProgress::run(std::function<void()> fn) {
-  submit({.start = [fn = std::move(fn)] { fn(); return MPI_REQUEST_NULL; }, .finish = [] {}, .collective = {}, .members = {}})
+  submit({.start = [fn = std::move(fn)] { fn(); return MPI_REQUEST_NULL; }, .finish = [] {}, .collective = {}, .members = {},
+          .completed = {}})
       ->wait();
+}
+
+void MpiProgress::fail_watched(const CollectiveInfo& collective, std::exception_ptr error) {
+  // Nobody waits on a watched collective's state on the host (a GPU stream does): its failure
+  // ends the job here, so that no other rank is left waiting in it.
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain: rank %d: %s failed: %s\n", world_rank_, collective.describe().c_str(), e.what());
+  }
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; the compiler is not told so
 }
 
 void MpiProgress::loop() {
@@ -131,8 +147,9 @@ void MpiProgress::loop() {
       }
       try {
         const auto started = std::chrono::steady_clock::now();
-        const MPI_Request request = op.start();
-        active.push_back({request, std::move(op.finish), state, op.collective, started, std::move(op.start)});
+        const MPI_Request request = op.completed ? MPI_REQUEST_NULL : op.start();
+        active.push_back({request, std::move(op.completed), std::move(op.finish), state, op.collective, started,
+                          std::move(op.start)});
         if (op.collective) watchdog_->started(*op.collective, op.members);
       } catch (...) {
         state->complete(std::current_exception());
@@ -143,7 +160,10 @@ void MpiProgress::loop() {
       int finished = 0;
       std::exception_ptr error;
       try {
-        check_mpi(MPI_Test(&active[i].request, &finished, MPI_STATUS_IGNORE), "MPI_Test");
+        if (active[i].completed)
+          finished = active[i].completed();
+        else
+          check_mpi(MPI_Test(&active[i].request, &finished, MPI_STATUS_IGNORE), "MPI_Test");
         if (finished) active[i].finish();
       } catch (...) {
         finished = 1;
@@ -153,10 +173,15 @@ void MpiProgress::loop() {
         ++i;
         continue;
       }
+      if (error && active[i].completed) fail_watched(*active[i].collective, error);
       if (active[i].collective) {
         watchdog_->finished(*active[i].collective);
-        trace::record(trace::Track::communication, active[i].collective->describe(), active[i].started,
-                      std::chrono::steady_clock::now());
+        // A watched collective is seen here only from its enqueueing to the next test after
+        // it ended on the GPU: no span for the trace, whose overlap figures would take it for
+        // communication time.
+        if (!active[i].completed)
+          trace::record(trace::Track::communication, active[i].collective->describe(), active[i].started,
+                        std::chrono::steady_clock::now());
       }
       active[i].state->complete(error);
       active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
@@ -167,7 +192,16 @@ void MpiProgress::loop() {
     // thread tests it again at once, yielding the core between tests to threads that compute
     // (a sleep between tests halved the bandwidth of large all-reduces: each step of the ring
     // waited for the next test).
-    if (!progressed) std::this_thread::yield();
+    // Watched collectives alone need no MPI call to advance: a test a millisecond is enough.
+    const bool only_watched =
+        std::all_of(active.begin(), active.end(), [](const Active& a) { return static_cast<bool>(a.completed); });
+    if (progressed) continue;
+    if (!only_watched) {
+      std::this_thread::yield();
+    } else {
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, std::chrono::milliseconds(1), [this] { return stop_ || !queue_.empty(); });
+    }
   }
   watchdog_.reset();
   if (!init_error_) MPI_Finalize();

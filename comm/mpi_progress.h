@@ -8,7 +8,8 @@
 // Operations start in the order they are submitted (the order every rank must keep); several
 // may be in flight at once. While some are in flight the thread tests them in a loop, yielding
 // the core between tests (MPI advances nonblocking collectives only inside MPI calls); with none
-// in flight it sleeps until one is submitted, waking every 10 ms for the watchdog.
+// in flight it sleeps until one is submitted, waking every 10 ms for the watchdog. Collectives
+// that other backends run (NCCL's) are watched here too, tested once a millisecond.
 //
 // Internal to comm/: the layers above see comm/communicator.h.
 #pragma once
@@ -55,11 +56,15 @@ class MpiProgress {
   // start() runs on the MPI thread and returns the operation's request (MPI_REQUEST_NULL for a
   // blocking call made inside start); finish() runs there once the request has completed.
   // A collective names itself and the world ranks of its group, for the watchdog.
+  // completed, when set, stands for a collective that another backend runs (NCCL's, on a GPU
+  // stream): start is not called, and instead of testing a request the thread asks completed()
+  // about once a millisecond, so that the watchdog covers that collective as its own.
   struct Op {
     std::function<MPI_Request()> start;
     std::function<void()> finish;
     std::optional<CollectiveInfo> collective;
     std::vector<int> members;
+    std::function<bool()> completed;
   };
 
   // The process's MPI thread, started (and MPI initialized) on first use.
@@ -79,9 +84,12 @@ class MpiProgress {
  private:
   MpiProgress();
   void loop();
+  // A watched collective's test failed (NCCL's asynchronous error): prints it and ends the job.
+  [[noreturn]] void fail_watched(const CollectiveInfo& collective, std::exception_ptr error);
 
   struct Active {
     MPI_Request request;
+    std::function<bool()> completed;  // a watched collective's test, in place of the request
     std::function<void()> finish;
     std::shared_ptr<MpiOpState> state;
     std::optional<CollectiveInfo> collective;

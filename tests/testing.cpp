@@ -40,7 +40,11 @@ std::string mpirun(int ranks) {
 }
 
 CommandResult run_dtrain(const std::string& args, const std::string& launcher) {
-  const std::string command = str(launcher, DTRAIN_BINARY_DIR, "/dtrain ", args, " 2>&1");
+  return run_command(str(launcher, DTRAIN_BINARY_DIR, "/dtrain ", args));
+}
+
+CommandResult run_command(const std::string& shell_command) {
+  const std::string command = shell_command + " 2>&1";
   CommandResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   DT_CHECK(pipe != nullptr, "popen failed for ", command);

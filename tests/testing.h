@@ -28,12 +28,13 @@ class TempDir {
 // returns its exit status; its output goes to the test log.
 int run_reference_script(const std::string& script, const std::string& args);
 
-// Runs the built `dtrain <args>` (args as written in a shell), behind `launcher` when given,
-// and returns its exit status and its stdout and stderr together.
+// Runs a shell command and returns its exit status and its stdout and stderr together.
 struct CommandResult {
   int status = -1;
   std::string output;
 };
+CommandResult run_command(const std::string& command);
+// Runs the built `dtrain <args>` (args as written in a shell), behind `launcher` when given.
 CommandResult run_dtrain(const std::string& args, const std::string& launcher = "");
 // The launcher of `ranks` processes on this machine, one thread each: "mpirun -np <ranks> ...".
 std::string mpirun(int ranks);

@@ -3,20 +3,26 @@
 // Each start_* records an event on the compute stream and makes the communication stream wait
 // for it (the input was written by kernels queued there), issues the NCCL call on the
 // communication stream, and records a second event there; the handle's wait() makes the
-// compute stream wait for that event. Nothing blocks the host; done() asks the event.
+// compute stream wait for that event. Nothing blocks the host; done() asks the event. In a job
+// started by a launcher the MPI thread asks it too, for the collective watchdog.
 // all_to_all is a group of sends and receives, as NCCL has no all-to-all call; barrier is an
 // all-reduce of one float. NCCL errors become dt::Error with the call, the error string and
 // NCCL's last error message.
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdlib>
-#include <exception>
 #include <cstring>
+#include <exception>
+#include <memory>
+#include <numeric>
 #include <vector>
 
+#include "comm/mpi.h"
 #include "comm/nccl.h"
 #include "core/buffer.h"
 #include "core/cuda/runtime.h"
+#include "core/device.h"
 #include "core/error.h"
 
 namespace dt::cuda {
@@ -88,26 +94,42 @@ void select_local_gpu() {
   DT_CUDA_CHECK(cudaSetDevice(local % count));
 }
 
-class NcclWork final : public Work {
+// The event recorded after a collective: shared by its handle and the watchdog's test, which
+// may outlive the handle.
+class DoneEvent {
  public:
-  explicit NcclWork(cudaEvent_t done) : done_(done) {}
-  ~NcclWork() override { cudaEventDestroy(done_); }
-  void wait() override { DT_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), done_, 0)); }
-  bool done() override {
-    const cudaError_t status = cudaEventQuery(done_);
+  DoneEvent() { DT_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  ~DoneEvent() { cudaEventDestroy(event_); }
+  DoneEvent(const DoneEvent&) = delete;
+  DoneEvent& operator=(const DoneEvent&) = delete;
+  cudaEvent_t get() const { return event_; }
+  bool reached() const {
+    const cudaError_t status = cudaEventQuery(event_);
     if (status == cudaErrorNotReady) return false;
     DT_CUDA_CHECK(status);
     return true;
   }
 
  private:
-  cudaEvent_t done_;
+  cudaEvent_t event_ = nullptr;
+};
+
+class NcclWork final : public Work {
+ public:
+  explicit NcclWork(std::shared_ptr<const DoneEvent> done) : done_(std::move(done)) {}
+  void wait() override { DT_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), done_->get(), 0)); }
+  bool done() override { return done_->reached(); }
+
+ private:
+  std::shared_ptr<const DoneEvent> done_;
 };
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, std::string name)
-      : Communicator(rank, size, std::move(name), Device::cuda), comm_(comm) {}
+  // members: the world rank of each rank of the group, when the MPI thread's watchdog watches
+  // its collectives (a launched job); empty otherwise.
+  NcclCommunicator(ncclComm_t comm, int rank, int size, std::string name, std::vector<int> members)
+      : Communicator(rank, size, std::move(name), Device::cuda), comm_(comm), members_(std::move(members)) {}
   // Destroying waits for the communicator's unfinished operations; while an error unwinds, a
   // peer may never join them, so the communicator is aborted instead and the error reaches
   // main, which ends the job.
@@ -179,26 +201,52 @@ class NcclCommunicator final : public Communicator {
     int sub_rank = 0, sub_size = 0;
     DT_NCCL_CHECK(ncclCommUserRank(sub, &sub_rank), sub);
     DT_NCCL_CHECK(ncclCommCount(sub, &sub_size), sub);
-    return std::make_unique<NcclCommunicator>(sub, sub_rank, sub_size, std::move(name));
+    return std::make_unique<NcclCommunicator>(sub, sub_rank, sub_size, std::move(name),
+                                              members_.empty() ? std::vector<int>{} : split_members(color, key));
   }
 
  private:
   // Orders the communication stream after the compute stream's queued work, runs `call` there,
   // and returns the work whose event marks its end.
+  // In a launched job the MPI thread's watchdog watches the collective until its event is
+  // reached: a hang on the GPU is reported as one in MPI would be (comm/mpi.h).
   template <typename Call>
   std::unique_ptr<Work> issue(Call&& call) {
-    cudaEvent_t inputs_ready = nullptr, done = nullptr;
+    cudaEvent_t inputs_ready = nullptr;
     DT_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready, cudaEventDisableTiming));
     DT_CUDA_CHECK(cudaEventRecord(inputs_ready, compute_stream()));
     DT_CUDA_CHECK(cudaStreamWaitEvent(communication_stream(), inputs_ready, 0));
     DT_CUDA_CHECK(cudaEventDestroy(inputs_ready));  // released once recorded work completes
     call(communication_stream());
-    DT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    DT_CUDA_CHECK(cudaEventRecord(done, communication_stream()));
-    return std::make_unique<NcclWork>(done);
+    auto done = std::make_shared<const DoneEvent>();
+    DT_CUDA_CHECK(cudaEventRecord(done->get(), communication_stream()));
+    if (!members_.empty()) watch_collective(starting(), members_, [done] { return done->reached(); });
+    return std::make_unique<NcclWork>(std::move(done));
+  }
+
+  // The world ranks of the group that split(color, key) makes, in its rank order (NCCL's as
+  // MPI's: by key, then by rank here): every rank's color and key gathered over this group.
+  std::vector<int> split_members(int color, int key) {
+    const int32_t mine[2] = {color, key};
+    const size_t pair_bytes = sizeof mine;
+    const Buffer sent(pair_bytes, MemTag::communication, Device::cuda), gathered(pair_bytes * size(), MemTag::communication,
+                                                                                 Device::cuda);
+    copy_bytes(sent.data(), Device::cuda, mine, Device::cpu, pair_bytes);
+    DT_NCCL_CHECK(ncclAllGather(sent.data(), gathered.data(), 2, ncclInt32, comm_, communication_stream()), comm_);
+    DT_CUDA_CHECK(cudaStreamSynchronize(communication_stream()));
+    std::vector<int32_t> pairs(2 * static_cast<size_t>(size()));
+    copy_bytes(pairs.data(), Device::cpu, gathered.data(), Device::cuda, gathered.bytes());
+    std::vector<int> ranks;  // of this group with this color
+    for (int r = 0; r < size(); ++r)
+      if (pairs[2 * r] == color) ranks.push_back(r);
+    std::stable_sort(ranks.begin(), ranks.end(), [&](int a, int b) { return pairs[2 * a + 1] < pairs[2 * b + 1]; });
+    std::vector<int> members;
+    for (const int r : ranks) members.push_back(members_[static_cast<size_t>(r)]);
+    return members;
   }
 
   ncclComm_t comm_;
+  std::vector<int> members_;
   Buffer barrier_word_;
 };
 
@@ -227,7 +275,13 @@ std::unique_ptr<Communicator> nccl_world(Communicator& bootstrap) {
     throw Error(str("ncclCommInitRank of rank ", bootstrap.rank(), " of ", bootstrap.size(),
                     " failed: ", ncclGetErrorString(result),
                     "; NCCL needs one GPU per rank (for several ranks on one GPU use parallel.backend = \"mpi\")"));
-  return std::make_unique<NcclCommunicator>(comm, bootstrap.rank(), bootstrap.size(), "world");
+  // The bootstrap is MPI's world in a launched job: its ranks are the world ranks.
+  std::vector<int> members;
+  if (launched_by_mpi()) {
+    members.resize(static_cast<size_t>(bootstrap.size()));
+    std::iota(members.begin(), members.end(), 0);
+  }
+  return std::make_unique<NcclCommunicator>(comm, bootstrap.rank(), bootstrap.size(), "world", std::move(members));
 }
 
 }  // namespace dt::cuda
