@@ -85,15 +85,17 @@ struct HostView {
 // the MPI thread.
 class ResultBuffers {
  public:
+  // The smallest kept buffer that fits (the first that fits let a small all-reduce take a
+  // bucket's buffer and the bucket allocate another: 1.5x the gradients held at ZeRO 0).
   std::shared_ptr<Buffer> take(size_t bytes) {
     std::lock_guard lock(mutex_);
+    auto best = free_.end();
     for (auto it = free_.begin(); it != free_.end(); ++it)
-      if ((*it)->bytes() >= bytes) {
-        std::shared_ptr<Buffer> b = std::move(*it);
-        free_.erase(it);
-        return b;
-      }
-    return std::make_shared<Buffer>(bytes, MemTag::communication, Device::cpu, false);
+      if ((*it)->bytes() >= bytes && (best == free_.end() || (*it)->bytes() < (*best)->bytes())) best = it;
+    if (best == free_.end()) return std::make_shared<Buffer>(bytes, MemTag::communication, Device::cpu, false);
+    std::shared_ptr<Buffer> b = std::move(*best);
+    free_.erase(best);
+    return b;
   }
   void give_back(std::shared_ptr<Buffer> b) {
     std::lock_guard lock(mutex_);
