@@ -89,6 +89,11 @@ std::string fixed(double value, int decimals) {
   return text;
 }
 
+// What ZeRO `stage` (1 to 3) shards, for the run's header.
+const char* zero_sharding(int stage) {
+  return stage == 1 ? "optimizer state" : stage == 2 ? "optimizer state and gradients" : "optimizer state, gradients and parameters";
+}
+
 bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
 
 // The communicator of every rank of the job for buffers on `device`: this process alone without
@@ -204,8 +209,11 @@ TrainSummary run_training(const RunConfig& config) {
                 accumulation == 1 ? "" : "es", B, static_cast<long long>(train_data.size()),
                 config.data.dir.string().c_str());
     if (groups.world->size() > 1)
-      std::printf("%s over %s: %s\n", groups.dims.describe().c_str(), groups.world->backend().c_str(),
-                  "each rank trains on its share of every step's batch");
+      std::printf("%s over %s: each rank trains on its share of every step's batch%s\n",
+                  groups.dims.describe().c_str(), groups.world->backend().c_str(),
+                  zero_stage == 0 ? ""
+                                  : str(" | ZeRO stage ", zero_stage, ": ", zero_sharding(zero_stage),
+                                        " sharded over the ", groups.dims.dp, " dp ranks").c_str());
     if (!config.log.run_dir.empty()) std::printf("run directory %s\n", config.log.run_dir.string().c_str());
   }
 
