@@ -124,7 +124,7 @@ DType precision_from_name(std::string_view name) {
 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                          DType precision, Device device, const ParameterStorage& storage)
-    : layout_(validated(config, batch_size, seq_len, recompute, precision, device),  // before anything is allocated
+    : layout_(validated(config, batch_size, seq_len, recompute, precision, device, storage),  // before allocating
               storage.unit_multiple),
       // The f32 parameters: the weights themselves, or a 16-bit run's master copy, which is not
       // kept here (nothing held) when ZeRO shards it.
@@ -158,29 +158,39 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
   copy_bytes(rope_table_.data(), device, host_table.data(), Device::cpu, table_bytes);
 }
 
+size_t Transformer::allocated_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                                    DType precision, const ParameterStorage& storage) {
+  const auto params = static_cast<size_t>(ParameterLayout(config, storage.unit_multiple).total_elements());
+  const bool sixteen_bit = precision != DType::f32;
+  // As the constructor makes them: f32 parameters, the 16-bit compute copy, f32 gradients.
+  const bool f32_whole = sixteen_bit ? storage.master_weights : storage.weights == Storage::whole;
+  size_t per_element = f32_whole ? 4 : 0;
+  if (sixteen_bit && storage.weights == Storage::whole) per_element += dtype_size(precision);
+  if (storage.grads == Storage::whole) per_element += 4;
+  const Activations sizes(config, static_cast<int64_t>(batch_size) * seq_len, recompute, precision, std::nullopt);
+  return params * per_element + static_cast<size_t>(sizes.saved_bytes + sizes.scratch_bytes);
+}
+
 size_t Transformer::training_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                                    DType precision) {
   const auto params = static_cast<size_t>(ParameterLayout(config).total_elements());
-  // f32 master weights, f32 gradients, AdamW's two f32 moments, and the 16-bit compute copy.
-  size_t bytes = params * (4 + 4 + 8 + (precision == DType::f32 ? 0 : dtype_size(precision)));
-  const Activations sizes(config, static_cast<int64_t>(batch_size) * seq_len, recompute, precision, std::nullopt);
-  return bytes + static_cast<size_t>(sizes.saved_bytes + sizes.scratch_bytes);
+  return allocated_bytes(config, batch_size, seq_len, recompute, precision) + params * 8;  // + AdamW's m and v
 }
 
 void Transformer::check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                    DType precision) {
+                                    DType precision, const ParameterStorage& storage) {
   if (config.head_size() > 256)
     throw Error(str("head size ", config.head_size(), " (d_model ", config.d_model, " / n_head ", config.n_head,
                     ") is above the 256 the CUDA attention kernels support; use more heads, or device = \"cpu\""));
-  const size_t needed = training_bytes(config, batch_size, seq_len, recompute, precision);
+  const size_t needed = allocated_bytes(config, batch_size, seq_len, recompute, precision, storage);
   const size_t available = device_free_bytes(Device::cuda);
   if (needed > available)
-    throw Error(str("training this model needs about ", format_bytes(static_cast<double>(needed)),
-                    " of GPU memory (parameters, gradients, AdamW moments and the activations of a micro-batch of ",
-                    batch_size, " x ", seq_len, " tokens, recompute ", recompute_name(recompute), ") but the GPU has ",
+    throw Error(str("this model needs about ", format_bytes(static_cast<double>(needed)),
+                    " of GPU memory (its parameters, gradients and the activations of a micro-batch of ", batch_size,
+                    " x ", seq_len, " tokens, recompute ", recompute_name(recompute), ") but the GPU has ",
                     format_bytes(static_cast<double>(available)),
                     " free; use a smaller micro_batch_size or seq_len, train.recompute = \"full\", precision bf16, "
-                    "or a smaller model"));
+                    "ZeRO stage 3 over several GPUs, or a smaller model"));
 }
 
 Tensor Transformer::rope_cos() const { return rope_table_.view(DType::f32, {seq_len_, config().head_size() / 2}); }
@@ -193,7 +203,7 @@ Tensor Transformer::rope_sin() const {
 Transformer::~Transformer() = default;
 
 const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                          DType precision, Device device) {
+                                          DType precision, Device device, const ParameterStorage& storage) {
   validate_model_config(config);
   require_device(device);
   if (precision != DType::f32 && precision != DType::bf16 && precision != DType::f16)
@@ -202,7 +212,7 @@ const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_s
   if (seq_len < 1 || seq_len > config.max_seq_len)
     throw Error(str("sequence length ", seq_len, " must be in [1, model.max_seq_len = ", config.max_seq_len,
                     "]; shorten the sequence or use a model with a longer max_seq_len"));
-  if (device == Device::cuda) check_fits_on_gpu(config, batch_size, seq_len, recompute, precision);
+  if (device == Device::cuda) check_fits_on_gpu(config, batch_size, seq_len, recompute, precision, storage);
   return config;
 }
 

@@ -63,8 +63,15 @@ class Transformer {
               DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {});
   ~Transformer();
 
-  // Bytes a training run of this shape holds on its device: parameters (with the 16-bit copy),
-  // gradients, AdamW's moments and the activations of one micro-batch under `recompute`.
+  // Bytes this model allocates on its device when made with `storage`: the buffers held whole —
+  // the f32 parameters (a 16-bit run's master weights, where kept here), the 16-bit compute
+  // copy, the gradients — and the activations of one micro-batch under `recompute`. Buffers
+  // stored per unit are not counted: passes hold them a few units at a time, as ZeRO's working
+  // set (parallel/data_parallel.h counts it).
+  static size_t allocated_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                                DType precision, const ParameterStorage& storage = {});
+  // Bytes one process's training run of this shape holds on its device: allocated_bytes with
+  // the whole storage, and AdamW's two f32 moments.
   static size_t training_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                                DType precision);
 
@@ -126,10 +133,11 @@ class Transformer {
  private:
   struct Activations;
   static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                      DType precision, Device device);
-  // Before allocating on a GPU: a head size the attention kernels take, and the memory.
+                                      DType precision, Device device, const ParameterStorage& storage);
+  // Before allocating on a GPU: a head size the attention kernels take, and the memory this
+  // model allocates (a whole run's is checked before, by parallel/data_parallel.h).
   static void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                DType precision);
+                                DType precision, const ParameterStorage& storage);
   void check_inputs(Tensor tokens, Tensor targets) const;
   // backward_follows: the head's weights (and a tied wte) stay needed for backward.
   void forward_blocks(Tensor tokens, bool backward_follows);

@@ -138,6 +138,9 @@ TrainSummary run_training(const RunConfig& config) {
   // sharded in data_parallel (from stage 2 the gradients, at stage 3 the parameters too);
   // without it the whole AdamW state is here.
   const int zero_stage = config.parallel.zero_stage;
+  // The whole run's memory per rank against the GPU's, before anything is allocated.
+  if (device == Device::cuda)
+    DataParallel::check_fits_on_gpu(mc, B, T, config.train.recompute, config.train.precision, groups.dims.dp, zero_stage);
   Transformer model(mc, B, T, config.train.recompute, config.train.precision, device,
                     DataParallel::storage(groups.dims.dp, zero_stage));
   std::optional<AdamW> optimizer;
