@@ -193,8 +193,9 @@ void MpiProgress::loop() {
     // (a sleep between tests halved the bandwidth of large all-reduces: each step of the ring
     // waited for the next test).
     // Watched collectives alone need no MPI call to advance: a test a millisecond is enough.
-    const bool only_watched =
-        std::all_of(active.begin(), active.end(), [](const Active& a) { return static_cast<bool>(a.completed); });
+    const bool only_watched = !active.empty() && std::all_of(active.begin(), active.end(), [](const Active& a) {
+      return static_cast<bool>(a.completed);
+    });
     if (progressed) continue;
     if (!only_watched) {
       std::this_thread::yield();
