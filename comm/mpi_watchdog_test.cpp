@@ -25,11 +25,20 @@ CollectiveInfo gpu_all_reduce() {
   return {.op = "all_reduce sum", .group = "gpu", .sequence = 1, .bytes = 4, .dtype = DType::f32, .timed = true};
 }
 
-// Runs the helper case `name` on two ranks of this binary; returns its output and status.
-testing::CommandResult run_helper(const std::string& name) {
+// A helper job's output and exit status, and how long it ran.
+struct HelperJob {
+  testing::CommandResult result;
+  double seconds = 0;
+};
+
+// Runs the helper case `name` on two ranks of this binary.
+HelperJob run_helper(const std::string& name) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  return testing::run_command(
-      str(testing::mpirun(2), "-x ", kHelperVariable, "=1 ", self, " --gtest_filter=WatchdogHelper.", name));
+  const auto start = std::chrono::steady_clock::now();
+  HelperJob job{.result = testing::run_command(str(testing::mpirun(2), "-x ", kHelperVariable, "=1 ", self,
+                                                   " --gtest_filter=WatchdogHelper.", name))};
+  job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return job;
 }
 
 #define DT_HELPER_ONLY() \
@@ -56,9 +65,7 @@ TEST(WatchdogHelper, AWatchedCollectiveFails) {
 // A hang on the GPU is not silent either: the rank waiting in a watched collective reports it,
 // naming the rank that has not started it, and the job ends with the watchdog's status.
 TEST(MpiWatchdog, AWatchedCollectiveThatNeverEndsIsReportedNamingTheMissingRank) {
-  const auto start = std::chrono::steady_clock::now();
-  const testing::CommandResult result = run_helper("OneRankWaitsOnAWatchedCollective");
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto [result, seconds] = run_helper("OneRankWaitsOnAWatchedCollective");
   EXPECT_EQ(result.status, 3) << result.output;
   EXPECT_LT(seconds, 25) << "the job was not ended by the watchdog\n" << result.output;
   EXPECT_NE(result.output.find("dtrain: rank 0: collective watchdog: all_reduce sum of 4 B f32 on gpu (#1) has waited"),
@@ -69,9 +76,7 @@ TEST(MpiWatchdog, AWatchedCollectiveThatNeverEndsIsReportedNamingTheMissingRank)
 
 // A watched collective whose test fails ends the job at once, with the error and the collective.
 TEST(MpiWatchdog, AWatchedCollectiveThatFailsEndsTheJobWithItsError) {
-  const auto start = std::chrono::steady_clock::now();
-  const testing::CommandResult result = run_helper("AWatchedCollectiveFails");
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto [result, seconds] = run_helper("AWatchedCollectiveFails");
   EXPECT_NE(result.status, 0) << result.output;
   EXPECT_LT(seconds, 25) << "the job was not ended\n" << result.output;
   EXPECT_NE(result.output.find("dtrain: rank 0: all_reduce sum of 4 B f32 on gpu (#1) failed: an illegal memory access "
