@@ -88,6 +88,14 @@ struct Transformer::Activations {
 
 namespace {
 
+// How the f32 parameters are stored: as the weights themselves in f32; in 16-bit runs as the
+// master copy, whole where kept here, else never held (ZeRO keeps them as its shards). The
+// constructor and allocated_bytes share it.
+Storage f32_parameter_storage(DType precision, const ParameterStorage& storage) {
+  if (precision == DType::f32) return storage.weights;
+  return storage.master_weights ? Storage::whole : Storage::per_unit;
+}
+
 // The sum of per-token losses (f32), in token order on the CPU: the same number on every device.
 double sum_in_order(Tensor losses) {
   double sum = 0;
@@ -126,12 +134,8 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
                          DType precision, Device device, const ParameterStorage& storage)
     : layout_(validated(config, batch_size, seq_len, recompute, precision, device, storage),  // before allocating
               storage.unit_multiple),
-      // The f32 parameters: the weights themselves, or a 16-bit run's master copy, which is not
-      // kept here (nothing held) when ZeRO shards it.
       params_(layout_, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state, device, DType::f32,
-              precision == DType::f32 ? storage.weights
-              : storage.master_weights ? Storage::whole
-                                       : Storage::per_unit),
+              f32_parameter_storage(precision, storage)),
       grads_(layout_, MemTag::gradients, device, DType::f32, storage.grads),
       recompute_(recompute),
       precision_(precision),
@@ -163,8 +167,7 @@ size_t Transformer::allocated_bytes(const ModelConfig& config, int batch_size, i
   const auto params = static_cast<size_t>(ParameterLayout(config, storage.unit_multiple).total_elements());
   const bool sixteen_bit = precision != DType::f32;
   // As the constructor makes them: f32 parameters, the 16-bit compute copy, f32 gradients.
-  const bool f32_whole = sixteen_bit ? storage.master_weights : storage.weights == Storage::whole;
-  size_t per_element = f32_whole ? 4 : 0;
+  size_t per_element = f32_parameter_storage(precision, storage) == Storage::whole ? 4 : 0;
   if (sixteen_bit && storage.weights == Storage::whole) per_element += dtype_size(precision);
   if (storage.grads == Storage::whole) per_element += 4;
   const Activations sizes(config, static_cast<int64_t>(batch_size) * seq_len, recompute, precision, std::nullopt);
