@@ -1,6 +1,7 @@
-// The MPI backend on 2, 3 and 4 ranks: ctest runs these under mpirun (CMakeLists.txt,
-// Mpi.np2 ... Mpi.np4); run alone, without a launcher, they skip. Values are small integers in
-// f32, so every sum is exact and every result is checked for equality.
+// The MPI backend on 2, 3 and 4 ranks: ctest runs these under mpirun (CMakeLists.txt, Mpi.np2
+// ... Mpi.np4, and MpiCuda.np2 for CUDA buffers); run alone, without a launcher, they skip.
+// Values are small integers in f32, so every sum is exact and every result is checked for
+// equality.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -9,14 +10,11 @@
 #include <vector>
 
 #include "comm/mpi.h"
+#include "tests/mpi_testing.h"
 #include "tests/cuda_testing.h"
 
 namespace dt {
 namespace {
-
-#define DT_SKIP_WITHOUT_MPIRUN()                                                   \
-  if (!launched_by_mpi())                                                          \
-  GTEST_SKIP() << "needs ranks started by mpirun; ctest runs it as Mpi.np2 to Mpi.np4"
 
 Tensor view(std::vector<float>& v, Device device = Device::cpu) {
   return {.data = v.data(), .dtype = DType::f32, .shape = {static_cast<int64_t>(v.size())}, .device = device};
@@ -104,8 +102,13 @@ TEST(Mpi, BuffersMpiCannotReduceAreRefusedByName) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the MPI backend reduces f32, f64"), std::string::npos) << e.what();
   }
-  std::vector<uint16_t> all(4 * static_cast<size_t>(world->size()));
+  // Gathering needs no arithmetic: 16-bit buffers go as bytes, each rank's part in rank order.
+  const int r = world->rank(), p = world->size();
+  for (int i = 0; i < 4; ++i) halves[i] = static_cast<uint16_t>(0x3f80 + r * 16 + i);  // distinct bf16 bit patterns
+  std::vector<uint16_t> all(4 * static_cast<size_t>(p), 0xffff);
   world->all_gather({.data = all.data(), .dtype = DType::bf16, .shape = {static_cast<int64_t>(all.size())}}, t).wait();
+  for (int q = 0; q < p; ++q)
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(all[q * 4 + i], 0x3f80 + q * 16 + i) << "rank " << q << "'s element " << i;
 }
 
 // An untimed barrier waits out rank 0's work past the collective timeout without the watchdog
@@ -122,7 +125,7 @@ TEST(Mpi, AnUntimedBarrierWaitsOutMoreThanTheTimeout) {
 }
 
 // CUDA buffers staged through host memory: the same results as host buffers.
-TEST(Mpi, CudaBuffersGoThroughHostMemory) {
+TEST(MpiCuda, BuffersGoThroughHostMemory) {
   DT_SKIP_WITHOUT_MPIRUN();
   DT_SKIP_WITHOUT_CUDA();
   const std::unique_ptr<Communicator> world = mpi_world(Device::cuda);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/mpi.h"
+#include "tests/mpi_testing.h"
 #include "comm/single_process.h"
 #include "core/allocator.h"
 #include "core/rng.h"
@@ -187,7 +188,7 @@ TEST(DataParallel, OneRankMatchesOneProcess) {
 }
 
 TEST(Mpi, DataParallelMatchesOneProcess) {
-  if (!launched_by_mpi()) GTEST_SKIP() << "needs ranks started by mpirun; ctest runs it as Mpi.np2 to Mpi.np4";
+  DT_SKIP_WITHOUT_MPIRUN();
   expect_matches_one_process(mpi_world(Device::cpu).get());
 }
 
@@ -288,7 +289,7 @@ TEST(DataParallel, TrainingBytesAreWhatEachStageAllocatesAndBoundItsSteps) {
 
 // A layout without the units' padding is refused, naming the unit multiple ZeRO needs.
 TEST(Mpi, ZeroRefusesALayoutWithoutItsUnitMultiple) {
-  if (!launched_by_mpi()) GTEST_SKIP() << "needs ranks started by mpirun; ctest runs it as Mpi.np2 to Mpi.np4";
+  DT_SKIP_WITHOUT_MPIRUN();
   const std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
   Transformer model(model_preset("gpt2-tiny"), 1, 8);
   try {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/mpi.h"
+#include "tests/mpi_testing.h"
 
 namespace dt {
 namespace {
@@ -14,7 +15,7 @@ TEST(LaunchCheck, DifferingLinesNameBothSides) {
 }
 
 TEST(Mpi, ALaunchWithADifferentConfigNamesTheRankAndTheLines) {
-  if (!launched_by_mpi()) GTEST_SKIP() << "needs ranks started by mpirun; ctest runs it as Mpi.np2 to Mpi.np4";
+  DT_SKIP_WITHOUT_MPIRUN();
   const std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
   const std::string same = "[train]\nsteps = 100\nmicro_batch_size = 8\n";
   EXPECT_NO_THROW(check_same_launch(*world, same));

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "comm/mpi.h"
+#include "tests/mpi_testing.h"
 #include "comm/single_process.h"
 
 namespace dt {
@@ -46,22 +47,30 @@ TEST(ParallelDims, OneProcessHasGroupsOfOne) {
   EXPECT_EQ(g.world->name(), "world");
 }
 
-// On 4 ranks as dp 2 × tp 2: each group holds the ranks that differ only in its coordinate,
-// checked by summing world ranks over the group.
+// On any number of ranks, as tp 2 × dp (the rest) where the count is even and dp alone where it
+// is odd: each group holds the ranks that differ only in its coordinate (tp fastest), checked by
+// summing world ranks over the group.
 TEST(Mpi, ProcessGroupsHoldTheRanksOfTheirDimension) {
-  if (!launched_by_mpi()) GTEST_SKIP() << "needs ranks started by mpirun; ctest runs it as Mpi.np2 to Mpi.np4";
+  DT_SKIP_WITHOUT_MPIRUN();
   std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
-  if (world->size() != 4) GTEST_SKIP() << "laid out for 4 ranks";
-  const int rank = world->rank();
-  const ProcessGroups g = make_process_groups(std::move(world), {.dp = 2, .tp = 2});
+  const int rank = world->rank(), ranks = world->size();
+  const int tp = ranks % 2 == 0 ? 2 : 1, dp = ranks / tp;
+  const ProcessGroups g = make_process_groups(std::move(world), {.dp = dp, .tp = tp});
   float sum = static_cast<float>(rank);
   g.tp->all_reduce({.data = &sum, .dtype = DType::f32, .shape = {1}}, ReduceOp::sum).wait();
-  EXPECT_EQ(sum, rank < 2 ? 0 + 1 : 2 + 3);  // tp pairs: {0, 1}, {2, 3}
+  const int tp_first = rank / tp * tp;  // the tp group: tp consecutive ranks
+  EXPECT_EQ(sum, static_cast<float>(tp_first * tp + tp * (tp - 1) / 2));
   sum = static_cast<float>(rank);
   g.dp->all_reduce({.data = &sum, .dtype = DType::f32, .shape = {1}}, ReduceOp::sum).wait();
-  EXPECT_EQ(sum, rank % 2 == 0 ? 0 + 2 : 1 + 3);  // dp pairs: {0, 2}, {1, 3}
+  float dp_sum = 0;  // the dp group: the ranks with this rank's tp coordinate
+  for (int q = rank % tp; q < ranks; q += tp) dp_sum += static_cast<float>(q);
+  EXPECT_EQ(sum, dp_sum);
+  EXPECT_EQ(g.dp->size(), dp);
+  EXPECT_EQ(g.tp->size(), tp);
   EXPECT_EQ(g.dp->rank(), g.coords.dp);
   EXPECT_EQ(g.tp->rank(), g.coords.tp);
+  EXPECT_EQ(g.coords.dp, rank / tp);
+  EXPECT_EQ(g.coords.tp, rank % tp);
   EXPECT_EQ(g.pp->size(), 1);
 }
 
