@@ -27,7 +27,10 @@ class Workflow : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     const std::string gpl = "/usr/share/common-licenses/GPL-3";
-    ASSERT_EQ(run_dtrain(str("tokenizer train --vocab-size 320 --out ", file("tokenizer.json"), " ", gpl)).status, 0);
+    // A failure here fails every test of the suite (tests/test_main.cpp: GoogleTest marks them
+    // skipped, and the process fails; tests/test_main_test.cpp checks that outcome).
+    const auto tokenizer = run_dtrain(str("tokenizer train --vocab-size 320 --out ", file("tokenizer.json"), " ", gpl));
+    ASSERT_EQ(tokenizer.status, 0) << tokenizer.output;
     const auto prepared = run_dtrain(str("data prepare --tokenizer ", file("tokenizer.json"), " --out ", file("data"),
                                          " --val-fraction 0.1 ", gpl));
     ASSERT_EQ(prepared.status, 0) << prepared.output;
@@ -39,7 +42,9 @@ class Workflow : public ::testing::Test {
                                     << "[log]\nrun_dir = \"" << file("run") << "\"\nprogress = \"plain\"\n"
                                     << "[eval]\nbatches = 4\n"
                                     << "[sample]\nprompt = \"This License\"\nmax_tokens = 8\n";
-    train_output_ = new std::string(run_dtrain(str("train ", file("run.toml"))).output);
+    const auto trained = run_dtrain(str("train ", file("run.toml")));
+    train_output_ = new std::string(trained.output);
+    ASSERT_EQ(trained.status, 0) << trained.output;
   }
   static void TearDownTestSuite() {
     delete train_output_;

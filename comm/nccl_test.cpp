@@ -1,13 +1,16 @@
-// The NCCL backend at one rank (what a one-GPU machine can check): every collective's result,
-// ordered with the compute stream. Skips, saying why, without a GPU.
+// The NCCL backend: every collective's result (tests/collective_checks.h), ordered with the
+// compute stream. At one rank (what a one-GPU machine can check) the out-of-place collectives
+// must still write their outputs; on several GPUs (MpiNccl.np2, a ctest case under mpirun) every
+// result depends on every rank. Each skips, saying why, without the GPUs it needs.
 #include "comm/nccl.h"
 
 #include <gtest/gtest.h>
 
-#include <vector>
-
+#include "comm/mpi.h"
 #include "comm/single_process.h"
+#include "tests/collective_checks.h"
 #include "tests/cuda_testing.h"
+#include "tests/mpi_testing.h"
 
 namespace dt {
 namespace {
@@ -19,18 +22,22 @@ TEST(Nccl, OneRankCollectivesGiveTheirDefinedResults) {
   SingleProcessCommunicator bootstrap(Device::cpu);
   const std::unique_ptr<Communicator> world = nccl_world(bootstrap);
   EXPECT_EQ(world->size(), 1);
-  std::vector<float> values{1, 2, 3, 4};
-  const Tensor host{.data = values.data(), .dtype = DType::f32, .shape = {4}};
-  testing::OwnedTensor a = testing::copy_to(host, Device::cuda), b = testing::copy_to(host, Device::cuda);
-  world->all_reduce(a.t, ReduceOp::average).wait();
-  world->all_gather(b.t, a.t).wait();
-  world->broadcast(b.t, 0).wait();
-  world->barrier().wait();
-  const testing::OwnedTensor back = testing::copy_to(b.t, Device::cpu);  // after the compute stream's wait
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(back.ptr<float>()[i], values[i]);
+  testing::expect_collectives_give_their_defined_results(*world, Device::cuda);
   const std::unique_ptr<Communicator> dp = world->split(0, 0, "dp");
   EXPECT_EQ(dp->name(), "dp");
   EXPECT_EQ(dp->backend().rfind("NCCL ", 0), 0u);
+  testing::expect_collectives_give_their_defined_results(*dp, Device::cuda);
+}
+
+TEST(MpiNccl, CollectivesGiveTheirDefinedResults) {
+  DT_SKIP_WITHOUT_MPIRUN();
+  DT_SKIP_WITHOUT_CUDA();
+  const std::unique_ptr<Communicator> bootstrap = mpi_world(Device::cpu, "bootstrap");
+  if (const size_t gpus = cuda_system().gpus.size(); gpus < static_cast<size_t>(bootstrap->size()))
+    GTEST_SKIP() << "needs a GPU per rank (NCCL refuses two ranks of a communicator on one GPU): " << bootstrap->size()
+                 << " ranks, " << gpus << " GPU(s)";
+  const std::unique_ptr<Communicator> world = nccl_world(*bootstrap);
+  testing::expect_collectives_give_their_defined_results(*world, Device::cuda);
 }
 
 }  // namespace

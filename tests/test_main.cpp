@@ -2,8 +2,8 @@
 // main makes that result true by construction:
 //
 // - Skipped only when every test the process ran was skipped, none failed, and each skip gave its
-//   reason. Only then does it print kSkipMarker (ctest's SKIP_REGULAR_EXPRESSION, CMakeLists.txt),
-//   once per skipped test with the reason. GoogleTest's own "[  SKIPPED ]" lines are not the
+//   reason. Only then does it print DTRAIN_SKIP_MARKER (CMakeLists.txt defines it, as ctest's
+//   SKIP_REGULAR_EXPRESSION), once per skipped test with the reason. GoogleTest's own "[  SKIPPED ]" lines are not the
 //   marker, so a failing test can never be read as skipped, whatever it printed.
 // - Failed when no test ran: a filter that matches nothing is a mistake, not a pass.
 // - A process started by a test (a helper job under mpirun, a nested run) never prints the
@@ -11,8 +11,10 @@
 //   hold one.
 // - A multi-rank case (ctest's Mpi.npN, DTRAIN_TEST_RANKS=N) must be launched as N ranks, and
 //   must run all its tests or skip all of them: one ctest result cannot report that some passed
-//   and others skipped, so that fails. Tests that need a GPU are a case of their own
-//   (MpiCuda.npN), which skips as a whole where there is none.
+//   and others skipped, so that fails. Tests that need a GPU are cases of their own
+//   (MpiCuda.npN, MpiNccl.npN), which skip as a whole where there is none.
+//
+// tests/test_main_test.cpp runs each kind of test and checks the outcome ctest gives it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -24,7 +26,6 @@
 
 namespace {
 
-constexpr const char* kSkipMarker = "dtrain-test-outcome: skipped";
 constexpr const char* kNestedVariable = "DTRAIN_TEST_NESTED";
 constexpr const char* kRanksVariable = "DTRAIN_TEST_RANKS";
 
@@ -37,12 +38,16 @@ class SkipRecorder : public ::testing::EmptyTestEventListener {
   const std::vector<Skip>& skips() const { return skips_; }
 
  private:
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.skipped()) return;
-    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    skips_.push_back({test ? std::string(test->test_suite_name()) + "." + test->name() : "(outside a test)",
-                      result.message() ? result.message() : ""});
+  // The running test is remembered here: UnitTest::current_test_info() takes the lock that
+  // GoogleTest holds while it calls OnTestPartResult.
+  void OnTestStart(const ::testing::TestInfo& test) override {
+    current_ = std::string(test.test_suite_name()) + "." + test.name();
   }
+  void OnTestEnd(const ::testing::TestInfo&) override { current_ = "(outside a test)"; }
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (result.skipped()) skips_.push_back({current_, result.message() ? result.message() : ""});
+  }
+  std::string current_ = "(outside a test)";
   std::vector<Skip> skips_;
 };
 
@@ -94,6 +99,6 @@ int main(int argc, char** argv) {
   }
   if (!nested)
     for (const SkipRecorder::Skip& skip : recorder->skips())
-      std::printf("%s %s: %s\n", kSkipMarker, skip.test.c_str(), skip.reason.c_str());
+      std::printf("%s %s: %s\n", DTRAIN_SKIP_MARKER, skip.test.c_str(), skip.reason.c_str());
   return 0;
 }
