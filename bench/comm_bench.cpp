@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "comm/mpi.h"
 #include "core/allocator.h"
 #include "core/buffer.h"
 #include "core/device.h"
+#include "core/fault_injection.h"
 
 namespace dt {
 
@@ -18,7 +20,7 @@ namespace {
 float input_value(int rank, int64_t i) { return static_cast<float>(rank + 1 + i % 5); }
 
 // The buffers of one collective on one rank (f32 on the communicator's device) and the exact
-// result this rank must hold afterwards.
+// result this rank must hold afterwards, in closed form: p ranks sum to p(p + 1)/2 + p(i mod 5).
 struct Case {
   int64_t in_count = 0, out_count = 0;
   size_t bytes = 0;  // as the table counts them
@@ -61,10 +63,14 @@ struct Case {
     reset(rank, device);
   }
 
+  // Fresh inputs, and an output of NaN, which no result holds: what a check finds there was
+  // written by the call it checks, not left by the timed calls before it.
   void reset(int rank, Device device) const {
     std::vector<float> values(static_cast<size_t>(in_count));
     for (int64_t i = 0; i < in_count; ++i) values[i] = input_value(rank, i);
     copy_bytes(in.data(), device, values.data(), Device::cpu, in.bytes());
+    const std::vector<float> unwritten(static_cast<size_t>(out_count), std::numeric_limits<float>::quiet_NaN());
+    copy_bytes(out.data(), device, unwritten.data(), Device::cpu, out.bytes());
   }
   Tensor in_view() const { return in.view(DType::f32, {in_count}); }
   Tensor out_view() const { return out.view(DType::f32, {out_count}); }
@@ -171,10 +177,10 @@ CommBenchResult run_comm_bench(Communicator& world, const CommBenchOptions& opti
       // The check: fresh inputs, one call, every element compared.
       x.reset(rank, world.device());
       start(world, kind, x).wait();
-      const std::vector<float> got = host_values<float>(result_of(kind, x));
-      int64_t wrong = 0;
-      for (size_t j = 0; j < got.size(); ++j) wrong += got[j] != x.expected[j];
-      row.wrong = static_cast<int64_t>(all_reduce_value(world, static_cast<double>(wrong), ReduceOp::sum));
+      std::vector<float> got = host_values<float>(result_of(kind, x));
+      if (fault_injected("collective-result-wrong", rank)) got.back() += 1;
+      for (size_t j = 0; j < got.size(); ++j) row.wrong_here += got[j] != x.expected[j];
+      row.wrong = static_cast<int64_t>(all_reduce_value(world, static_cast<double>(row.wrong_here), ReduceOp::sum));
       if (raw) {
         row.mpi_seconds = raw_mpi_seconds(kind, x.bytes, calls, /*nonblocking=*/true);
         row.mpi_blocking_seconds = raw_mpi_seconds(kind, x.bytes, calls, /*nonblocking=*/false);
@@ -218,6 +224,7 @@ CommBenchResult run_comm_bench(Communicator& world, const CommBenchOptions& opti
       std::printf("# ours / MPI at the two largest sizes of each collective: median %.3f (min %.3f, max %.3f)\n",
                   ratios[ratios.size() / 2], ratios.front(), ratios.back());
     }
+    std::fflush(stdout);
   }
   return result;
 }

@@ -9,8 +9,10 @@
 //   busbw    algbw × the collective's bus factor (all_reduce 2(p−1)/p; reduce_scatter,
 //            all_gather, all_to_all (p−1)/p; broadcast 1): comparable across collectives and
 //            rank counts, and with the hardware's link bandwidth
-//   wrong    elements that differ from the exact result, over all ranks (inputs are small
-//            integers, so every sum is exact)
+//   wrong    elements that differ from the exact result, over all ranks: each rank compares
+//            what one call wrote (its output filled with NaN before) with the closed form of the
+//            inputs, small integers, so every sum is exact. The sum over ranks goes through
+//            all_reduce, so each rank also keeps its own count, which no collective touches
 //   MPI      the same collective called directly through MPI in the same run: the nonblocking
 //            call and MPI_Wait the backend makes (the peer: ours / MPI is dtrain's overhead), and
 //            the blocking call, which Open MPI serves with other algorithms (its tuned
@@ -40,7 +42,8 @@ struct CommBenchRow {
   CollectiveKind kind;
   size_t bytes = 0;
   double seconds = 0, algbw = 0, busbw = 0;
-  int64_t wrong = 0;
+  int64_t wrong = 0;       // over all ranks
+  int64_t wrong_here = 0;  // on this rank, found without any collective
   double mpi_seconds = 0;           // nonblocking; 0 when not measured
   double mpi_blocking_seconds = 0;  // 0 when not measured
   double model_seconds = 0;

@@ -4,6 +4,7 @@
 
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/testing.h"
 
@@ -12,34 +13,52 @@ namespace {
 
 using testing::run_dtrain;
 
-// The table's rows: collective, then "wrong" in the sixth column (sizes are two words).
-int rows_with(const std::string& output, const std::string& collective, int64_t* wrong_total) {
+// The "wrong" column of `collective`'s rows, in order (sizes are two words: "wrong" is the
+// seventh field).
+std::vector<int64_t> wrong_column(const std::string& output, const std::string& collective) {
   std::istringstream in(output);
-  int rows = 0;
+  std::vector<int64_t> wrong;
   for (std::string line; std::getline(in, line);) {
     std::istringstream fields(line);
     std::string name, number, unit, time, algbw, busbw;
-    int64_t wrong = -1;
-    if (!(fields >> name >> number >> unit >> time >> algbw >> busbw >> wrong) || name != collective) continue;
-    ++rows;
-    *wrong_total += wrong;
+    int64_t count = -1;
+    if ((fields >> name >> number >> unit >> time >> algbw >> busbw >> count) && name == collective)
+      wrong.push_back(count);
   }
-  return rows;
+  return wrong;
 }
 
+constexpr const char* kCollectives[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"};
+constexpr const char* kFourSizes = "bench comm --max-bytes 64K --factor 16 --seconds 0.01";  // 8 B .. 32 KiB
+
 TEST(BenchComm, EveryCollectiveIsTimedAndCheckedOnTwoRanks) {
-  const auto result = run_dtrain("bench comm --max-bytes 64K --factor 16 --seconds 0.01", testing::mpirun(2));
+  const auto result = run_dtrain(kFourSizes, testing::mpirun(2));
   ASSERT_EQ(result.status, 0) << result.output;
-  for (const char* collective : {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"}) {
-    int64_t wrong = 0;
-    EXPECT_EQ(rows_with(result.output, collective, &wrong), 4) << collective << "\n" << result.output;  // 8 B .. 32 KiB
-    EXPECT_EQ(wrong, 0) << collective;
-  }
+  for (const char* collective : kCollectives)
+    EXPECT_EQ(wrong_column(result.output, collective), std::vector<int64_t>(4, 0))
+        << collective << "\n"
+        << result.output;
   EXPECT_NE(result.output.find("2 ranks over MPI"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("# ring fits (t = steps * alpha + factor * bytes / B): all_reduce alpha"),
             std::string::npos)
       << result.output;
   EXPECT_NE(result.output.find("# ours / MPI at the two largest sizes"), std::string::npos) << result.output;
+}
+
+// The zeros above are the tool's own verdict. Its independent check: one element of rank 1's
+// result off by one in every check (rank 1 prints nothing; the fault is injected after the
+// collective) must show as exactly one wrong element in every row, and fail the command.
+TEST(BenchComm, AWrongElementOnOneRankIsCountedInEveryRowAndFails) {
+  const auto result =
+      run_dtrain(kFourSizes, testing::mpirun(2) + "-x DTRAIN_INJECT_FAULT=collective-result-wrong@1 ");
+  EXPECT_NE(result.status, 0) << result.output;
+  for (const char* collective : kCollectives)
+    EXPECT_EQ(wrong_column(result.output, collective), std::vector<int64_t>(4, 1))
+        << collective << "\n"
+        << result.output;
+  EXPECT_NE(result.output.find("bench comm: all_reduce of 8 bytes gave 1 wrong elements over all ranks, "),
+            std::string::npos)
+      << result.output;
 }
 
 TEST(BenchComm, OneProcessNeedsNoLauncherAndBadSizesAreNamed) {

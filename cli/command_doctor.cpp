@@ -22,6 +22,7 @@
 #include "comm/single_process.h"
 #include "core/allocator.h"
 #include "core/device.h"
+#include "core/fault_injection.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/onednn_matmul.h"
 
@@ -78,18 +79,23 @@ int command_doctor(int argc, char** argv, int first) {
   std::map<std::string, std::vector<int>> ranks_by_host;
   for (int r = 0; r < ranks; ++r) ranks_by_host[reinterpret_cast<const char*>(all.data() + 16 * r)].push_back(r);
 
-  // A short all-reduce over every rank: 1 MiB of f32, rank r contributing r + 1 everywhere.
+  // A short all-reduce over every rank: 1 MiB of f32, rank r contributing r + 1 + i mod 7 at
+  // element i, small integers whose sums are exact: p(p + 1)/2 + p (i mod 7) over p ranks.
   constexpr int64_t n = 262144;
-  std::vector<float> values(n, static_cast<float>(rank + 1));
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(rank + 1 + i % 7);
   world->barrier().wait();
   const auto start = std::chrono::steady_clock::now();
   world->all_reduce({.data = values.data(), .dtype = DType::f32, .shape = {n}}, ReduceOp::sum).wait();
   const double seconds = all_reduce_value(
       *world, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), ReduceOp::max);
-  const float expected = static_cast<float>(ranks) * static_cast<float>(ranks + 1) / 2;
-  int64_t wrong = 0;
-  for (const float v : values) wrong += v != expected;
-  wrong = static_cast<int64_t>(all_reduce_value(*world, static_cast<double>(wrong), ReduceOp::sum));
+  if (fault_injected("collective-result-wrong", rank)) values.back() += 1;
+  // This rank's count needs no collective; the sum over ranks is only as right as the all-reduce
+  // that forms it, so each rank fails on its own count too.
+  int64_t wrong_here = 0;
+  for (int64_t i = 0; i < n; ++i)
+    wrong_here += values[i] != static_cast<float>(ranks * (ranks + 1) / 2 + ranks * (i % 7));
+  const auto wrong = static_cast<int64_t>(all_reduce_value(*world, static_cast<double>(wrong_here), ReduceOp::sum));
 
   if (lead) {
     std::printf("dtrain doctor\n");
@@ -123,12 +129,13 @@ int command_doctor(int argc, char** argv, int first) {
     }
     std::printf("NCCL    %s\n", nccl_version().c_str());
     std::printf("check   all_reduce of 1 MiB f32 over %d rank%s: %s in %.1f us\n", ranks, ranks == 1 ? "" : "s",
-                wrong == 0 ? "correct" : str(wrong, " wrong elements").c_str(), seconds * 1e6);
+                wrong == 0 && wrong_here == 0 ? "correct" : str(wrong, " wrong elements").c_str(), seconds * 1e6);
     std::fflush(stdout);
   }
-  if (wrong != 0)
-    throw Error(str("doctor: the all-reduce over ", ranks, " ranks gave ", wrong,
-                    " wrong elements; the MPI installation or the network is broken"));
+  world->barrier().wait();  // rank 0's report is out before any rank can end the job with an error
+  if (wrong != 0 || wrong_here != 0)
+    throw Error(str("doctor: the all-reduce over ", ranks, " ranks gave ", wrong, " wrong elements, ", wrong_here,
+                    " of them on rank ", rank, "; the MPI installation or the network is broken"));
   return 0;
 }
 

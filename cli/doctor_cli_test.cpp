@@ -24,5 +24,22 @@ TEST(Doctor, ReportsEverySectionAndACheckedAllReduce) {
   }
 }
 
+// "correct" above is the tool's own verdict. Its independent check: one element of one rank's
+// result off by one (injected after the all-reduce) must be reported and fail the command, alone
+// and on the rank of two that does not print.
+TEST(Doctor, AWrongElementOnAnyRankIsReportedAndFails) {
+  const auto alone = run_dtrain("doctor", "DTRAIN_INJECT_FAULT=collective-result-wrong@0 ");
+  EXPECT_NE(alone.status, 0) << alone.output;
+  EXPECT_NE(alone.output.find("over 1 rank: 1 wrong elements in "), std::string::npos) << alone.output;
+  EXPECT_NE(alone.output.find("doctor: the all-reduce over 1 ranks gave 1 wrong elements, 1 of them on rank 0;"),
+            std::string::npos)
+      << alone.output;
+  const auto two = run_dtrain("doctor", testing::mpirun(2) + "-x DTRAIN_INJECT_FAULT=collective-result-wrong@1 ");
+  EXPECT_NE(two.status, 0) << two.output;
+  EXPECT_NE(two.output.find("over 2 ranks: 1 wrong elements in "), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find("doctor: the all-reduce over 2 ranks gave 1 wrong elements, "), std::string::npos)
+      << two.output;
+}
+
 }  // namespace
 }  // namespace dt

@@ -1,7 +1,8 @@
-// Fault injection for the tests of durability: a crash or a full disk at a chosen moment.
+// Fault injection for the tests of durability and of the tools' own checks: a crash, a full disk
+// or a wrong collective result at a chosen moment.
 //
-// The environment variable DTRAIN_INJECT_FAULT names one fault and the step it strikes at,
-// "FAULT@STEP". The faults are:
+// The environment variable DTRAIN_INJECT_FAULT names one fault and where it strikes, "FAULT@N":
+// N is a step, or for collective-result-wrong a rank. The faults are:
 //   checkpoint-write-fails   saving the checkpoint of STEP fails after its tensor file is
 //                            written and before its manifest, as a full disk would (the error
 //                            says it was injected)
@@ -12,6 +13,10 @@
 //                            report it)
 //   step-kills-rank          the rank kills itself (SIGKILL) before step STEP: a rank that
 //                            dies mid-run
+//   collective-result-wrong  in `dtrain bench comm` and `dtrain doctor`, rank N's copy of every
+//                            collective result they check has its last element off by one, as a
+//                            faulty link or MPI library would leave it (the tests of those checks:
+//                            the count of wrong elements must rise and the command must fail)
 // Unset (the normal case), nothing is injected. A malformed value is an error, so a test
 // cannot silently run without its fault.
 #pragma once
@@ -21,7 +26,8 @@
 
 namespace dt {
 
-// Whether `fault` is injected at `step`. Throws dt::Error for a malformed DTRAIN_INJECT_FAULT.
-bool fault_injected(std::string_view fault, int64_t step);
+// Whether `fault` strikes at `where` (a step, or a rank: above). Throws dt::Error for a
+// malformed DTRAIN_INJECT_FAULT.
+bool fault_injected(std::string_view fault, int64_t where);
 
 }  // namespace dt
