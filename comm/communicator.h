@@ -1,7 +1,7 @@
 // Communicator: the collectives every parallel dimension is built from, over one group of ranks.
 //
 // Every collective returns at once with a handle; the caller waits where it needs the result,
-// so communication overlaps with the compute queued in between (DESIGN.md, promise 4):
+// so communication overlaps with the compute queued in between (docs/architecture.md):
 //
 //   CollectiveHandle h = dp.all_reduce(bucket, ReduceOp::average);
 //   ... backward of the layers below ...

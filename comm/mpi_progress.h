@@ -1,8 +1,8 @@
 // The one thread of a process that makes MPI calls.
 //
 // Collectives are started as MPI's nonblocking operations on this thread and tested there until
-// they complete, while the threads that started them go on computing: the overlap of DESIGN.md's
-// promise 4 on CPUs. Only this thread calls MPI — it also initializes and finalizes it — so MPI
+// they complete, while the threads that started them go on computing: communication overlapped
+// with compute, on CPUs. Only this thread calls MPI — it also initializes and finalizes it — so MPI
 // is asked for MPI_THREAD_SERIALIZED, which every MPI library provides.
 //
 // Operations start in the order they are submitted (the order every rank must keep); several

@@ -2,7 +2,7 @@
 // communicator of each dimension.
 //
 // World size = dp × cp × pp × tp. Ranks are numbered with tp fastest, then cp, then dp, then
-// pp (DESIGN.md), so that the ranks of a tensor-parallel group are neighbours — on one node —
+// pp (docs/architecture.md), so that the ranks of a tensor-parallel group are neighbours — on one node —
 // and a pipeline stage is a contiguous block of ranks:
 //
 //   rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank))
