@@ -12,84 +12,17 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
-#include "data/token_shard.h"
 #include "train/run_config.h"
 #include "tests/cuda_testing.h"
 #include "tests/testing.h"
+#include "tests/train_run.h"
 
 namespace dt {
 namespace {
 
 using testing::BackgroundDtrain;
 using testing::run_dtrain;
-using testing::TempDir;
-
-// A run over the GPL's bytes (vocabulary 256): a text every Debian system ships unchanged.
-class TrainRun {
- public:
-  TrainRun() {
-    std::ifstream in("/usr/share/common-licenses/GPL-3", std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(in)), {});
-    write_shard(dir_.file("data/train_000000.bin"), text.substr(0, 24000));
-    write_shard(dir_.file("data/val_000000.bin"), text.substr(24000, 4000));
-    std::ofstream(dir_.file("run.toml")) << "[model]\npreset = \"gpt2-tiny\"\nvocab_size = 256\n"
-                                         << "[data]\ndir = \"" << dir_.file("data") << "\"\nseq_len = 32\n"
-                                         << "[train]\nsteps = 20\nmicro_batch_size = 4\nglobal_batch_size = 8\n"
-                                         << "[optim]\nlr = 3e-3\nwarmup_steps = 2\n"
-                                         << "[checkpoint]\nevery = 10\n"
-                                         << "[log]\nprogress = \"plain\"\nevery = 1\n"
-                                         << "[eval]\nbatches = 2\n";
-  }
-  // `dtrain train run.toml` with the run directory `run` and extra overrides.
-  std::string args(const std::string& run, const std::string& overrides = "") const {
-    return str("train ", dir_.file("run.toml"), " log.run_dir=", dir_.file(run), " ", overrides);
-  }
-  std::filesystem::path path(const std::string& name) const { return dir_.path() / name; }
-
-  // The losses metrics.jsonl holds, by step.
-  std::vector<double> losses(const std::string& run) const {
-    std::vector<double> out;
-    std::ifstream in(path(run) / "metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      const auto entry = nlohmann::json::parse(line);
-      if (!entry.contains("loss")) continue;
-      EXPECT_EQ(entry["step"].get<size_t>(), out.size() + 1) << line;
-      out.push_back(entry["loss"].get<double>());
-    }
-    return out;
-  }
-
-  // The last validation loss metrics.jsonl holds.
-  double final_validation_loss(const std::string& run) const {
-    double loss = -1;
-    std::ifstream in(path(run) / "metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      const auto entry = nlohmann::json::parse(line);
-      if (entry.contains("val_loss")) loss = entry["val_loss"].get<double>();
-    }
-    EXPECT_GE(loss, 0) << "no validation loss in " << run;
-    return loss;
-  }
-
-  // The bytes of the final checkpoint's tensor file: parameters and both AdamW moments.
-  std::string final_tensors(const std::string& run) const {
-    const auto step = ckpt::Checkpoint::latest(path(run) / "checkpoints");
-    std::ifstream in(step / "tensors.safetensors", std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  }
-
- private:
-  static void write_shard(const std::string& path, const std::string& bytes) {
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-    TokenShardWriter writer(path, 256);
-    std::vector<uint32_t> tokens(bytes.begin(), bytes.end());
-    for (uint32_t& t : tokens) t &= 0xff;
-    writer.append(tokens);
-    writer.finish();
-  }
-
-  TempDir dir_;
-};
+using testing::TrainRun;
 
 TEST(TrainCli, LogsEveryStepAndFillsTheRunDirectory) {
   const TrainRun run;
@@ -154,7 +87,7 @@ void expect_sigkill_mid_save_resumes_bit_for_bit(const std::string& overrides) {
     const auto partial = run.path("killed") / "checkpoints" / "step_000000020.tmp" / "tensors.safetensors";
     ASSERT_TRUE(testing::wait_until([&] { return std::filesystem::exists(partial); }, 120));
     killed.signal(SIGKILL);
-    EXPECT_EQ(killed.wait().status, -1);
+    EXPECT_EQ(killed.wait(60).signal, SIGKILL);  // at once; the bound only keeps a hang from blocking
   }
   EXPECT_EQ(ckpt::Checkpoint(ckpt::Checkpoint::latest(run.path("killed") / "checkpoints")).step(), 10);
   const auto resumed = run_dtrain(run.args("killed", overrides));
@@ -185,7 +118,7 @@ TEST(TrainCli, SigtermSavesAndTheSameCommandResumesBitForBit) {
   BackgroundDtrain stopped(run.args("stopped", longer));
   ASSERT_TRUE(testing::wait_until([&] { return run.losses("stopped").size() >= 5; }, 120));
   stopped.signal(SIGTERM);
-  const auto first = stopped.wait();
+  const auto first = stopped.wait(120);  // a step and a save: seconds at most, well under the bound
   ASSERT_EQ(first.status, 0) << first.output;
   EXPECT_NE(first.output.find("received SIGTERM during step "), std::string::npos) << first.output;
   ASSERT_LT(run.losses("stopped").size(), 300u) << "the run ended before the signal arrived";
@@ -200,7 +133,7 @@ TEST(TrainCli, SigtermSavesAndTheSameCommandResumesBitForBit) {
 TEST(TrainCli, AFailedCheckpointWriteKeepsThePreviousCheckpoint) {
   const TrainRun run;
   BackgroundDtrain failing(run.args("run"), "DTRAIN_INJECT_FAULT=checkpoint-write-fails@20");
-  const auto result = failing.wait();
+  const auto result = failing.wait(120);  // 20 steps: seconds, well under the bound
   EXPECT_EQ(result.status, 1) << result.output;
   EXPECT_NE(result.output.find("No space left on device (injected"), std::string::npos) << result.output;
   const ckpt::Checkpoint latest(ckpt::Checkpoint::latest(run.path("run") / "checkpoints"));

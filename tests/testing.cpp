@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <thread>
+#include <vector>
 
 namespace dt::testing {
 
@@ -55,10 +56,49 @@ CommandResult run_command(const std::string& shell_command) {
   return result;
 }
 
-BackgroundDtrain::BackgroundDtrain(const std::string& args, const std::string& environment) {
+namespace {
+
+// The processes whose parent is `pid`.
+std::vector<int> children_of(int pid) {
+  std::vector<int> children;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    // /proc/PID/stat: "PID (COMMAND) STATE PPID ..."; the command may hold spaces, not ')'.
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    int parent = -1;
+    if (std::sscanf(line.c_str() + line.rfind(')') + 1, " %*c %d", &parent) == 1 && parent == pid)
+      children.push_back(std::stoi(name));
+  }
+  return children;
+}
+
+// Whether the environment of process `pid` holds `variable` ("NAME=value").
+bool environment_holds(int pid, const std::string& variable) {
+  std::ifstream environment(str("/proc/", pid, "/environ"));
+  for (std::string entry; std::getline(environment, entry, '\0');)
+    if (entry == variable) return true;
+  return false;
+}
+
+// Kills `pid` and its children: a launcher's ranks (in process groups of their own) would go on
+// without it.
+void kill_with_children(int pid) {
+  for (const int child : children_of(pid)) ::kill(child, SIGKILL);
+  ::kill(pid, SIGKILL);
+}
+
+}  // namespace
+
+BackgroundDtrain::BackgroundDtrain(const std::string& args, const std::string& environment,
+                                   const std::string& launcher) {
   output_ = std::filesystem::temp_directory_path() / str("dtrain_background_", ::getpid(), "_", this, ".log");
-  // exec replaces the shell, so pid_ is dtrain itself and signals reach it directly.
-  const std::string command = str(environment, " exec ", DTRAIN_BINARY_DIR, "/dtrain ", args, " > ", output_.string(), " 2>&1");
+  // exec replaces the shell, so pid_ is dtrain (or the launcher) itself and signals reach it
+  // directly. No input: mpirun would forward the terminal's to rank 0.
+  const std::string command = str(environment, " exec ", launcher, DTRAIN_BINARY_DIR, "/dtrain ", args,
+                                  " < /dev/null > ", output_.string(), " 2>&1");
   pid_ = ::fork();
   DT_CHECK(pid_ >= 0, "fork failed");
   if (pid_ == 0) {
@@ -69,7 +109,7 @@ BackgroundDtrain::BackgroundDtrain(const std::string& args, const std::string& e
 
 BackgroundDtrain::~BackgroundDtrain() {
   if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
+    kill_with_children(pid_);
     ::waitpid(pid_, nullptr, 0);
   }
   std::error_code ec;
@@ -78,12 +118,48 @@ BackgroundDtrain::~BackgroundDtrain() {
 
 void BackgroundDtrain::signal(int signal_number) const { ::kill(pid_, signal_number); }
 
-CommandResult BackgroundDtrain::wait() {
+void BackgroundDtrain::signal_rank(int rank, int signal_number) const {
+  for (const int child : children_of(pid_)) {
+    if (!environment_holds(child, str("OMPI_COMM_WORLD_RANK=", rank))) continue;
+    ::kill(child, signal_number);
+    return;
+  }
+  DT_CHECK(false, "no process of rank ", rank, " under launcher ", pid_);
+}
+
+bool BackgroundDtrain::signal_pending(int signal_number) const {
+  // /proc/PID/status: "ShdPnd:" the process's pending signals, "SigPnd:" its main thread's, each
+  // a hexadecimal mask with bit n - 1 for signal n.
+  std::ifstream status(str("/proc/", pid_, "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (!line.starts_with("ShdPnd:") && !line.starts_with("SigPnd:")) continue;
+    if ((std::stoull(line.substr(7), nullptr, 16) >> (signal_number - 1)) & 1) return true;
+  }
+  return false;
+}
+
+void BackgroundDtrain::pause() {
+  ::kill(pid_, SIGSTOP);
   int status = 0;
-  ::waitpid(pid_, &status, 0);
+  ::waitpid(pid_, &status, WUNTRACED);  // returns once every thread has stopped
+  if (WIFSTOPPED(status)) return;
+  pid_ = -1;  // it ended first and is reaped
+  DT_CHECK(false, "the process ended before it could be paused");
+}
+
+void BackgroundDtrain::resume() const { ::kill(pid_, SIGCONT); }
+
+BackgroundResult BackgroundDtrain::wait(double seconds) {
+  BackgroundResult result;
+  int status = 0;
+  result.timed_out = !wait_until([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, seconds);
+  if (result.timed_out) {
+    kill_with_children(pid_);
+    ::waitpid(pid_, &status, 0);
+  }
   pid_ = -1;
-  CommandResult result;
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   std::ifstream in(output_);
   result.output.assign(std::istreambuf_iterator<char>(in), {});
   return result;

@@ -39,18 +39,37 @@ CommandResult run_dtrain(const std::string& args, const std::string& launcher = 
 // The launcher of `ranks` processes on this machine, one thread each: "mpirun -np <ranks> ...".
 std::string mpirun(int ranks);
 
-// `dtrain <args>` running in the background, for tests that signal or kill it mid-run.
-// `environment` is prepended to the command ("DTRAIN_INJECT_FAULT=... "). Output goes to a file
-// read back by wait(); the destructor kills a process still running.
+// How a background process ended: as run_command says, and by which signal.
+struct BackgroundResult : CommandResult {
+  int signal = 0;          // the signal that ended the process, 0 when it exited
+  bool timed_out = false;  // it outlived wait's bound and was killed
+};
+
+// `dtrain <args>` running in the background, behind `launcher` when given (mpirun(ranks)), for
+// tests that signal or kill it mid-run. `environment` is prepended to the command
+// ("DTRAIN_INJECT_FAULT=... "). Output goes to a file read back by wait(); the destructor kills
+// the process and its children (a launcher's ranks), if still running.
 class BackgroundDtrain {
  public:
-  BackgroundDtrain(const std::string& args, const std::string& environment = "");
+  BackgroundDtrain(const std::string& args, const std::string& environment = "", const std::string& launcher = "");
   ~BackgroundDtrain();
   BackgroundDtrain(const BackgroundDtrain&) = delete;
   BackgroundDtrain& operator=(const BackgroundDtrain&) = delete;
+  // To dtrain, or to the launcher when there is one.
   void signal(int signal_number) const;
-  // Waits for the process; status is -1 when a signal ended it.
-  CommandResult wait();
+  // To MPI rank `rank` of a job started behind mpirun: the launcher's child whose environment
+  // Open MPI gave that rank. Throws dt::Error when there is none (yet).
+  void signal_rank(int rank, int signal_number) const;
+  // Whether a signal sent to the process is still waiting to be delivered: one more of the same
+  // kind sent now would merge with it (standard signals do not queue).
+  bool signal_pending(int signal_number) const;
+  // Stops the process (SIGSTOP) and returns once it has stopped, so that it makes no progress
+  // while a test looks; resume() lets it go on (SIGCONT), delivering signals sent meanwhile.
+  void pause();
+  void resume() const;
+  // Waits for the process at most `seconds`; one still running then is killed with its
+  // children, and the result says it timed out.
+  BackgroundResult wait(double seconds);
 
  private:
   int pid_ = -1;

@@ -42,8 +42,6 @@ StopRequest::~StopRequest() {
   g_installed = false;
 }
 
-bool StopRequest::requested() const { return g_signal != 0; }
-
 int StopRequest::signal_number() const { return g_signal; }
 
 }  // namespace dt

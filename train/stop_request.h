@@ -14,8 +14,7 @@ class StopRequest {
   StopRequest(const StopRequest&) = delete;
   StopRequest& operator=(const StopRequest&) = delete;
 
-  bool requested() const;
-  int signal_number() const;  // the signal that asked, 0 when none has
+  int signal_number() const;  // the signal that asked to stop, 0 when none has
 };
 
 }  // namespace dt

@@ -283,8 +283,8 @@ TrainSummary run_training(const RunConfig& config) {
   const auto run_start = std::chrono::steady_clock::now();
   ProgressDisplay progress(lead ? config.log.progress : "off", summary.first_step, total_steps, config.log.every);
   int64_t step = summary.first_step;
-  bool stopping = false;
-  while (step < total_steps && !stopping) {
+  int stop_signal = 0;  // SIGINT or SIGTERM, once any rank has received one
+  while (step < total_steps && stop_signal == 0) {
     if (fault_injected("step-stalls", step + 1)) std::this_thread::sleep_for(std::chrono::minutes(10));
     if (fault_injected("step-kills-rank", step + 1)) std::raise(SIGKILL);
     for (int m = 0; m < step_batches.count(); ++m) loader.next(step_batches.host(m).tokens, step_batches.host(m).targets);
@@ -314,8 +314,9 @@ TrainSummary run_training(const RunConfig& config) {
                    .tokens_per_s = tokens_per_s, .mfu = mfu, .hfu = hfu, .step_ms = seconds * 1e3,
                    .loss_scale = scaler ? stats.loss_scale : 0, .communication_ms = overlap.communication_ms,
                    .hidden_fraction = overlap.hidden_fraction(), .skipped_by = stats.applied ? "" : stats.nonfinite});
-    stopping = all_reduce_value(*control, stop.requested() ? 1 : 0, ReduceOp::max) > 0;  // all ranks stop together
-    if (step == total_steps || stopping) break;
+    // Every rank stops after this step if any received a signal, and knows which (to name it).
+    stop_signal = static_cast<int>(all_reduce_value(*control, stop.signal_number(), ReduceOp::max));
+    if (step == total_steps || stop_signal != 0) break;
     const bool lead_works = due(step, config.eval.every) || due(step, config.sample.every) ||
                             due(step, config.checkpoint.every);
     if (due(step, config.eval.every)) validate(step, progress);
@@ -326,9 +327,9 @@ TrainSummary run_training(const RunConfig& config) {
     if (lead_works && control->size() > 1) control->barrier(/*timed=*/false).wait();
   }
   summary.last_step = step;
-  summary.stopped_by_signal = stopping;
+  summary.stopped_by_signal = stop_signal != 0;
   if (summary.stopped_by_signal) {
-    progress.message(str("received ", stop.signal_number() == SIGINT ? "SIGINT" : "SIGTERM", " during step ", step,
+    progress.message(str("received ", stop_signal == SIGINT ? "SIGINT" : "SIGTERM", " during step ", step,
                          ": saving a checkpoint and stopping; run the same command to resume"));
   } else {
     validate(step, progress);
