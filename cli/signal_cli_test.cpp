@@ -48,7 +48,7 @@ size_t expect_stopped_by_sigint_and_saved(const TrainRun& run, const testing::Ba
 TEST(SignalCli, SigintFinishesTheStepInProgressSavesItAndExitsWithZero) {
   const TrainRun run;
   BackgroundDtrain training(run.args("run", kRun));
-  ASSERT_TRUE(testing::wait_until([&] { return run.losses("run").size() >= 3; }, 120)) << training.wait(0).output;
+  ASSERT_TRUE(training.wait_while_running_until([&] { return run.losses("run").size() >= 3; }, 120)) << training.wait(0).output;
   training.pause();
   const size_t logged = run.losses("run").size();
   training.signal(SIGINT);
@@ -68,7 +68,7 @@ TEST(SignalCli, ASecondSignalEndsTheProcessAtOnce) {
   BackgroundDtrain training(run.args("run", "train.steps=4 checkpoint.every=2 eval.every=0"),
                             "DTRAIN_INJECT_FAULT=checkpoint-write-stalls@2");
   const auto partial = run.path("run") / "checkpoints" / "step_000000002.tmp" / "tensors.safetensors";
-  ASSERT_TRUE(testing::wait_until([&] { return std::filesystem::exists(partial); }, 120)) << training.wait(0).output;
+  ASSERT_TRUE(training.wait_while_running_until([&] { return std::filesystem::exists(partial); }, 120)) << training.wait(0).output;
   training.signal(SIGINT);
   // Signals of one kind do not queue: sent before the first is delivered, the second would be
   // the same one.
@@ -91,7 +91,7 @@ TEST(SignalCli, ASignalToOneRankStopsEveryRankAfterTheSameStep) {
   const TrainRun run;
   BackgroundDtrain training(run.args("run", kRun + " parallel.dp=2 parallel.zero_stage=1 parallel.timeout_s=5"), "",
                             testing::mpirun(2));
-  ASSERT_TRUE(testing::wait_until([&] { return run.losses("run").size() >= 2; }, 120)) << training.wait(0).output;
+  ASSERT_TRUE(training.wait_while_running_until([&] { return run.losses("run").size() >= 2; }, 120)) << training.wait(0).output;
   training.signal_rank(1, SIGINT);
   const auto result = training.wait(60);  // a step and a save: seconds at most
   const size_t last = expect_stopped_by_sigint_and_saved(run, result);

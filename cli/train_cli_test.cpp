@@ -85,7 +85,8 @@ void expect_sigkill_mid_save_resumes_bit_for_bit(const std::string& overrides) {
   {
     BackgroundDtrain killed(run.args("killed", overrides), "DTRAIN_INJECT_FAULT=checkpoint-write-stalls@20");
     const auto partial = run.path("killed") / "checkpoints" / "step_000000020.tmp" / "tensors.safetensors";
-    ASSERT_TRUE(testing::wait_until([&] { return std::filesystem::exists(partial); }, 120));
+    ASSERT_TRUE(killed.wait_while_running_until([&] { return std::filesystem::exists(partial); }, 120))
+        << killed.wait(0).output;
     killed.signal(SIGKILL);
     EXPECT_EQ(killed.wait(60).signal, SIGKILL);  // at once; the bound only keeps a hang from blocking
   }
@@ -116,7 +117,8 @@ TEST(TrainCli, SigtermSavesAndTheSameCommandResumesBitForBit) {
   const std::string longer = "train.steps=300 checkpoint.every=0 eval.every=0";
   ASSERT_EQ(run_dtrain(run.args("straight", longer)).status, 0);
   BackgroundDtrain stopped(run.args("stopped", longer));
-  ASSERT_TRUE(testing::wait_until([&] { return run.losses("stopped").size() >= 5; }, 120));
+  ASSERT_TRUE(stopped.wait_while_running_until([&] { return run.losses("stopped").size() >= 5; }, 120))
+      << stopped.wait(0).output;
   stopped.signal(SIGTERM);
   const auto first = stopped.wait(120);  // a step and a save: seconds at most, well under the bound
   ASSERT_EQ(first.status, 0) << first.output;

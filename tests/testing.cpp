@@ -149,6 +149,15 @@ void BackgroundDtrain::pause() {
 
 void BackgroundDtrain::resume() const { ::kill(pid_, SIGCONT); }
 
+bool BackgroundDtrain::running() const {
+  siginfo_t info{};
+  return ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0;
+}
+
+bool BackgroundDtrain::wait_while_running_until(const std::function<bool()>& predicate, double seconds) const {
+  return wait_until([&] { return predicate() || !running(); }, seconds) && predicate();
+}
+
 BackgroundResult BackgroundDtrain::wait(double seconds) {
   BackgroundResult result;
   int status = 0;

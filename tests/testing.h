@@ -67,6 +67,11 @@ class BackgroundDtrain {
   // while a test looks; resume() lets it go on (SIGCONT), delivering signals sent meanwhile.
   void pause();
   void resume() const;
+  // Whether the process has not ended yet (it is not reaped: wait() still gives its result).
+  bool running() const;
+  // Waits until predicate() holds, polling, while the process runs: false when it ended first
+  // or `seconds` passed, so a run that died early fails a test at once instead of at the bound.
+  bool wait_while_running_until(const std::function<bool()>& predicate, double seconds) const;
   // Waits for the process at most `seconds`; one still running then is killed with its
   // children, and the result says it timed out.
   BackgroundResult wait(double seconds);
