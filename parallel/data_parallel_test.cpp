@@ -150,31 +150,33 @@ struct ShardedModel {
 // llama-tiny on 4 ranks with accumulation does: 3e-6 in the loss, 1e-3 in the parameters).
 int steps(DType precision) { return precision == DType::f32 ? kSteps : 2; }
 
-// The bounds of the matrix below, each ~7-10x the largest difference measured over it on 1 to 4
+// The bounds of the matrix below, each 7-11x the largest difference measured over it on 1 to 4
 // ranks (README.md), which is rounding: the parallel run adds the same gradients grouped by rank
 // and by micro-batch, where one process adds them in order. Which elements come out furthest
-// apart depends on the kernels' summation order, so another CPU draws other maxima: run with
-// OpenBLAS's Cooperlake (AVX-512, this machine's), Haswell (AVX2) and Sandybridge (AVX) kernels,
-// oneDNN held to AVX2 (bf16 products widened to sgemm) and a build for x86-64-v3 (AVX2), the
-// maxima moved by up to 2.4x. A wrong reduction or update lies far above every bound: a rank's
-// gradients missing or counted twice move the norms by percents and the parameters by ~lr.
+// apart depends on the kernels' summation order, so another CPU draws other maxima. This
+// machine (AMD EPYC, AVX-512) was run with OpenBLAS's Cooperlake (its own), Haswell (AVX2) and
+// Sandybridge (AVX) kernels, and as an AVX2 machine: a build for x86-64-v3 with Haswell kernels
+// and oneDNN held to AVX2 (so bf16 products are widened to f32 for sgemm). The f32 maxima moved
+// by up to 2.8x between them (losses 5.7e-9 to 1.4e-8, norms 2.3e-8 to 3.4e-8, parameters 2.5e-6
+// to 7.1e-6); the bf16 ones stayed put. A wrong reduction lies far above every bound: one rank's
+// gradients left out of the sum moves the norms by 13-16% and the parameters by 4e-3 to 6e-3.
 struct Bounds {
   double losses, norms, parameters;  // relative, the parameters to the largest
 };
 Bounds bounds(DType precision) {
-  // f32: measured 1.4e-8 (losses), 3.4e-8 (norms), 7.1e-6 (parameters). Adam's first update is
-  // lr·sign(g) for every gradient well above eps, the same bits in both runs, so the parameters
-  // part only in the later steps' updates; there elements whose gradient nearly cancels (its
-  // reordered sum differs by a large share of it) move by up to ~1e-2 of lr differently, and
-  // the losses follow.
+  // f32, the largest over those kernels: 1.4e-8 (losses), 3.4e-8 (norms), 7.1e-6 (parameters).
+  // Adam's first update is lr·sign(g) for every gradient well above eps, the same bits in both
+  // runs, so the parameters part only in the later steps' updates; there elements whose gradient
+  // nearly cancels (its reordered sum differs by a large share of it) move by up to ~1e-2 of lr
+  // differently, and the losses follow.
   if (precision == DType::f32) return {.losses = 1e-7, .norms = 3e-7, .parameters = 5e-5};
   // bf16, two steps: both forwards read the same 16-bit weights (the first update's bits, as
   // above) over micro-batches of the same shapes, so the per-token losses are the same bits and
   // the losses differ only by the order of their double sums (~1e-16 per addition: measured 0).
   // The gradients are products of bf16-rounded activations, some elements' contributions cancel
   // to a few f32 ulps of their terms, and Adam moves those by up to ~1e-2 of lr differently:
-  // measured 9.2e-10 (norms) and 1.3e-5 (parameters, gpt2-tiny on 3 ranks with accumulation, on
-  // every kernel set above).
+  // measured 9.5e-10 (norms) and 1.3e-5 (parameters, gpt2-tiny on 3 ranks with accumulation,
+  // with every kernel set above).
   return {.losses = 1e-12, .norms = 1e-8, .parameters = 1e-4};
 }
 
