@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "data/token_shard.h"
+#include "tests/gpt2_sizes.h"
 #include "tests/testing.h"
 #include "train/run_config_keys.h"
 
@@ -313,12 +314,16 @@ global_batch_size = 512
   EXPECT_NE(d.find("16 sequences x 32 accumulation steps"), std::string::npos) << d;
   EXPECT_NE(d.find("50,257 tokens, stored padded to 50,304"), std::string::npos) << d;
   EXPECT_NE(d.find("124,439,808 (124.4M)"), std::string::npos) << d;
-  // Transformer::training_bytes (exact on the CPU: model/memory_test.cpp) for 16 x 1024 tokens.
-  EXPECT_NE(d.find(str(format_bytes(static_cast<double>(Transformer::training_bytes(model_preset("gpt2-124m"), 16, 1024,
-                                                                                   Recompute::none, DType::f32))),
-                       " on the cpu: parameters, gradients, AdamW moments")),
+  // 16 bytes per stored element (f32 parameters, gradients and AdamW's two moments), and the
+  // activations and backward's scratch of 16 x 1024 tokens in f32, worked out by hand.
+  const testing::Gpt2Shape shape{.layers = 12, .width = 768, .heads = 12, .stored_vocab = 50304, .positions = 1024};
+  const int64_t psi = testing::gpt2_stored_elements(shape);
+  EXPECT_EQ(psi, 124'475'904);  // the parameters above and the vocabulary's 47 padding rows of 768
+  const int64_t bytes = 16 * psi + testing::gpt2_saved_activation_bytes(shape, 16 * 1024, 4, false) +
+                        testing::gpt2_backward_scratch_bytes(shape, 16 * 1024, 4);
+  EXPECT_NE(d.find(str(format_bytes(static_cast<double>(bytes)), " on the cpu: parameters, gradients, AdamW moments")),
             std::string::npos)
-      << d;
+      << format_bytes(static_cast<double>(bytes)) << "\n" << d;
   EXPECT_NE(d.find("1,000 steps x 524,288 = 524,288,000 (524.3M)"), std::string::npos) << d;
   // Forward FLOPs per token: per layer 2C(3C) + 2C^2 + 2C(4C) + 2(4C)C + 2C(T + 1), then 2CV.
   const double C = 768, T = 1024, V = 50257;
