@@ -7,9 +7,10 @@ torch.nn.Linear; llama's mlp.fc stacks the gate rows over the up rows), the inpu
 `s{step}.mb{k}.tokens` / `.targets`, and in its metadata the model description (family,
 n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, norm_eps,
 rope_theta, rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
-rope_original_max_seq_len) and the optimizer settings. For each step the reference runs:
-forward of every micro-batch (logits and summed loss recorded), backward of the global-batch
-mean loss, global-norm clipping, one AdamW step; and writes everything to OUT:
+rope_original_max_seq_len) and the optimizer settings. From those initial parameters the
+reference trains on its own; for each step it runs: forward of every micro-batch (logits and
+summed loss recorded), backward of the global-batch mean loss, global-norm clipping, one AdamW
+step; and writes everything to OUT:
   s{i}.mb{k}.logits  (B, T, V)    s{i}.mb{k}.loss_sum ()   s{i}.loss ()   s{i}.grad_norm ()
   s{i}.grad.{name}                 s{i}.param.{name}        (after the optimizer step)
   s{i}.exp_avg.{name}   s{i}.exp_avg_sq.{name}     (AdamW's moments after the step)
