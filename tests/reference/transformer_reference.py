@@ -175,6 +175,17 @@ class Description:
         self.tied = meta["tied"] == "1"
 
 
+def adamw(params, m):
+    """torch's AdamW over {dtrain name: parameter} with dtrain's weight decay: matrices only, not
+    the embeddings (optim/adamw.h); lr, betas, eps and weight_decay from the metadata m."""
+    embeddings = ("wte", "wpe", "lm_head")
+    decay = [p for n, p in params.items() if p.dim() == 2 and n not in embeddings]
+    no_decay = [p for n, p in params.items() if not (p.dim() == 2 and n not in embeddings)]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": m["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=m["lr"], betas=(m["beta1"], m["beta2"]), eps=m["eps"], foreach=False)
+
+
 def main(in_path, out_path):
     inputs, meta = safetensors_io.load(in_path)
     m = {k: float(v) for k, v in meta.items() if k != "family"}
@@ -183,12 +194,7 @@ def main(in_path, out_path):
         for name, p in model.named_dtrain_parameters():
             p.copy_(inputs[name])
     params = dict(model.named_dtrain_parameters())
-    embeddings = ("wte", "wpe", "lm_head")
-    decay = [p for n, p in params.items() if p.dim() == 2 and n not in embeddings]
-    no_decay = [p for n, p in params.items() if not (p.dim() == 2 and n not in embeddings)]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": m["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=m["lr"], betas=(m["beta1"], m["beta2"]), eps=m["eps"], foreach=False)
+    optimizer = adamw(params, m)
 
     out = {}
     for step in range(int(m["steps"])):
