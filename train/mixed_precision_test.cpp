@@ -51,6 +51,9 @@ struct Tracking {
   const char* preset;
   DType precision;
   double unit;  // u: the storage's relative rounding, 2^-8 (bf16) or 2^-11 (f16)
+  // Bounds on the relative difference from f32 of every step's loss, and of the last 10 steps'
+  // mean loss (see below).
+  double worst_step, last_10;
 };
 
 void PrintTo(const Tracking& t, std::ostream* os) { *os << t.preset << " " << dtype_name(t.precision); }
@@ -59,18 +62,27 @@ class MixedPrecision : public ::testing::TestWithParam<Tracking> {};
 
 double relative(double a, double b) { return std::fabs(a - b) / b; }
 
-// Two properties, with different bounds:
-//  - the first loss comes from the same weights, so it differs from f32 by forward rounding
-//    alone: bound 8u (measured below 0.1u: the mean over 128 tokens averages roundings out);
-//  - training then follows another trajectory, since every rounding perturbs every update and
-//    small networks amplify perturbations whatever their size. What must hold is that it tracks: every step's loss within 10% of
-//    f32's, and the mean of the last 10 within 2%. Where the trajectory lands is chaos, not
-//    rounding alone: the same roundings summed in another order start another trajectory. For
-//    gpt2-tiny in bf16, the worst step measured 3.4% and the last-10 mean 0.47% where bf16
-//    products run on oneDNN (AMX); on an AVX2 CPU, where they are widened to f32 for sgemm,
-//    4.4% and 1.25% with OpenBLAS's own threading and 7.0% and 1.5% with the thread-independent
-//    tiles of kernels/cpu/linear.cpp. llama-tiny stayed below 0.1% on the AVX2 CPU. The bounds hold
-//    all of these with room; the first-loss bound is the tight check of the arithmetic.
+// The first loss comes from the same weights, so it differs from f32 by the forward's rounding
+// alone. At initialization the logits are small (|z| ~ 0.1), so rounding them to u/2 moves each
+// token's loss by ~0.1u, ~0.02u of the loss (~5.4), and the mean over 128 tokens averages that
+// out further: measured at most 0.011u (llama fp16; 0.0041u gpt2 bf16), the same with bf16
+// products on oneDNN and widened to f32. Bound: 0.05u.
+constexpr double kFirstLossBound = 0.05;  // × u
+
+// Training then follows another trajectory: every rounding perturbs every update, and small
+// networks amplify perturbations whatever their size. What must hold is that it tracks f32:
+// every step's loss and the mean of the last 10 within a bound per model (Tracking). Where
+// gpt2-tiny's trajectory lands is chaos, not rounding alone: the same roundings summed in
+// another order start another trajectory, so its figures move with the CPU's kernels. gpt2-tiny,
+// bf16, worst step / last-10 mean: 3.4% / 0.47% with bf16 products on oneDNN's AMX kernels (a
+// Xeon); 4.9% / 1.2% on oneDNN's AVX-512 BF16 kernels (an AMD EPYC); 5.1% / 1.2% there with
+// products widened to f32 for OpenBLAS's AVX2 sgemm (ONEDNN_MAX_CPU_ISA=AVX2
+// OPENBLAS_CORETYPE=Haswell); on an AVX2 CPU, 4.4% / 1.25% with OpenBLAS's own threading and 7.0%
+// / 1.5% with the thread-independent tiles of kernels/cpu/linear.cpp. gpt2-tiny, fp16: 2.4% /
+// 0.50% on the EPYC, both ways. Bounds 10% / 2%: 1.4x and 1.3x the worst seen, all a chaotic
+// quantity allows. llama-tiny does not amplify so: worst step / last-10 mean at most 6.9e-4 /
+// 2.0e-4 in bf16 and 8.8e-5 / 1.6e-5 in fp16 on the EPYC both ways, below 1e-3 on the AVX2 CPU.
+// Bounds 5e-3 / 1e-3: 5x the worst seen.
 TEST_P(MixedPrecision, TracksTheF32RunOverFiftySteps) {
   const Tracking& t = GetParam();
   const TrainingRun reference = train(t.preset, DType::f32);
@@ -82,19 +94,21 @@ TEST_P(MixedPrecision, TracksTheF32RunOverFiftySteps) {
     if (s >= kSteps - 10) last_mixed += mixed.losses[s] / 10, last_reference += reference.losses[s] / 10;
   }
   const double first = relative(mixed.losses[0], reference.losses[0]);
-  std::printf("  %s %s vs f32: first loss %.1fu apart; worst step %.2e; last 10 steps' mean %.2e; loss %.3f -> %.3f\n",
+  std::printf("  %s %s vs f32: first loss %.4fu apart; worst step %.2e; last 10 steps' mean %.2e; loss %.3f -> %.3f\n",
               t.preset, std::string(dtype_name(t.precision)).c_str(), first / t.unit, worst,
               relative(last_mixed, last_reference), mixed.losses.front(), mixed.losses.back());
-  EXPECT_LE(first, 8 * t.unit);
-  EXPECT_LE(worst, 0.10);
-  EXPECT_LE(relative(last_mixed, last_reference), 0.02);
+  EXPECT_LE(first, kFirstLossBound * t.unit);
+  EXPECT_LE(worst, t.worst_step);
+  EXPECT_LE(relative(last_mixed, last_reference), t.last_10);
   EXPECT_LT(mixed.losses.back(), mixed.losses.front() - 1.0);  // it trains
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Runs, MixedPrecision,
-    ::testing::Values(Tracking{"gpt2-tiny", DType::bf16, 1.0 / 256}, Tracking{"gpt2-tiny", DType::f16, 1.0 / 2048},
-                      Tracking{"llama-tiny", DType::bf16, 1.0 / 256}, Tracking{"llama-tiny", DType::f16, 1.0 / 2048}),
+    ::testing::Values(Tracking{"gpt2-tiny", DType::bf16, 1.0 / 256, 0.10, 0.02},
+                      Tracking{"gpt2-tiny", DType::f16, 1.0 / 2048, 0.10, 0.02},
+                      Tracking{"llama-tiny", DType::bf16, 1.0 / 256, 5e-3, 1e-3},
+                      Tracking{"llama-tiny", DType::f16, 1.0 / 2048, 5e-3, 1e-3}),
     [](const auto& info) {
       return std::string(info.param.preset).substr(0, std::string(info.param.preset).find('-')) + "_" +
              std::string(dtype_name(info.param.precision));

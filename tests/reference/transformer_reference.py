@@ -7,9 +7,10 @@ torch.nn.Linear; llama's mlp.fc stacks the gate rows over the up rows), the inpu
 `s{step}.mb{k}.tokens` / `.targets`, and in its metadata the model description (family,
 n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, norm_eps,
 rope_theta, rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
-rope_original_max_seq_len) and the optimizer settings. For each step the reference runs:
-forward of every micro-batch (logits and summed loss recorded), backward of the global-batch
-mean loss, global-norm clipping, one AdamW step; and writes everything to OUT:
+rope_original_max_seq_len) and the optimizer settings. From those initial parameters the
+reference trains on its own; for each step it runs: forward of every micro-batch (logits and
+summed loss recorded), backward of the global-batch mean loss, global-norm clipping, one AdamW
+step; and writes everything to OUT:
   s{i}.mb{k}.logits  (B, T, V)    s{i}.mb{k}.loss_sum ()   s{i}.loss ()   s{i}.grad_norm ()
   s{i}.grad.{name}                 s{i}.param.{name}        (after the optimizer step)
   s{i}.exp_avg.{name}   s{i}.exp_avg_sq.{name}     (AdamW's moments after the step)
@@ -174,6 +175,17 @@ class Description:
         self.tied = meta["tied"] == "1"
 
 
+def adamw(params, m):
+    """torch's AdamW over {dtrain name: parameter} with dtrain's weight decay: matrices only, not
+    the embeddings (optim/adamw.h); lr, betas, eps and weight_decay from the metadata m."""
+    embeddings = ("wte", "wpe", "lm_head")
+    decay = [p for n, p in params.items() if p.dim() == 2 and n not in embeddings]
+    no_decay = [p for n, p in params.items() if not (p.dim() == 2 and n not in embeddings)]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": m["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=m["lr"], betas=(m["beta1"], m["beta2"]), eps=m["eps"], foreach=False)
+
+
 def main(in_path, out_path):
     inputs, meta = safetensors_io.load(in_path)
     m = {k: float(v) for k, v in meta.items() if k != "family"}
@@ -182,12 +194,7 @@ def main(in_path, out_path):
         for name, p in model.named_dtrain_parameters():
             p.copy_(inputs[name])
     params = dict(model.named_dtrain_parameters())
-    embeddings = ("wte", "wpe", "lm_head")
-    decay = [p for n, p in params.items() if p.dim() == 2 and n not in embeddings]
-    no_decay = [p for n, p in params.items() if not (p.dim() == 2 and n not in embeddings)]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": m["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=m["lr"], betas=(m["beta1"], m["beta2"]), eps=m["eps"], foreach=False)
+    optimizer = adamw(params, m)
 
     out = {}
     for step in range(int(m["steps"])):
