@@ -55,7 +55,9 @@ TEST_P(HfCheckpoint, TransformersFilesLoadHereAndOursLoadInTransformers) {
             0);
   const LoadedTensor reference =
       SafetensorsReader(dir.file("their_logits.safetensors")).read("logits", MemTag::workspace);
-  // fp32 on both sides with different summation orders: as in model/pytorch_equivalence_test.
+  // fp32 on both sides with different summation orders. model/pytorch_equivalence_test.cpp holds
+  // plain torch.nn modules to 1.6e-6 (4x its measured 3.9e-7); transformers' modules sum in
+  // orders of their own, not measured against that bound, so this one stays at 1e-5.
   EXPECT_LE(testing::normalized_max_error(logits.t, reference.tensor), 1e-5);
 
   save_hf_safetensors(model.params(), dir.file("ours.safetensors"));

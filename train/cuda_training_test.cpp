@@ -81,8 +81,10 @@ TEST_P(CudaTraining, RepeatsBitForBit) {
   EXPECT_EQ(a.params, b.params);
 }
 
-// 50 steps in bf16 on the GPU track 50 in f32 on the GPU, with the bounds (and reasons) of
-// train/mixed_precision_test.cpp.
+// 50 steps in bf16 on the GPU track 50 in f32 on the GPU, within the loose bounds that
+// train/mixed_precision_test.cpp keeps for gpt2-tiny's chaotic trajectory (10% a step, 2% for the
+// last 10) and the CPU's first-loss bound before it was measured (8u), for both families: a
+// GPU's kernels sum in other orders, and nothing has been measured on one yet to tighten them.
 TEST_P(CudaTraining, Bf16TracksF32OverFiftySteps) {
   DT_SKIP_WITHOUT_CUDA();
   const TrainingRun f32 = train(GetParam(), Device::cuda, DType::f32, 50), bf16 = train(GetParam(), Device::cuda, DType::bf16, 50);
