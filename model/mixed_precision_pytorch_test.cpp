@@ -148,25 +148,15 @@ TEST_P(MixedPrecisionVsPyTorch, TrainsAsPyTorchDoesFromTheSameStart) {
   testing::TempDir dir;
   ckpt::SafetensorsWriter writer;
   for (const ParamInfo& p : model.layout().params()) writer.add(p.name, model.params().shown(p));
-  std::vector<OwnedTensor> tokens, targets;
-  for (int s = 0; s < kSteps; ++s)
-    for (int k = 0; k < kMicroBatches; ++k) {
-      tokens.push_back(zeros(DType::i32, {kBatch, kSeq}));
-      targets.push_back(zeros(DType::i32, {kBatch, kSeq}));
-      text.fill(tokens.back().t, targets.back().t, (int64_t{s} * kMicroBatches + k) * kBatch);
-      writer.add(str("s", s, ".mb", k, ".tokens"), tokens.back().t);
-      writer.add(str("s", s, ".mb", k, ".targets"), targets.back().t);
-    }
+  const testing::ReferenceTraining training{
+      .steps = kSteps, .micro_batches = kMicroBatches, .lr = kLr, .max_grad_norm = kMaxGradNorm, .adamw = adamw_config};
+  const auto [tokens, targets] =
+      testing::add_micro_batches(writer, training, {kBatch, kSeq}, [&](int step, int k, Tensor t, Tensor y) {
+        text.fill(t, y, (int64_t{step} * kMicroBatches + k) * kBatch);
+      });
   testing::set_model_metadata(writer, config);
-  testing::set_numeric_metadata(writer, {{"steps", kSteps},
-                                         {"micro_batches", kMicroBatches},
-                                         {"lr", kLr},
-                                         {"beta1", adamw_config.beta1},
-                                         {"beta2", adamw_config.beta2},
-                                         {"eps", adamw_config.eps},
-                                         {"weight_decay", adamw_config.weight_decay},
-                                         {"max_grad_norm", kMaxGradNorm},
-                                         {"loss_scale", scaling.initial_scale},
+  testing::set_training_metadata(writer, training);
+  testing::set_numeric_metadata(writer, {{"loss_scale", scaling.initial_scale},
                                          {"growth_factor", scaling.growth_factor},
                                          {"backoff_factor", scaling.backoff_factor},
                                          {"growth_interval", static_cast<double>(scaling.growth_interval)}});

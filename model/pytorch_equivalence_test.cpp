@@ -117,24 +117,12 @@ TEST_P(ModelVsPyTorch, TenStepsFromTheSameStartMatchPyTorch) {
   testing::TempDir dir;
   SafetensorsWriter writer;
   for (const ParamInfo& p : model.layout().params()) writer.add(p.name, model.params().shown(p));
-  std::vector<OwnedTensor> tokens, targets;
-  for (int s = 0; s < kSteps; ++s)
-    for (int k = 0; k < kMicroBatches; ++k) {
-      tokens.push_back(zeros(DType::i32, {c.batch, c.seq}));
-      targets.push_back(zeros(DType::i32, {c.batch, c.seq}));
-      fill_micro_batch(c, s, k, tokens.back().t, targets.back().t);
-      writer.add(str("s", s, ".mb", k, ".tokens"), tokens.back().t);
-      writer.add(str("s", s, ".mb", k, ".targets"), targets.back().t);
-    }
+  const testing::ReferenceTraining training{
+      .steps = kSteps, .micro_batches = kMicroBatches, .lr = kLr, .max_grad_norm = kMaxGradNorm, .adamw = adamw_config};
+  const auto [tokens, targets] = testing::add_micro_batches(
+      writer, training, {c.batch, c.seq}, [&](int step, int k, Tensor t, Tensor y) { fill_micro_batch(c, step, k, t, y); });
   testing::set_model_metadata(writer, config);
-  testing::set_numeric_metadata(writer, {{"steps", kSteps},
-                                         {"micro_batches", kMicroBatches},
-                                         {"lr", kLr},
-                                         {"beta1", adamw_config.beta1},
-                                         {"beta2", adamw_config.beta2},
-                                         {"eps", adamw_config.eps},
-                                         {"weight_decay", adamw_config.weight_decay},
-                                         {"max_grad_norm", kMaxGradNorm}});
+  testing::set_training_metadata(writer, training);
   writer.write(dir.file("in.safetensors"));
   ASSERT_EQ(testing::run_reference_script("transformer_reference.py",
                                           dir.file("in.safetensors") + " " + dir.file("out.safetensors")),

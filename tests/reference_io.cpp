@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "core/error.h"
+
 namespace dt::testing {
 
 void set_numeric_metadata(ckpt::SafetensorsWriter& writer, std::initializer_list<std::pair<const char*, double>> values) {
@@ -28,6 +30,31 @@ void set_model_metadata(ckpt::SafetensorsWriter& writer, const ModelConfig& c) {
                                 {"rope_high_freq_factor", c.rope_high_freq_factor},
                                 {"rope_original_max_seq_len", c.rope_original_max_seq_len}});
   writer.set_metadata("family", std::string(model_family_name(c.family)));
+}
+
+void set_training_metadata(ckpt::SafetensorsWriter& writer, const ReferenceTraining& t) {
+  set_numeric_metadata(writer, {{"steps", t.steps},
+                                {"micro_batches", t.micro_batches},
+                                {"lr", t.lr},
+                                {"beta1", t.adamw.beta1},
+                                {"beta2", t.adamw.beta2},
+                                {"eps", t.adamw.eps},
+                                {"weight_decay", t.adamw.weight_decay},
+                                {"max_grad_norm", t.max_grad_norm}});
+}
+
+MicroBatchInputs add_micro_batches(ckpt::SafetensorsWriter& writer, const ReferenceTraining& t, Shape shape,
+                                   const std::function<void(int step, int k, Tensor tokens, Tensor targets)>& fill) {
+  MicroBatchInputs inputs;
+  for (int s = 0; s < t.steps; ++s)
+    for (int k = 0; k < t.micro_batches; ++k) {
+      inputs.tokens.push_back(zeros(DType::i32, shape));
+      inputs.targets.push_back(zeros(DType::i32, shape));
+      fill(s, k, inputs.tokens.back().t, inputs.targets.back().t);
+      writer.add(str("s", s, ".mb", k, ".tokens"), inputs.tokens.back().t);
+      writer.add(str("s", s, ".mb", k, ".targets"), inputs.targets.back().t);
+    }
+  return inputs;
 }
 
 }  // namespace dt::testing

@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 import safetensors_io
-from transformer_reference import IGNORE_INDEX, Description, Transformer, adamw
+from transformer_reference import IGNORE_INDEX, Description, Transformer, adamw, record_update
 
 
 class Fp16Kernels(TorchDispatchMode):
@@ -127,10 +127,7 @@ def main(in_path, out_path):
         norm = torch.nn.utils.clip_grad_norm_(master.values(), m["max_grad_norm"])
         out[f"s{step}.grad_norm"] = norm.detach().reshape(())
         optimizer.step()
-        for name, p in master.items():
-            out[f"s{step}.param.{name}"] = p.detach().clone()
-            out[f"s{step}.exp_avg.{name}"] = optimizer.state[p]["exp_avg"].clone()
-            out[f"s{step}.exp_avg_sq.{name}"] = optimizer.state[p]["exp_avg_sq"].clone()
+        record_update(out, step, master, optimizer)
         applied_in_a_row += 1
         if applied_in_a_row == int(m["growth_interval"]):
             scale, applied_in_a_row = scale * m["growth_factor"], 0

@@ -186,6 +186,14 @@ def adamw(params, m):
         lr=m["lr"], betas=(m["beta1"], m["beta2"]), eps=m["eps"], foreach=False)
 
 
+def record_update(out, step, params, optimizer):
+    """Each parameter and both AdamW moments after step `step`, under the names the tests read."""
+    for name, p in params.items():
+        out[f"s{step}.param.{name}"] = p.detach().clone()
+        out[f"s{step}.exp_avg.{name}"] = optimizer.state[p]["exp_avg"].clone()
+        out[f"s{step}.exp_avg_sq.{name}"] = optimizer.state[p]["exp_avg_sq"].clone()
+
+
 def main(in_path, out_path):
     inputs, meta = safetensors_io.load(in_path)
     m = {k: float(v) for k, v in meta.items() if k != "family"}
@@ -217,10 +225,7 @@ def main(in_path, out_path):
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), m["max_grad_norm"])
         out[f"s{step}.grad_norm"] = norm.detach().reshape(())
         optimizer.step()
-        for name, p in params.items():
-            out[f"s{step}.param.{name}"] = p.detach().clone()
-            out[f"s{step}.exp_avg.{name}"] = optimizer.state[p]["exp_avg"].clone()
-            out[f"s{step}.exp_avg_sq.{name}"] = optimizer.state[p]["exp_avg_sq"].clone()
+        record_update(out, step, params, optimizer)
     safetensors_io.save(out_path, out)
 
 
