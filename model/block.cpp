@@ -1,74 +1,89 @@
 #include "model/block.h"
 
+#include "core/device.h"
 #include "kernels/add.h"
 #include "kernels/gelu.h"
-#include "kernels/layernorm.h"
-#include "kernels/linear.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
 #include "kernels/swiglu.h"
 
 namespace dt {
 
 namespace k = kernels;
 
-void norm_forward(const ModelConfig& config, const FlatTensors& weights, const std::string& name, Tensor out,
-                  Tensor mean, Tensor rstd, Tensor inp) {
-  const Tensor weight = weights.stored(name + ".weight");
-  if (config.family == ModelFamily::gpt2)
-    k::layernorm_forward(out, mean, rstd, inp, weight, family_bias(config, weights, name), config.norm_eps);
-  else
-    k::rmsnorm_forward(out, rstd, inp, weight, config.norm_eps);
+namespace {
+
+std::string prefix(int layer, const char* name) { return str("h.", layer, ".", name); }
+
+// dst = src, unless they are the same tensor (the gradient updated in place).
+void copy_unless_same(Tensor dst, Tensor src) {
+  if (dst.data != src.data) copy_bytes(dst.data, dst.device, src.data, src.device, dst.bytes());
 }
 
-void add_norm_forward(const ModelConfig& config, const FlatTensors& weights, const std::string& name, Tensor res,
-                      Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b) {
-  const Tensor weight = weights.stored(name + ".weight");
-  if (config.family == ModelFamily::gpt2)
-    k::add_layernorm_forward(res, out, mean, rstd, a, b, weight, family_bias(config, weights, name), config.norm_eps);
-  else
-    k::add_rmsnorm_forward(res, out, rstd, a, b, weight, config.norm_eps);
-}
+}  // namespace
 
-Tensor family_bias(const ModelConfig& config, const FlatTensors& tensors, const std::string& name) {
-  return config.family == ModelFamily::gpt2 ? tensors.stored(name + ".bias") : Tensor{};
-}
+Block::Block(const ParameterLayout& layout, int layer, Recompute recompute)
+    : layer_(layer),
+      recompute_(recompute),
+      gelu_(layout.config().family == ModelFamily::gpt2),
+      ln_1_(layout, prefix(layer, "ln_1")),
+      ln_2_(layout, prefix(layer, "ln_2")),
+      attn_qkv_(layout, prefix(layer, "attn.qkv")),
+      attn_proj_(layout, prefix(layer, "attn.proj")),
+      mlp_fc_(layout, prefix(layer, "mlp.fc")),
+      mlp_proj_(layout, prefix(layer, "mlp.proj")) {}
 
-const char* output_weight_name(const ModelConfig& config) { return config.tied_embeddings ? "wte" : "lm_head"; }
-
-RopeTables make_rope_tables(const ModelConfig& config, int rows) {
-  const int64_t half = config.head_size() / 2;
-  RopeTables tables;
-  tables.buffer = Buffer(static_cast<size_t>(2 * rows * half) * sizeof(float), MemTag::workspace);
-  tables.cos = tables.buffer.view(DType::f32, {rows, half});
-  tables.sin = tables.buffer.view(DType::f32, {rows, half}, static_cast<size_t>(rows * half) * sizeof(float));
-  const k::RopeScaling scaling{.factor = config.rope_scaling_factor,
-                               .low_freq_factor = config.rope_low_freq_factor,
-                               .high_freq_factor = config.rope_high_freq_factor,
-                               .original_max_seq_len = static_cast<double>(config.rope_original_max_seq_len)};
-  k::rope_table(tables.cos, tables.sin, k::rope_inverse_frequencies(config.head_size(), config.rope_theta, scaling));
-  return tables;
-}
-
-void block_forward(const ModelConfig& config, const FlatTensors& weights, int layer, Tensor x,
-                   const BlockActivations& a, const AttentionCore& attention) {
-  const std::string h = str("h.", layer, ".");
-  auto w = [&](std::string_view name) { return weights.stored(h + std::string(name) + ".weight"); };
-  auto b = [&](std::string_view name) { return family_bias(config, weights, h + std::string(name)); };
-
-  norm_forward(config, weights, h + "ln_1", a.ln1, a.ln1_mean, a.ln1_rstd, x);
-  k::linear_forward(a.qkv, a.ln1, w("attn.qkv"), b("attn.qkv"));
-  attention(a.qkv, a.atty);
-  k::linear_forward(a.proj_out, a.atty, w("attn.proj"), b("attn.proj"));
-  add_norm_forward(config, weights, h + "ln_2", a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.proj_out);
-
-  k::linear_forward(a.fch, a.ln2, w("mlp.fc"), b("mlp.fc"));
-  if (config.family == ModelFamily::gpt2)
+void Block::forward_to_activation(const FlatTensors& weights, Tensor x, const BlockActivations& a,
+                                  AttentionCore& attention) const {
+  ln_1_.forward(weights, a.ln1, a.ln1_mean, a.ln1_rstd, x);
+  attn_qkv_.forward(weights, a.qkv, regions_.column_input(a.ln1));
+  attention.forward(a.qkv, a.atty, a.lse);
+  attn_proj_.forward(weights, a.proj_out, a.atty);
+  ln_2_.add_forward(weights, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, regions_.row_output(a.proj_out));
+  mlp_fc_.forward(weights, a.fch, regions_.column_input(a.ln2));
+  if (gelu_)
     k::gelu_forward(a.fch_act, a.fch);
   else
     k::swiglu_forward(a.fch_act, a.fch);
-  k::linear_forward(a.proj_out, a.fch_act, w("mlp.proj"), b("mlp.proj"));
-  k::add_forward(a.res3, a.res2, a.proj_out);
+}
+
+void Block::forward(const FlatTensors& weights, Tensor x, const BlockActivations& a, AttentionCore& attention) const {
+  forward_to_activation(weights, x, a, attention);
+  mlp_proj_.forward(weights, a.proj_out, a.fch_act);
+  k::add_forward(a.res3, a.res2, regions_.row_output(a.proj_out));
+}
+
+void Block::backward_input(const FlatTensors& weights, const FlatTensors& grads, Tensor x, const BlockActivations& a,
+                           const BlockGradients& d, TrainingAttention& attention, bool weights_now) const {
+  if (recompute_ == Recompute::full) forward_to_activation(weights, x, a, attention);
+  // MLP branch, from the output's gradient.
+  const Tensor dmlp = regions_.row_output_gradient(d.dout);
+  mlp_proj_.backward_input(weights, d.dact, dmlp);
+  if (weights_now) mlp_proj_.backward_weight(grads, dmlp, a.fch_act);
+  if (gelu_)
+    k::gelu_backward(d.dfch, a.fch, d.dact);
+  else
+    k::swiglu_backward(d.dfch, d.dact, a.fch);
+  mlp_fc_.backward_input(weights, d.dtmp, d.dfch);
+  if (weights_now) mlp_fc_.backward_weight(grads, d.dfch, a.ln2);
+  // The residual stream's gradient goes past the branch; the norm's backward adds the branch's.
+  copy_unless_same(d.dres2, d.dout);
+  ln_2_.backward(weights, grads, d.dres2, regions_.column_input_gradient(d.dtmp), a.res2, a.ln2_mean, a.ln2_rstd);
+  // Attention branch, from x''s gradient.
+  if (recompute_ == Recompute::selective) attention.rerun(a.qkv, a.atty, a.lse);
+  const Tensor dattn = regions_.row_output_gradient(d.dres2);
+  attn_proj_.backward_input(weights, d.dtmp, dattn);
+  if (weights_now) attn_proj_.backward_weight(grads, dattn, a.atty);
+  attention.backward(d.dqkv, d.dtmp, a.qkv, a.atty, a.lse);
+  attn_qkv_.backward_input(weights, d.dtmp, d.dqkv);
+  if (weights_now) attn_qkv_.backward_weight(grads, d.dqkv, a.ln1);
+  copy_unless_same(d.din, d.dres2);
+  ln_1_.backward(weights, grads, d.din, regions_.column_input_gradient(d.dtmp), x, a.ln1_mean, a.ln1_rstd);
+}
+
+void Block::backward_weight(const FlatTensors& grads, const BlockActivations& a, const BlockGradients& d) const {
+  mlp_proj_.backward_weight(grads, regions_.row_output_gradient(d.dout), a.fch_act);
+  mlp_fc_.backward_weight(grads, d.dfch, a.ln2);
+  attn_proj_.backward_weight(grads, regions_.row_output_gradient(d.dres2), a.atty);
+  attn_qkv_.backward_weight(grads, d.dqkv, a.ln1);
 }
 
 }  // namespace dt

@@ -1,62 +1,79 @@
-// One transformer block's forward and the family-specific pieces around it, written once for
-// the two callers that run the model: training (model/transformer.h keeps every activation for
-// backward) and generation (model/inference.h keeps only keys and values, in a cache). They
-// differ in where activations live and in the attention core; the math is model/transformer.h's:
+// One transformer block, the one forward that training and generation both run, and its
+// backward split into the input's gradient and the weights' gradients:
 //
-//   block l:  x' = x + attn.proj(attention(attn.qkv(norm_1(x))))
-//             x  = x' + mlp.proj(act(mlp.fc(norm_2(x'))))
+//   x' = x + attn.proj(attention(attn.qkv(ln_1(x))))
+//   y  = x' + mlp.proj(act(mlp.fc(ln_2(x'))))
 //
-// with LayerNorm, biases and GELU for gpt2, RMSNorm, no biases and SwiGLU for llama.
-// Weights are the stored views of a FlatTensors (model/parameters.h) in the activations' dtype.
+// with LayerNorm, biases and GELU for gpt2, RMSNorm, no biases and SwiGLU for llama; attention
+// (with llama's rotary embedding) is an AttentionCore (model/attention_core.h), and every linear
+// layer's input and output pass through the block's ParallelRegions (model/parallel_regions.h).
+// The block holds its layers (model/layers.h), resolved once from the layout, and its
+// recomputation policy; it owns no memory: activations and gradients are views its caller
+// passes (model/activation_store.h for training, the session's buffers for generation).
+// Weights are read from `weights` (the buffer forward reads, in the activations' dtype);
+// gradients are added into `grads` (f32).
 #pragma once
 
-#include <functional>
-#include <string>
-
-#include "core/buffer.h"
 #include "core/tensor.h"
-#include "model/config.h"
+#include "model/attention_core.h"
+#include "model/layers.h"
+#include "model/parallel_regions.h"
 #include "model/parameters.h"
+#include "model/recompute.h"
 
 namespace dt {
 
-// The family's norm of parameter prefix `name` ("h.3.ln_1", "ln_f"): sets out (N, C) and rstd
-// (N), and mean (N) for gpt2's LayerNorm (RMSNorm has none; mean is not read for llama).
-void norm_forward(const ModelConfig& config, const FlatTensors& weights, const std::string& name, Tensor out,
-                  Tensor mean, Tensor rstd, Tensor inp);
-// The residual add fused with the norm after it: res = a + b, then the family's norm of res
-// into out, mean and rstd, with the bits of the two ops one after the other (kernels/
-// layernorm.h). res may be a or b.
-void add_norm_forward(const ModelConfig& config, const FlatTensors& weights, const std::string& name, Tensor res,
-                      Tensor out, Tensor mean, Tensor rstd, Tensor a, Tensor b);
-// `name`.bias of `tensors` where the family has biases (gpt2), else an undefined tensor.
-Tensor family_bias(const ModelConfig& config, const FlatTensors& tensors, const std::string& name);
-// The output projection's parameter: wte when the embeddings are tied, else lm_head.
-const char* output_weight_name(const ModelConfig& config);
-
-// llama's rotary tables for positions [0, rows): cos and sin, (rows, HS/2) f32 each, in one
-// buffer (kernels/rope.h). Rows [p, p + T) of them rotate T positions starting at position p.
-struct RopeTables {
-  Buffer buffer;
-  Tensor cos, sin;
-};
-RopeTables make_rope_tables(const ModelConfig& config, int rows);
-
-// One block's activations for N rows, (N, width) views that block_forward sets. mean views are
-// gpt2's only. res2 and res3 may be the same tensor as the block's input x (generation updates
-// the residual stream in place; kernels/add.h allows it); the others must be distinct.
-// proj_out is scratch for both branches' output projections.
+// One block's activations for N rows, (N, width) views. The *_mean views are gpt2's only, lse
+// is training's only. res2 and res3 may be the block's input x itself (generation updates the
+// residual stream in place; kernels/add.h allows it); the others must be distinct. proj_out is
+// scratch for both branches' output projections.
 struct BlockActivations {
-  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, proj_out, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, lse, proj_out, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
 };
 
-// The attention core: sets atty (N, NH*HS) from qkv (N, (NH + 2*NKV) * HS), which it may modify
-// in place (llama rotates q and k). Training runs kernels/attention.h over the micro-batch;
-// generation appends k and v to its cache and runs kernels/attention_decode.h.
-using AttentionCore = std::function<void(Tensor qkv, Tensor atty)>;
+// One block's gradients for N rows in backward. dout is the output's gradient (given); dres2 the
+// gradient of x' and din the input's (set). dtmp, dact, dfch and dqkv are working space.
+// When the weights' gradients are taken at once (backward_input with weights_now), dres2 and din
+// may be dout itself: the residual stream's gradient is then updated in place. When they are
+// deferred to backward_weight, dout, dres2, dfch and dqkv are what it reads: they must be
+// distinct and kept, with the activations, until then.
+struct BlockGradients {
+  Tensor dout, dres2, din, dtmp, dact, dfch, dqkv;
+};
 
-// Block `layer` from its input x (N, C): sets every activation in `a`, the output in a.res3.
-void block_forward(const ModelConfig& config, const FlatTensors& weights, int layer, Tensor x,
-                   const BlockActivations& a, const AttentionCore& attention);
+class Block {
+ public:
+  Block(const ParameterLayout& layout, int layer, Recompute recompute);
+
+  int layer() const { return layer_; }
+  // The block's unit of the layout (model/parameters.h): 1 + layer.
+  size_t unit() const { return static_cast<size_t>(layer_) + 1; }
+  Recompute recompute() const { return recompute_; }
+
+  // From the input x (N, C): sets every activation in `a`, the output in a.res3.
+  void forward(const FlatTensors& weights, Tensor x, const BlockActivations& a, AttentionCore& attention) const;
+  // From d.dout: sets d.din, the input's gradient, and adds the norms' parameter gradients into
+  // grads; the linear layers' weight gradients too when weights_now, else backward_weight adds
+  // them later. Reads the activations forward kept, rerunning what the recomputation policy
+  // dropped: the whole block up to the MLP's activation (full), or the attention core
+  // (selective).
+  void backward_input(const FlatTensors& weights, const FlatTensors& grads, Tensor x, const BlockActivations& a,
+                      const BlockGradients& d, TrainingAttention& attention, bool weights_now) const;
+  // The linear layers' weight gradients that backward_input deferred, from the gradients it left
+  // in d and the activations.
+  void backward_weight(const FlatTensors& grads, const BlockActivations& a, const BlockGradients& d) const;
+
+ private:
+  // forward() up to the MLP's activation: what backward reads, for full recomputation.
+  void forward_to_activation(const FlatTensors& weights, Tensor x, const BlockActivations& a,
+                             AttentionCore& attention) const;
+
+  int layer_;
+  Recompute recompute_;
+  bool gelu_;  // gpt2's GELU, else llama's SwiGLU
+  Norm ln_1_, ln_2_;
+  Linear attn_qkv_, attn_proj_, mlp_fc_, mlp_proj_;
+  ParallelRegions regions_;
+};
 
 }  // namespace dt

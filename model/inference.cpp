@@ -4,8 +4,6 @@
 #include <cstring>
 
 #include "kernels/attention_decode.h"
-#include "kernels/embedding.h"
-#include "kernels/linear.h"
 #include "kernels/rope.h"
 
 namespace dt {
@@ -27,10 +25,36 @@ const FlatTensors& validated(const FlatTensors& params, int max_tokens) {
 
 }  // namespace
 
+// Attention for rows at positions [first, first + M) of one sequence: rotates them at their
+// positions (llama), appends their keys and values to the layer's cache and attends over the
+// cache up to them.
+class InferenceSession::CachedAttention final : public AttentionCore {
+ public:
+  CachedAttention(InferenceSession& session, int layer, int64_t first, int64_t rows)
+      : s_(session), layer_(layer), first_(first), rows_(rows) {}
+  void forward(Tensor qkv, Tensor atty, Tensor /*lse: not kept*/) override {
+    const ModelConfig& c = s_.config();
+    if (c.family == ModelFamily::llama)
+      kernels::rope_forward(qkv.reshape({1, rows_, c.qkv_width()}), s_.rope_.cos.slice_rows(first_, rows_),
+                            s_.rope_.sin.slice_rows(first_, rows_), c.n_head, c.kv_heads());
+    const Tensor q = s_.q_.slice_rows(0, rows_);
+    s_.append_to_cache(layer_, qkv, q);
+    kernels::attention_decode(atty, q, s_.cache(layer_).slice_rows(0, first_ + rows_), c.n_head, c.kv_heads());
+  }
+
+ private:
+  InferenceSession& s_;
+  int layer_;
+  int64_t first_, rows_;
+};
+
 InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
     : params_(validated(params, max_tokens)),
       max_tokens_(max_tokens),
-      chunk_rows_(std::min(max_tokens, kPrefillChunk)) {
+      chunk_rows_(std::min(max_tokens, kPrefillChunk)),
+      embedding_(params.layout()),
+      ln_f_(params.layout(), "ln_f"),
+      output_(Linear::weight_only(params.layout(), config().tied_embeddings ? "wte" : "lm_head")) {
   const ModelConfig& c = config();
   const int64_t R = chunk_rows_, C = c.d_model, KV = 2 * int64_t{c.kv_heads()} * c.head_size();
   cache_ = Buffer(static_cast<size_t>(int64_t{c.n_layer} * max_tokens * KV) * sizeof(float), MemTag::activations);
@@ -58,6 +82,7 @@ InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
     *r.view = acts_.view(r.dtype, r.shape, offset);
     offset += bytes(r);
   }
+  for (int l = 0; l < c.n_layer; ++l) blocks_.emplace_back(params.layout(), l, Recompute::none);
   if (c.family == ModelFamily::llama) rope_ = make_rope_tables(c, max_tokens);
 }
 
@@ -88,38 +113,26 @@ std::span<const float> InferenceSession::prefill(std::span<const int32_t> prompt
   // Only the last position's logits: the final norm and the output projection of one row.
   const ModelConfig& c = config();
   const int64_t last = (static_cast<int64_t>(prompt.size()) - 1) % chunk_rows_;
-  norm_forward(c, params_, "ln_f", ln_.slice_rows(0, 1), mean_.slice_rows(0, 1), rstd_.slice_rows(0, 1),
-               x_.slice_rows(last, 1));
-  k::linear_forward(logits_, ln_.slice_rows(0, 1), params_.stored(output_weight_name(c)), Tensor{});
+  ln_f_.forward(params_, ln_.slice_rows(0, 1), mean_.slice_rows(0, 1), rstd_.slice_rows(0, 1), x_.slice_rows(last, 1));
+  output_.forward(params_, logits_, ln_.slice_rows(0, 1));
   return {logits_.ptr<float>(), static_cast<size_t>(c.vocab_size)};  // the padding columns are not shown
 }
 
 void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
-  const ModelConfig& c = config();
-  const int64_t M = static_cast<int64_t>(tokens.size()), C = c.d_model, first = size_;
+  const int64_t M = static_cast<int64_t>(tokens.size()), first = size_;
   auto rows = [M](Tensor t) { return t.slice_rows(0, M); };
   std::copy(tokens.begin(), tokens.end(), ids_.ptr<int32_t>());
   const Tensor x = rows(x_);
-  k::embedding_forward(x, rows(ids_), params_.stored("wte"));
-  if (c.family == ModelFamily::gpt2)
-    k::position_embedding_forward(x.reshape({1, M, C}), params_.stored("wpe").slice_rows(first, M));
-
+  embedding_.forward(params_, x, rows(ids_).reshape({1, M}), first);
   // Generation keeps no activation past its layer: one set of views serves every layer, and the
   // residual stream x is updated in place.
   const BlockActivations a{.ln1 = rows(ln_), .ln1_mean = rows(mean_), .ln1_rstd = rows(rstd_), .qkv = rows(qkv_),
-                           .atty = rows(atty_), .proj_out = rows(proj_out_), .res2 = x, .ln2 = rows(ln_),
+                           .atty = rows(atty_), .lse = Tensor{}, .proj_out = rows(proj_out_), .res2 = x, .ln2 = rows(ln_),
                            .ln2_mean = rows(mean_), .ln2_rstd = rows(rstd_), .fch = rows(fch_),
                            .fch_act = rows(fch_act_), .res3 = x};
-  for (int l = 0; l < c.n_layer; ++l) {
-    const auto attention = [&](Tensor qkv, Tensor atty) {
-      // Rotated at the rows' own positions: rows [first, first + M) of the tables.
-      if (c.family == ModelFamily::llama)
-        k::rope_forward(qkv.reshape({1, M, c.qkv_width()}), rope_.cos.slice_rows(first, M),
-                        rope_.sin.slice_rows(first, M), c.n_head, c.kv_heads());
-      append_to_cache(l, qkv, rows(q_));
-      k::attention_decode(atty, rows(q_), cache(l).slice_rows(0, first + M), c.n_head, c.kv_heads());
-    };
-    block_forward(c, params_, l, x, a, attention);
+  for (const Block& block : blocks_) {
+    CachedAttention attention(*this, block.layer(), first, M);
+    block.forward(params_, x, a, attention);
   }
   size_ += static_cast<int>(M);
 }

@@ -8,7 +8,7 @@
 //   both return the logits (V) of the last position appended: the distribution of the token
 //   after it.
 //
-// The math is the training forward's (model/block.h, model/transformer.h), in f32 on the CPU,
+// The math is the training forward's: the same blocks (model/block.h), in f32 on the CPU,
 // for one sequence (batch 1). Per layer the cache holds (max_tokens, 2*NKV*HS) f32: at each
 // position the NKV key heads, rotated for llama at that position, then the NKV value heads
 // (kernels/attention_decode.h). Memory: n_layer * max_tokens * 2*NKV*HS floats for the cache,
@@ -22,7 +22,9 @@
 #include "core/buffer.h"
 #include "model/block.h"
 #include "model/config.h"
+#include "model/layers.h"
 #include "model/parameters.h"
+#include "model/rope_tables.h"
 
 namespace dt {
 
@@ -51,6 +53,7 @@ class InferenceSession {
   void reset() { size_ = 0; }
 
  private:
+  class CachedAttention;
   void check_tokens(std::span<const int32_t> tokens) const;
   // Runs M <= kPrefillChunk tokens at positions size_.. size_ + M - 1 and appends them.
   void forward_chunk(std::span<const int32_t> tokens);
@@ -63,6 +66,10 @@ class InferenceSession {
   int max_tokens_;
   int chunk_rows_;  // activation rows: min(max_tokens, kPrefillChunk)
   int size_ = 0;
+  Embedding embedding_;
+  std::vector<Block> blocks_;
+  Norm ln_f_;
+  Linear output_;
   Buffer cache_;
   Buffer acts_;
   // Views of acts_: (chunk_rows_, width) each; the residual stream x is updated in place.

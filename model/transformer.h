@@ -14,8 +14,9 @@
 // LayerNorm and linear layers carry biases in gpt2 only; attention is grouped-query
 // (n_kv_head key/value heads) in llama. Shapes: tokens, targets (B, T) i32; activations
 // (B*T, width); logits (B*T, Vp) internally.
-// The model owns its parameters, gradients (each one flat buffer, model/parameters.h) and the
-// activations for one micro-batch of at most (batch_size, seq_len) tokens, allocated once.
+// The model owns its parameters, gradients (each one flat buffer, model/parameters.h) and one
+// stage covering every unit (model/stage.h), which holds the activations of one micro-batch of
+// at most (batch_size, seq_len) tokens, allocated once.
 // Not thread-safe: one model per thread.
 #pragma once
 
@@ -28,20 +29,12 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/parameters.h"
+#include "model/recompute.h"
+#include "model/stage.h"
+#include "model/unit_hooks.h"
 
 namespace dt {
 
-// What backward recomputes instead of keeping from forward (Korthikanti et al., "Reducing
-// Activation Recomputation in Large Transformer Models"):
-//   none:      every activation backward reads is kept.
-//   selective: the attention core (scores, softmax, weighted sum: atty and lse) is rerun in
-//              backward from the kept qkv, as Megatron's selective recomputation.
-//   full:      only each block's input is kept; the block's forward is rerun in backward.
-// The kernels are deterministic, so gradients are bitwise the same under every policy.
-enum class Recompute { none, selective, full };
-std::string_view recompute_name(Recompute policy);
-// Parses "none", "selective" or "full"; throws dt::Error naming the valid values.
-Recompute recompute_from_name(std::string_view name);
 // Parses a model precision: "f32", "bf16" or "f16"; throws dt::Error naming the valid values.
 DType precision_from_name(std::string_view name);
 
@@ -100,27 +93,8 @@ class Transformer {
   // Returns the unscaled sum of losses. The logits buffer holds their gradient afterwards.
   double forward_backward(Tensor tokens, Tensor targets, float loss_scale);
 
-  // What data parallelism does as the passes reach each unit of the layout (the embeddings,
-  // unit 0; block l, unit 1 + l; the head, the last: model/parameters.h). Forward reads the
-  // units' weights in layout order, backward in reverse; backward finishes the head's
-  // gradients first, then each block's, and the embeddings' last (a tied wte gets gradient from
-  // the output projection at the start of backward and from the lookup at the end).
-  // Parallelism reduces a unit's gradients while backward goes on below it, and under ZeRO 3
-  // gathers a unit's weights just before they are read (parallel/data_parallel.h).
-  class UnitHooks {
-   public:
-    virtual ~UnitHooks() = default;
-    // Before the pass first reads unit u's weights; `next` is the unit whose weights it reads
-    // after u's (to prefetch), or none.
-    virtual void weights_needed(size_t u, std::optional<size_t> next) = 0;
-    // After the pass's last read of unit u's weights.
-    virtual void weights_done(size_t u) = 0;
-    // Backward: before it first adds to unit u's gradients, and once none of them changes again.
-    virtual void gradients_needed(size_t u) = 0;
-    virtual void gradients_final(size_t u) = 0;
-  };
-  // The hooks every pass calls, or none (nullptr).
-  void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
+  // The hooks every pass calls for each unit (model/unit_hooks.h), or none (nullptr).
+  void set_unit_hooks(UnitHooks* hooks) { stage_.set_unit_hooks(hooks); }
 
   // Copies the last forward's logits, without vocabulary padding, into out (B, T, V) f32 on
   // the CPU.
@@ -131,7 +105,6 @@ class Transformer {
   static int64_t count_targets(Tensor targets);
 
  private:
-  struct Activations;
   static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                                       DType precision, Device device, const ParameterStorage& storage);
   // Before allocating on a GPU: a head size the attention kernels take, and the memory this
@@ -139,32 +112,8 @@ class Transformer {
   static void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                                 DType precision, const ParameterStorage& storage);
   void check_inputs(Tensor tokens, Tensor targets) const;
-  // backward_follows: the head's weights (and a tied wte) stay needed for backward.
-  void forward_blocks(Tensor tokens, bool backward_follows);
-  // Block l's forward from its kept input. In the forward pass it writes the block's
-  // activations, its output and, fused with the output's residual add, the norm after it (the
-  // next block's ln_1, or ln_f); block 0 also norms its own input. When backward reruns the
-  // block (`recomputing`, full recomputation) it writes only what backward reads: its own ln_1
-  // up to the MLP's activation.
-  void block_forward(int l, int64_t B, int64_t T, bool recomputing);
-  void backward_blocks(Tensor tokens);
-  // The hooks, when set (each does nothing without them).
-  void weights_needed(size_t u, std::optional<size_t> next) const;
-  void weights_done(size_t u) const;
-  void gradients_needed(size_t u) const;
-  void gradients_final(size_t u) const;
-  // The unit holding the output projection's weight: the head's, or the embeddings' when tied.
-  size_t output_unit() const;
-  size_t head_unit() const { return layout_.units().size() - 1; }
-  // The unit whose weights backward reads after unit u's: the block below, or none (the
-  // embeddings' lookup has no weights to read in backward).
-  static std::optional<size_t> backward_next(size_t u) { return u > 1 ? std::optional<size_t>(u - 1) : std::nullopt; }
-  void norm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor mean, Tensor rstd, const std::string& name);
   // Rounds params() into the compute copy (16-bit precision with master weights only).
   void refresh_compute_weights();
-  // llama's rotary tables, (seq_len, HS/2) each.
-  Tensor rope_cos() const;
-  Tensor rope_sin() const;
 
   ParameterLayout layout_;
   FlatTensors params_;
@@ -176,11 +125,7 @@ class Transformer {
   bool master_weights_ = false;  // a 16-bit run's f32 master weights are here (params_)
   int batch_size_;
   int seq_len_;
-  int current_batch_ = 0;  // B and T of the last forward (at most batch_size_, seq_len_)
-  int current_seq_ = 0;
-  std::unique_ptr<Activations> acts_;
-  Buffer rope_table_;  // llama: cos and sin, (seq_len, HS/2) each
-  UnitHooks* hooks_ = nullptr;
+  Stage stage_;  // every unit; its micro-batch 0 is the last forward's
 };
 
 }  // namespace dt

@@ -31,7 +31,7 @@
 // collective); a whole copy for a checkpoint or a sample is gathered on rank 0.
 //
 // In every stage a bucket's (stage 0) or a unit's (stages 1-3) collective starts during
-// backward as soon as the model reports its gradients final (Transformer::UnitHooks), while
+// backward as soon as the model reports its gradients final (model/unit_hooks.h), while
 // backward goes on with the layers below: communication overlaps with compute. In stages 0 and
 // 1 only the last micro-batch of an accumulation reduces (the earlier ones accumulate into the
 // whole gradients locally); one reduction per step. Each rank's gradients are of the
@@ -57,7 +57,7 @@
 
 namespace dt {
 
-class DataParallel : public Transformer::UnitHooks {
+class DataParallel : public UnitHooks {
  public:
   // Reduces `model`'s gradients over `dp` (whose device must be the model's). With ZeRO the
   // model must have been made with storage(dp size, zero_stage), and `adamw` configures the
@@ -136,7 +136,7 @@ class DataParallel : public Transformer::UnitHooks {
   // is allocated on them). For a sample of the model's text.
   void gather_parameters(FlatTensors* whole);
 
-  // Transformer::UnitHooks: stage 3 gathers and frees parameter units; stages 2 and 3 allocate
+  // UnitHooks: stage 3 gathers and frees parameter units; stages 2 and 3 allocate
   // and free gradient units; every stage starts reductions at gradients_final.
   void weights_needed(size_t u, std::optional<size_t> next) override;
   void weights_done(size_t u) override;

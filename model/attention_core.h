@@ -1,0 +1,51 @@
+// The attention inside a block, between the qkv projection and the output projection: from qkv
+// (N, (NH + 2*NKV) * HS), the query heads then the key and value heads of each row, to atty
+// (N, NH*HS). A block reaches it only through this interface. It is the seam where context
+// parallelism's ring attention goes (the keys and values of the sequence's other chunks arrive
+// from the other ranks) and where generation reads and extends its key/value cache
+// (model/inference.h); the rotary embedding is applied here because only the core knows each
+// row's position in the whole sequence.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace dt {
+
+class AttentionCore {
+ public:
+  virtual ~AttentionCore() = default;
+  // Sets atty, and lse (the per-head log-sum-exp, (B, NH, T) as N*NH values) where kept; may
+  // rotate qkv's q and k heads in place (llama).
+  virtual void forward(Tensor qkv, Tensor atty, Tensor lse) = 0;
+};
+
+// The core a training block also runs backward through.
+class TrainingAttention : public AttentionCore {
+ public:
+  // forward() without the rotation: reruns attention from the kept, already rotated qkv
+  // (selective recomputation).
+  virtual void rerun(Tensor qkv, Tensor atty, Tensor lse) = 0;
+  // Sets dqkv from datty, through attention and the rotation.
+  virtual void backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) = 0;
+};
+
+// Causal self-attention over a micro-batch of B sequences of T tokens on one rank
+// (kernels/attention.h), positions 0..T-1; llama rotates q and k with the tables' first T rows.
+class CausalSelfAttention final : public TrainingAttention {
+ public:
+  // rope_cos, rope_sin: (>= T, HS/2) f32 (model/rope_tables.h), or undefined for gpt2.
+  CausalSelfAttention(const ModelConfig& config, int64_t batch, int64_t seq_len, Tensor rope_cos, Tensor rope_sin);
+  void forward(Tensor qkv, Tensor atty, Tensor lse) override;
+  void rerun(Tensor qkv, Tensor atty, Tensor lse) override;
+  void backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) override;
+
+ private:
+  const ModelConfig& config_;
+  int64_t B_, T_;
+  Tensor cos_, sin_;  // rows [0, T)
+};
+
+}  // namespace dt

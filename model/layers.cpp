@@ -1,0 +1,87 @@
+#include "model/layers.h"
+
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/linear.h"
+#include "kernels/rmsnorm.h"
+
+namespace dt {
+
+namespace k = kernels;
+
+namespace {
+
+// `prefix`.bias where the family has biases (gpt2), else none.
+const ParamInfo* family_bias(const ParameterLayout& layout, const std::string& prefix) {
+  return layout.config().family == ModelFamily::gpt2 ? &layout.find(prefix + ".bias") : nullptr;
+}
+
+Tensor view(const FlatTensors& tensors, const ParamInfo* info) { return info ? tensors.stored(*info) : Tensor{}; }
+
+}  // namespace
+
+Norm::Norm(const ParameterLayout& layout, const std::string& prefix)
+    : weight_(&layout.find(prefix + ".weight")),
+      bias_(family_bias(layout, prefix)),
+      eps_(layout.config().norm_eps) {}
+
+void Norm::forward(const FlatTensors& weights, Tensor out, Tensor mean, Tensor rstd, Tensor inp) const {
+  if (has_mean())
+    k::layernorm_forward(out, mean, rstd, inp, weights.stored(*weight_), weights.stored(*bias_), eps_);
+  else
+    k::rmsnorm_forward(out, rstd, inp, weights.stored(*weight_), eps_);
+}
+
+void Norm::add_forward(const FlatTensors& weights, Tensor res, Tensor out, Tensor mean, Tensor rstd, Tensor a,
+                       Tensor b) const {
+  if (has_mean())
+    k::add_layernorm_forward(res, out, mean, rstd, a, b, weights.stored(*weight_), weights.stored(*bias_), eps_);
+  else
+    k::add_rmsnorm_forward(res, out, rstd, a, b, weights.stored(*weight_), eps_);
+}
+
+void Norm::backward(const FlatTensors& weights, const FlatTensors& grads, Tensor dinp, Tensor dout, Tensor inp,
+                    Tensor mean, Tensor rstd) const {
+  if (has_mean())
+    k::layernorm_backward(dinp, grads.stored(*weight_), grads.stored(*bias_), dout, inp, weights.stored(*weight_),
+                          mean, rstd);
+  else
+    k::rmsnorm_backward(dinp, grads.stored(*weight_), dout, inp, weights.stored(*weight_), rstd);
+}
+
+Linear::Linear(const ParameterLayout& layout, const std::string& prefix)
+    : Linear(&layout.find(prefix + ".weight"), family_bias(layout, prefix)) {}
+
+Linear Linear::weight_only(const ParameterLayout& layout, const std::string& weight_name) {
+  return Linear(&layout.find(weight_name), nullptr);
+}
+
+void Linear::forward(const FlatTensors& weights, Tensor out, Tensor inp) const {
+  k::linear_forward(out, inp, weights.stored(*weight_), view(weights, bias_));
+}
+
+void Linear::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const {
+  k::linear_backward_input(dinp, dout, weights.stored(*weight_));
+}
+
+void Linear::backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const {
+  k::linear_backward_weight(grads.stored(*weight_), view(grads, bias_), dout, inp);
+}
+
+Embedding::Embedding(const ParameterLayout& layout)
+    : wte_(&layout.find("wte")), wpe_(layout.config().family == ModelFamily::gpt2 ? &layout.find("wpe") : nullptr) {}
+
+void Embedding::forward(const FlatTensors& weights, Tensor x, Tensor tokens, int64_t first_position) const {
+  const int64_t B = tokens.dim(0), T = tokens.dim(1);
+  k::embedding_forward(x, tokens.reshape({B * T}), weights.stored(*wte_));
+  if (wpe_ != nullptr)
+    k::position_embedding_forward(x.reshape({B, T, x.dim(1)}), weights.stored(*wpe_).slice_rows(first_position, T));
+}
+
+void Embedding::backward(const FlatTensors& grads, Tensor tokens, Tensor dx) const {
+  const int64_t B = tokens.dim(0), T = tokens.dim(1);
+  if (wpe_ != nullptr) k::position_embedding_backward(grads.stored(*wpe_), dx.reshape({B, T, dx.dim(1)}));
+  k::embedding_backward(grads.stored(*wte_), tokens.reshape({B * T}), dx);
+}
+
+}  // namespace dt

@@ -1,0 +1,18 @@
+// llama's rotary tables (kernels/rope.h): for positions [0, rows), cos and sin of each
+// position's angle per frequency, (rows, HS/2) f32 each, in one buffer on `device`. Rows
+// [p, p + T) rotate T positions starting at position p. Computed on the CPU and copied.
+#pragma once
+
+#include "core/buffer.h"
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace dt {
+
+struct RopeTables {
+  Buffer buffer;
+  Tensor cos, sin;
+};
+RopeTables make_rope_tables(const ModelConfig& config, int rows, Device device = Device::cpu);
+
+}  // namespace dt

@@ -1,0 +1,237 @@
+#include "model/stage.h"
+
+#include "core/device.h"
+#include "kernels/cross_entropy.h"
+
+namespace dt {
+
+namespace k = kernels;
+
+namespace {
+
+const char* output_weight_name(const ModelConfig& config) { return config.tied_embeddings ? "wte" : "lm_head"; }
+
+// The sum of per-token losses (f32), in token order on the CPU: the same number on every device.
+double sum_in_order(Tensor losses) {
+  double sum = 0;
+  for (const float loss : host_values<float>(losses)) sum += loss;
+  return sum;
+}
+
+}  // namespace
+
+// Where each activation lives. Activations are in the model's precision; per-row statistics
+// (norm mean and rstd, attention lse, losses) in f32.
+struct Stage::Regions {
+  struct Block {
+    ActivationRegion ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
+  };
+  ActivationRegion input;  // the embeddings' output, or the previous stage's output
+  std::vector<Block> blocks;
+  ActivationRegion lnf, lnf_mean, lnf_rstd, logits, losses;  // the head's
+  ActivationRegion dres, dtmp, dqkv, dfch, dact;             // backward's, in scratch
+  ActivationBytes bytes;
+
+  Regions(const ModelConfig& c, StageUnits units, Recompute recompute, DType precision, int64_t max_rows) {
+    RegionLayout kept(ActivationPart::kept, max_rows), shared(ActivationPart::shared, max_rows),
+        scratch(ActivationPart::scratch, max_rows);
+    const int64_t C = c.d_model, F = c.ffn_hidden();
+    const int64_t mean_width = c.family == ModelFamily::gpt2 ? 1 : 0;  // RMSNorm keeps no mean
+    input = kept.add(C, precision);
+    // A recomputed activation has one shared region that every block uses: backward rebuilds it
+    // for the block at hand. A kept one has a region per block and micro-batch.
+    std::map<int, ActivationRegion> once;
+    const auto region = [&](bool recomputed, int key, int64_t width, DType dtype) {
+      if (!recomputed) return kept.add(width, dtype);
+      if (!once.count(key)) once[key] = shared.add(width, dtype);
+      return once[key];
+    };
+    const bool full = recompute == Recompute::full, core = recompute != Recompute::none;
+    const auto s = [&](int key, int64_t width) { return region(full, key, width, precision); };
+    const auto stat = [&](int key, int64_t width) { return region(full, key, width, DType::f32); };
+    for (int l = units.first_block; l < units.end_block; ++l)
+      blocks.push_back({.ln1 = s(0, C), .ln1_mean = stat(1, mean_width), .ln1_rstd = stat(2, 1), .qkv = s(3, c.qkv_width()),
+                        .atty = region(core, 4, C, precision), .lse = region(core, 5, c.n_head, DType::f32),
+                        .res2 = s(6, C), .ln2 = s(7, C), .ln2_mean = stat(8, mean_width), .ln2_rstd = stat(9, 1),
+                        .fch = s(10, c.ffn_in_width()), .fch_act = s(11, F),
+                        .res3 = kept.add(C, precision)});  // the next block's input: always kept
+    if (units.head) {
+      lnf = kept.add(C, precision), lnf_mean = kept.add(mean_width, DType::f32), lnf_rstd = kept.add(1, DType::f32);
+      logits = kept.add(c.padded_vocab_size(), precision), losses = kept.add(1, DType::f32);
+    }
+    dres = scratch.add(C, precision), dtmp = scratch.add(C, precision), dqkv = scratch.add(c.qkv_width(), precision);
+    dfch = scratch.add(c.ffn_in_width(), precision), dact = scratch.add(F, precision);
+    bytes = {.kept = kept.bytes(), .shared = shared.bytes(), .scratch = scratch.bytes()};
+  }
+};
+
+Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
+             int batch_size, int seq_len)
+    : config_(layout.config()),
+      units_(units),
+      head_unit_(layout.units().size() - 1),
+      output_unit_(layout.unit_of(layout.find(output_weight_name(layout.config())))),
+      regions_(std::make_unique<Regions>(config_, units, recompute, precision, int64_t{batch_size} * seq_len)),
+      store_(regions_->bytes.kept, regions_->bytes.shared, regions_->bytes.scratch, device, /*reserved=*/1) {
+  DT_CHECK(0 <= units.first_block && units.first_block <= units.end_block && units.end_block <= config_.n_layer,
+           "stage blocks [", units.first_block, ", ", units.end_block, ") outside the model's ", config_.n_layer);
+  for (int l = units.first_block; l < units.end_block; ++l) blocks_.emplace_back(layout, l, recompute);
+  if (units.embeddings) embedding_.emplace(layout);
+  if (units.head) {
+    ln_f_.emplace(layout, "ln_f");
+    output_ = Linear::weight_only(layout, output_weight_name(config_));
+  }
+  if (config_.family == ModelFamily::llama) rope_ = make_rope_tables(config_, seq_len, device);
+}
+
+Stage::~Stage() = default;
+
+ActivationBytes Stage::activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
+                                        DType precision, int batch_size, int seq_len) {
+  return Regions(config, units, recompute, precision, int64_t{batch_size} * seq_len).bytes;
+}
+
+Tensor Stage::rows(int k, const ActivationRegion& r, int64_t N) const {
+  return r.width == 0 ? Tensor{} : region(k, r, N).reshape({N});
+}
+
+BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
+  const Regions::Block& b = regions_->blocks[i];
+  const auto act = [&](const ActivationRegion& r) { return region(k, r, N); };
+  // The branch outputs go through dtmp: free in forward, and in backward when full recomputation
+  // reruns a block (the block above has consumed it; dres is kept).
+  return {.ln1 = act(b.ln1), .ln1_mean = rows(k, b.ln1_mean, N), .ln1_rstd = rows(k, b.ln1_rstd, N),
+          .qkv = act(b.qkv), .atty = act(b.atty), .lse = act(b.lse), .proj_out = act(regions_->dtmp),
+          .res2 = act(b.res2), .ln2 = act(b.ln2), .ln2_mean = rows(k, b.ln2_mean, N),
+          .ln2_rstd = rows(k, b.ln2_rstd, N), .fch = act(b.fch), .fch_act = act(b.fch_act), .res3 = act(b.res3)};
+}
+
+Tensor Stage::block_input(int k, size_t i, int64_t N) const {
+  return region(k, i == 0 ? regions_->input : regions_->blocks[i - 1].res3, N);
+}
+
+std::optional<size_t> Stage::forward_next(size_t u) const {
+  const size_t last = units_.head ? head_unit_ : static_cast<size_t>(units_.end_block);
+  return u < last ? std::optional<size_t>(u + 1) : std::nullopt;
+}
+
+std::optional<size_t> Stage::backward_next(size_t u) const {
+  const auto first_block_unit = static_cast<size_t>(units_.first_block) + 1;
+  return u > first_block_unit ? std::optional<size_t>(u - 1) : std::nullopt;
+}
+
+void Stage::weights_needed(size_t u, std::optional<size_t> next) const {
+  if (hooks_ != nullptr) hooks_->weights_needed(u, next);
+}
+void Stage::weights_done(size_t u) const {
+  if (hooks_ != nullptr) hooks_->weights_done(u);
+}
+void Stage::gradients_needed(size_t u) const {
+  if (hooks_ != nullptr) hooks_->gradients_needed(u);
+}
+void Stage::gradients_final(size_t u) const {
+  if (hooks_ != nullptr) hooks_->gradients_final(u);
+}
+
+Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backward_follows) {
+  const int64_t B = in.dim(0), T = in.dim(1), N = B * T, C = config_.d_model;
+  if (!store_.held(k)) store_.hold(k);
+  shapes_[k] = {B, T};
+  const Tensor x = region(k, regions_->input, N);
+  // A tied wte is read again by the output projection.
+  const bool tied_here = units_.embeddings && units_.head && output_unit_ == 0;
+  if (units_.embeddings) {
+    weights_needed(0, forward_next(0));
+    embedding_->forward(weights, x, in);
+    if (!tied_here) weights_done(0);
+  } else {
+    copy_bytes(x.data, x.device, in.data, in.device, x.bytes());
+  }
+  CausalSelfAttention attention(config_, B, T, rope_.cos, rope_.sin);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const size_t u = blocks_[i].unit();
+    weights_needed(u, forward_next(u));
+    blocks_[i].forward(weights, block_input(k, i, N), block_activations(k, i, N), attention);
+    weights_done(u);
+  }
+  const Tensor out = block_input(k, blocks_.size(), N);
+  if (!units_.head) return out.reshape({B, T, C});
+  const Regions& r = *regions_;
+  weights_needed(head_unit_, std::nullopt);
+  const Tensor lnf = region(k, r.lnf, N), logits = region(k, r.logits, N);
+  ln_f_->forward(weights, lnf, rows(k, r.lnf_mean, N), rows(k, r.lnf_rstd, N), out);
+  // Padding rows of the output weight are zero, so padding columns of the logits are zero; the
+  // loss never reads them and sets their gradient to zero.
+  output_->forward(weights, logits, lnf);
+  if (backward_follows) return logits;  // it starts with the head
+  weights_done(head_unit_);
+  if (tied_here) weights_done(0);
+  return logits;
+}
+
+double Stage::loss(int k, Tensor targets, float loss_scale, bool with_gradient) {
+  DT_CHECK(units_.head, "the loss is computed by the stage with the head");
+  const int64_t N = targets.numel();
+  const Tensor losses = rows(k, regions_->losses, N), logits = region(k, regions_->logits, N);
+  if (with_gradient)
+    k::cross_entropy_forward_backward(losses, logits, targets.reshape({N}), config_.vocab_size, loss_scale);
+  else
+    k::cross_entropy_forward(losses, logits, targets.reshape({N}), config_.vocab_size);
+  return sum_in_order(losses);
+}
+
+Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& weights, const FlatTensors& grads) {
+  const auto [B, T] = shapes_.at(k);
+  const int64_t N = B * T, C = config_.d_model;
+  const Regions& r = *regions_;
+  const auto scratch = [&](const ActivationRegion& region) { return store_.view(k, region, N); };
+  // dres carries the gradient of the residual stream down through the blocks, updated in place:
+  // each branch's norm backward adds into it (kernels/layernorm.h and rmsnorm.h accumulate dinp).
+  const Tensor dres = scratch(r.dres), dtmp = scratch(r.dtmp);
+  const Tensor out = block_input(k, blocks_.size(), N);
+  if (units_.head) {
+    const Tensor dlogits = region(k, r.logits, N);
+    weights_needed(head_unit_, backward_next(head_unit_));
+    weights_needed(output_unit_, std::nullopt);  // the head's, or a tied wte, still held from forward
+    gradients_needed(head_unit_);
+    gradients_needed(output_unit_);
+    output_->backward_input(weights, dtmp, dlogits);
+    output_->backward_weight(grads, dlogits, region(k, r.lnf, N));
+    if (output_unit_ != head_unit_) weights_done(output_unit_);  // the lookup's backward reads no weights
+    zero_bytes(dres.data, dres.device, dres.bytes());
+    ln_f_->backward(weights, grads, dres, dtmp, out, rows(k, r.lnf_mean, N), rows(k, r.lnf_rstd, N));
+    weights_done(head_unit_);
+    gradients_final(head_unit_);
+  } else {
+    copy_bytes(dres.data, dres.device, dout.data, dout.device, dres.bytes());
+  }
+  CausalSelfAttention attention(config_, B, T, rope_.cos, rope_.sin);
+  const BlockGradients d{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .dact = scratch(r.dact),
+                         .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv)};
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    const size_t u = blocks_[i].unit();
+    weights_needed(u, backward_next(u));
+    gradients_needed(u);
+    blocks_[i].backward_input(weights, grads, block_input(k, i, N), block_activations(k, i, N), d, attention,
+                              /*weights_now=*/true);
+    weights_done(u);
+    gradients_final(u);
+  }
+  if (!units_.embeddings) return dres.reshape({B, T, C});
+  gradients_needed(0);
+  embedding_->backward(grads, tokens, dres);
+  gradients_final(0);
+  return Tensor{};
+}
+
+Tensor Stage::logits(int k) const {
+  const Shape s = shapes_.at(k);
+  return region(k, regions_->logits, s.B * s.T);
+}
+
+Tensor Stage::losses(int k) const {
+  const Shape s = shapes_.at(k);
+  return region(k, regions_->losses, s.B * s.T).reshape({s.B, s.T});
+}
+
+}  // namespace dt

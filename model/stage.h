@@ -1,0 +1,109 @@
+// A contiguous range of the layout's units — optionally the embeddings, blocks [first, end),
+// optionally the head (the final norm, the output projection and the loss) — run forward and
+// backward one micro-batch at a time. The whole model is one stage covering every unit
+// (model/transformer.h); pipeline parallelism gives each rank a stage, and a schedule decides
+// the order of the micro-batches' forward and backward.
+//
+//   forward(k, in)     in: tokens (B, T) i32 when the stage has the embeddings, else the previous
+//                      stage's output (B, T, C). Returns the logits (B*T, Vp) when it has the
+//                      head, else its output (B, T, C).
+//   loss(k, targets)   the head's: the sum of the per-token losses, and with a gradient the
+//                      loss's gradient in place of the logits.
+//   backward(k, ...)   from the loss's gradient (the head) or the output's gradient; adds every
+//                      parameter's gradient and returns the input's gradient (B, T, C), or none
+//                      when the stage has the embeddings.
+//
+// Micro-batch k's activations live in the stage's ActivationStore (model/activation_store.h)
+// from its forward until release(k): several micro-batches may be held at once. The stage calls
+// the unit hooks (model/unit_hooks.h) for each of its units as the passes reach them.
+// Weights are read from `weights` and gradients added into `grads`, flat buffers of the layout
+// the stage was made with.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/activation_store.h"
+#include "model/block.h"
+#include "model/layers.h"
+#include "model/rope_tables.h"
+#include "model/unit_hooks.h"
+
+namespace dt {
+
+struct StageUnits {
+  bool embeddings = true;
+  int first_block = 0, end_block = 0;  // blocks [first_block, end_block)
+  bool head = true;
+
+  // Every unit of the model.
+  static StageUnits whole(const ModelConfig& config) { return {.end_block = config.n_layer}; }
+};
+
+// A stage's activation memory: kept per micro-batch in flight, shared and scratch once.
+struct ActivationBytes {
+  int64_t kept = 0, shared = 0, scratch = 0;
+  int64_t with_micro_batches(int64_t held) const { return kept * held + shared + scratch; }
+};
+
+class Stage {
+ public:
+  // Micro-batches of at most (batch_size, seq_len) tokens, activations in `precision` on `device`.
+  Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
+        int batch_size, int seq_len);
+  ~Stage();
+  // The activation memory such a stage lays out, without making one.
+  static ActivationBytes activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
+                                          DType precision, int batch_size, int seq_len);
+
+  const StageUnits& units() const { return units_; }
+  void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
+
+  Tensor forward(int k, Tensor in, const FlatTensors& weights, bool backward_follows);
+  double loss(int k, Tensor targets, float loss_scale, bool with_gradient);
+  // dout: the output's gradient (B, T, C), undefined when the stage has the head. tokens: the
+  // micro-batch's, when the stage has the embeddings. The returned gradient is valid until the
+  // next backward.
+  Tensor backward(int k, Tensor dout, Tensor tokens, const FlatTensors& weights, const FlatTensors& grads);
+  void release(int k) { store_.release(k); }
+
+  // Micro-batch k's logits (B*T, Vp) and per-token losses (B, T): the head's.
+  Tensor logits(int k) const;
+  Tensor losses(int k) const;
+
+ private:
+  struct Regions;
+  struct Shape {
+    int64_t B = 0, T = 0;
+  };
+  BlockActivations block_activations(int k, size_t i, int64_t N) const;
+  Tensor block_input(int k, size_t i, int64_t N) const;
+  Tensor region(int k, const ActivationRegion& r, int64_t N) const { return store_.view(k, r, N); }
+  // Region r as per-row statistics (N), or none for a norm that keeps none (RMSNorm's mean).
+  Tensor rows(int k, const ActivationRegion& r, int64_t N) const;
+  // The unit after u whose weights a pass of this stage reads next: forward goes up to the head,
+  // backward down to the first block (the lookup's backward reads no weights).
+  std::optional<size_t> forward_next(size_t u) const;
+  std::optional<size_t> backward_next(size_t u) const;
+  void weights_needed(size_t u, std::optional<size_t> next) const;
+  void weights_done(size_t u) const;
+  void gradients_needed(size_t u) const;
+  void gradients_final(size_t u) const;
+
+  const ModelConfig& config_;
+  StageUnits units_;
+  std::vector<Block> blocks_;
+  std::optional<Embedding> embedding_;
+  std::optional<Norm> ln_f_;
+  std::optional<Linear> output_;
+  size_t head_unit_, output_unit_;  // the output projection's: the head's, or the embeddings' when tied
+  std::unique_ptr<Regions> regions_;
+  ActivationStore store_;
+  std::map<int, Shape> shapes_;  // of each micro-batch held
+  RopeTables rope_;              // llama: positions [0, seq_len)
+  UnitHooks* hooks_ = nullptr;
+};
+
+}  // namespace dt

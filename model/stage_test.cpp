@@ -1,0 +1,172 @@
+// Stages and blocks change where the passes run and in what groups, never a bit of what they
+// compute: a model cut into stages, micro-batches held several at once, and a block's weight
+// gradients deferred all give the whole model's numbers exactly.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/rng.h"
+#include "model/stage.h"
+#include "tests/gradcheck.h"
+
+namespace dt {
+namespace {
+
+using testing::OwnedTensor;
+using testing::random_normal;
+using testing::zeros;
+
+constexpr int B = 2, T = 19;
+
+OwnedTensor random_ids(const ModelConfig& config, uint64_t seed) {
+  OwnedTensor ids = zeros(DType::i32, {B, T});
+  const ElementRng rng(seed, "stage ids");
+  for (int64_t i = 0; i < B * T; ++i) ids.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(i) * config.vocab_size);
+  return ids;
+}
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  return {p, p + t.bytes()};
+}
+
+class StageTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  StageTest()
+      : config(model_preset(GetParam())),
+        layout(config),
+        weights(layout, MemTag::parameters),
+        tokens{random_ids(config, 1), random_ids(config, 2)},
+        targets{random_ids(config, 3), random_ids(config, 4)} {
+    init_parameters(weights, 7);
+  }
+
+  // Loss and gradients of the micro-batches on one stage covering the whole model, each
+  // micro-batch's forward and backward one after the other.
+  std::pair<double, std::vector<uint8_t>> whole_model(Recompute recompute) const {
+    FlatTensors grads(layout, MemTag::gradients);
+    grads.zero();
+    Stage whole(layout, StageUnits::whole(config), recompute, DType::f32, Device::cpu, B, T);
+    double loss = 0;
+    for (int k = 0; k < 2; ++k) {
+      whole.forward(k, tokens[k].t, weights, true);
+      loss += whole.loss(k, targets[k].t, 0.5f, true);
+      EXPECT_FALSE(whole.backward(k, Tensor{}, tokens[k].t, weights, grads).defined());
+      whole.release(k);
+    }
+    return {loss, bytes_of(grads.all())};
+  }
+
+  ModelConfig config;
+  ParameterLayout layout;
+  FlatTensors weights;
+  OwnedTensor tokens[2], targets[2];
+};
+
+TEST_P(StageTest, TwoStagesChainedGiveTheWholeModelsLossAndGradients) {
+  for (Recompute recompute : {Recompute::none, Recompute::full}) {
+    const auto [loss, expected] = whole_model(recompute);
+    // The first stage ends after block 0, the second holds the rest and the head (a tied wte is
+    // read by both and gets gradient from both).
+    const int cut = 1;
+    Stage first(layout, {.embeddings = true, .first_block = 0, .end_block = cut, .head = false}, recompute, DType::f32,
+                Device::cpu, B, T);
+    Stage second(layout, {.embeddings = false, .first_block = cut, .end_block = config.n_layer, .head = true},
+                 recompute, DType::f32, Device::cpu, B, T);
+    FlatTensors grads(layout, MemTag::gradients);
+    grads.zero();
+    double chained = 0;
+    for (int k = 0; k < 2; ++k) {
+      const Tensor out = first.forward(k, tokens[k].t, weights, true);
+      EXPECT_EQ(out.shape, Shape({B, T, config.d_model}));
+      second.forward(k, out, weights, true);
+      chained += second.loss(k, targets[k].t, 0.5f, true);
+      const Tensor din = second.backward(k, Tensor{}, Tensor{}, weights, grads);
+      ASSERT_EQ(din.shape, Shape({B, T, config.d_model}));
+      first.backward(k, din, tokens[k].t, weights, grads);
+    }
+    EXPECT_EQ(chained, loss) << recompute_name(recompute);
+    EXPECT_EQ(bytes_of(grads.all()), expected) << recompute_name(recompute);
+  }
+}
+
+TEST_P(StageTest, MicroBatchesHeldAtOnceGiveTheSameGradients) {
+  for (Recompute recompute : {Recompute::none, Recompute::selective}) {
+    const auto [loss, expected] = whole_model(recompute);
+    Stage stage(layout, StageUnits::whole(config), recompute, DType::f32, Device::cpu, B, T);
+    FlatTensors grads(layout, MemTag::gradients);
+    grads.zero();
+    // Both forwards before either backward, as a pipeline schedule runs them; backward in the
+    // same order as above, so that the gradients are summed in the same order.
+    const auto held = [] { return memory_stats(Device::cpu).current_bytes[static_cast<int>(MemTag::activations)]; };
+    const size_t one = held();
+    double both = 0;
+    for (int k = 0; k < 2; ++k) stage.forward(k, tokens[k].t, weights, true);
+    const size_t two = held();
+    EXPECT_GT(two, one) << "the second micro-batch's activations";
+    for (int k = 0; k < 2; ++k) {
+      both += stage.loss(k, targets[k].t, 0.5f, true);
+      stage.backward(k, Tensor{}, tokens[k].t, weights, grads);
+      stage.release(k);
+    }
+    EXPECT_EQ(both, loss) << recompute_name(recompute);
+    EXPECT_EQ(bytes_of(grads.all()), expected) << recompute_name(recompute);
+    // A released micro-batch's buffer is reused: holding two again allocates nothing.
+    for (int k = 2; k < 4; ++k) stage.forward(k, tokens[k - 2].t, weights, false);
+    EXPECT_EQ(held(), two);
+  }
+}
+
+// A block's backward with the weights' gradients deferred to backward_weight (as a zero-bubble
+// pipeline schedule runs it) gives the input's gradient and every parameter's gradient of the
+// backward that takes them at once.
+TEST_P(StageTest, DeferredWeightGradientsEqualTheImmediateOnes) {
+  const int64_t N = B * T, C = config.d_model;
+  const Block block(layout, 0, Recompute::none);
+  auto act = [&](int64_t width) { return zeros(DType::f32, {N, width}); };
+  OwnedTensor ln1 = act(C), ln1_mean = zeros(DType::f32, {N}), ln1_rstd = zeros(DType::f32, {N}),
+              qkv = act(config.qkv_width()), atty = act(C), lse = zeros(DType::f32, {N * config.n_head}),
+              proj_out = act(C), res2 = act(C), ln2 = act(C), ln2_mean = zeros(DType::f32, {N}),
+              ln2_rstd = zeros(DType::f32, {N}), fch = act(config.ffn_in_width()), fch_act = act(config.ffn_hidden()),
+              res3 = act(C);
+  const bool gpt2 = config.family == ModelFamily::gpt2;
+  const BlockActivations a{.ln1 = ln1.t, .ln1_mean = gpt2 ? ln1_mean.t : Tensor{}, .ln1_rstd = ln1_rstd.t,
+                           .qkv = qkv.t, .atty = atty.t, .lse = lse.t, .proj_out = proj_out.t, .res2 = res2.t,
+                           .ln2 = ln2.t, .ln2_mean = gpt2 ? ln2_mean.t : Tensor{}, .ln2_rstd = ln2_rstd.t,
+                           .fch = fch.t, .fch_act = fch_act.t, .res3 = res3.t};
+  const RopeTables rope = config.family == ModelFamily::llama ? make_rope_tables(config, T) : RopeTables{};
+  CausalSelfAttention attention(config, B, T, rope.cos, rope.sin);
+  const OwnedTensor x = random_normal(DType::f32, {N, C}, 11), dout = random_normal(DType::f32, {N, C}, 12);
+  block.forward(weights, x.t, a, attention);
+
+  FlatTensors now_grads(layout, MemTag::gradients), later_grads(layout, MemTag::gradients);
+  now_grads.zero();
+  later_grads.zero();
+  // At once: the residual stream's gradient updated in place, one buffer of working space each.
+  OwnedTensor dres = zeros(DType::f32, {N, C});
+  std::memcpy(dres.t.data, dout.t.data, dout.t.bytes());
+  OwnedTensor dtmp = act(C), dact = act(config.ffn_hidden()), dfch = act(config.ffn_in_width()),
+              dqkv = act(config.qkv_width());
+  block.backward_input(weights, now_grads, x.t, a,
+                       {.dout = dres.t, .dres2 = dres.t, .din = dres.t, .dtmp = dtmp.t, .dact = dact.t,
+                        .dfch = dfch.t, .dqkv = dqkv.t},
+                       attention, /*weights_now=*/true);
+  // Deferred: distinct gradients that backward_weight reads later.
+  OwnedTensor dres2 = act(C), din = act(C), dtmp2 = act(C), dact2 = act(config.ffn_hidden()),
+              dfch2 = act(config.ffn_in_width()), dqkv2 = act(config.qkv_width());
+  const BlockGradients deferred{.dout = dout.t, .dres2 = dres2.t, .din = din.t, .dtmp = dtmp2.t, .dact = dact2.t,
+                                .dfch = dfch2.t, .dqkv = dqkv2.t};
+  block.backward_input(weights, later_grads, x.t, a, deferred, attention, /*weights_now=*/false);
+  EXPECT_EQ(bytes_of(din.t), bytes_of(dres.t));
+  EXPECT_NE(bytes_of(later_grads.all()), bytes_of(now_grads.all())) << "the linear layers' gradients wait";
+  block.backward_weight(later_grads, a, deferred);
+  EXPECT_EQ(bytes_of(later_grads.all()), bytes_of(now_grads.all()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, StageTest, ::testing::Values("gpt2-tiny", "llama-tiny"),
+                         [](const auto& info) { return std::string(info.param).substr(0, std::string(info.param).find('-')); });
+
+}  // namespace
+}  // namespace dt
