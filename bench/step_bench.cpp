@@ -77,8 +77,9 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   // The whole run (model, AdamW, activations) against the GPU's memory before anything is made.
   if (o.device == Device::cuda) DataParallel::check_fits_on_gpu(o.model, o.batch_size, o.seq_len, o.recompute, o.precision, 1, 0);
   Transformer model(o.model, o.batch_size, o.seq_len, o.recompute, o.precision, o.device);
+  AdamW optimizer(model.layout(), OptimizerParts::whole(model), AdamWConfig{});
   init_parameters(model.params(), 1);
-  AdamW optimizer(model.layout(), AdamWConfig{}, o.device);
+  optimizer.round_weights();
   BatchBuffers batch(1, o.batch_size, o.seq_len, o.device);
   const MicroBatch& host = batch.host(0);
   const ElementRng rng(2, "bench.tokens");

@@ -24,8 +24,8 @@ TEST(TrainingBytes, AreWhatTheModelsShapeGivesByHand) {
   for (const DType precision : {DType::f32, DType::bf16})
     for (const Recompute recompute : {Recompute::none, Recompute::full}) {
       const MemoryStats before = memory_stats(Device::cpu);
-      const Transformer model(config, kBatch, kSeqLen, recompute, precision);
-      const AdamW optimizer(model.layout(), {});
+      Transformer model(config, kBatch, kSeqLen, recompute, precision);
+      const AdamW optimizer(model.layout(), OptimizerParts::whole(model), {});
       const MemoryStats after = memory_stats(Device::cpu);
       const auto held = [&](MemTag tag) { return after.current(tag) - before.current(tag); };
       const bool sixteen_bit = precision != DType::f32;

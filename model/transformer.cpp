@@ -122,16 +122,8 @@ void Transformer::check_inputs(Tensor tokens, Tensor targets) const {
   }
 }
 
-void Transformer::refresh_compute_weights() {
-  if (!master_weights_) return;
-  // The whole flat buffer in one pass: padding rows and alignment gaps are zero in the master
-  // weights (the optimizer updates shown elements only), so they stay zero in the copy.
-  k::convert(compute_weights_->all(), params_.all());
-}
-
 double Transformer::forward(Tensor tokens, Tensor targets) {
   check_inputs(tokens, targets);
-  refresh_compute_weights();  // the master weights may have changed since the last forward
   stage_.forward(0, tokens, weights(), /*backward_follows=*/false);
   return targets.defined() ? stage_.loss(0, targets, 1, /*with_gradient=*/false) : 0.0;
 }
@@ -139,7 +131,6 @@ double Transformer::forward(Tensor tokens, Tensor targets) {
 double Transformer::forward_backward(Tensor tokens, Tensor targets, float loss_scale) {
   DT_CHECK(targets.defined(), "forward_backward needs targets");
   check_inputs(tokens, targets);
-  refresh_compute_weights();
   stage_.forward(0, tokens, weights(), /*backward_follows=*/true);
   const double loss = stage_.loss(0, targets, loss_scale, /*with_gradient=*/true);
   stage_.backward(0, Tensor{}, tokens, weights(), grads_);

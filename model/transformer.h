@@ -44,10 +44,11 @@ class Transformer {
   // init_parameters() or a load fills them.
   // precision: how activations and the weights the kernels read are stored, f32, bf16 or f16.
   // With bf16 or f16, params() stays the f32 master copy (tagged optimizer_state, as ZeRO
-  // counts it) that the optimizer updates, init fills and checkpoints save; every forward
-  // first rounds it into the 16-bit compute copy (tagged parameters). Gradients are f32.
-  // Without master weights (storage.master_weights false: ZeRO keeps them, sharded) params()
-  // holds nothing, and whoever updates the weights writes the compute copy.
+  // counts it) that the optimizer updates, init fills and checkpoints save; the optimizer rounds
+  // it into the 16-bit compute copy (tagged parameters) after each update and after the
+  // parameters are set (AdamW::round_weights, optim/adamw.h): forward reads the copy as it is.
+  // Gradients are f32. Without master weights (storage.master_weights false: ZeRO keeps them,
+  // sharded) params() holds nothing.
   // device: where every buffer lives and every kernel runs; tokens and targets given to
   // forward() are on it too.
   // storage: the parameter layout's unit multiple and how parameters and gradients are held
@@ -112,8 +113,6 @@ class Transformer {
   static void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                                 DType precision, const ParameterStorage& storage);
   void check_inputs(Tensor tokens, Tensor targets) const;
-  // Rounds params() into the compute copy (16-bit precision with master weights only).
-  void refresh_compute_weights();
 
   ParameterLayout layout_;
   FlatTensors params_;

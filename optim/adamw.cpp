@@ -1,10 +1,27 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
-#include "kernels/adamw.h"
+#include "core/device.h"
+#include "kernels/convert.h"
+#include "kernels/reduce.h"
 
 namespace dt {
+
+namespace {
+
+// The parts of `ranges` (sorted flat ranges) inside `window`, relative to the window's start.
+std::vector<kernels::FlatRange> clipped(const std::vector<kernels::FlatRange>& ranges, kernels::FlatRange window) {
+  std::vector<kernels::FlatRange> out;
+  for (const kernels::FlatRange& r : ranges) {
+    const int64_t b = std::max(r.begin, window.begin), e = std::min(r.end, window.end);
+    if (b < e) kernels::append_range(out, {b - window.begin, e - window.begin});
+  }
+  return out;
+}
+
+}  // namespace
 
 void AdamWConfig::validate() const {
   std::string problems;
@@ -18,36 +35,134 @@ void AdamWConfig::validate() const {
   if (!problems.empty()) throw Error(str("invalid AdamW settings:", problems));
 }
 
+OptimizerParts OptimizerParts::whole(Transformer& model) {
+  const int64_t total = model.layout().total_elements();
+  return {.ranges = {{0, total}},
+          .grads = model.grads().all(),
+          .params = model.params().all(),
+          .weights = model.precision() == DType::f32 ? Tensor{} : model.weights().all()};
+}
+
 // The config is validated before the moments are allocated.
-AdamW::AdamW(const ParameterLayout& layout, AdamWConfig config, Device device, MemTag tag)
-    : config_((config.validate(), config)),
-      m_(layout, tag, device),
-      v_(layout, tag, device),
-      decayed_(layout.shown_ranges([this](const ParamInfo& p) { return decays(p); })),
-      not_decayed_(layout.shown_ranges([this](const ParamInfo& p) { return !decays(p); })) {}
+AdamW::AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig config, MemTag tag)
+    : config_((config.validate(), config)), layout_(layout), parts_(std::move(parts)) {
+  const auto decayed = layout.shown_ranges([this](const ParamInfo& p) { return decays(p); });
+  const auto not_decayed = layout.shown_ranges([this](const ParamInfo& p) { return !decays(p); });
+  const auto shown = layout.shown_ranges();
+  for (const kernels::FlatRange& range : parts_.ranges) {
+    DT_CHECK(range.begin >= 0 && range.end <= layout.total_elements() &&
+                 (part_list_.empty() || part_list_.back().global.end <= range.begin),
+             "optimizer ranges must be increasing, disjoint and inside the layout");
+    Part p{.global = range,
+           .local = local_elements_,
+           .decayed = clipped(decayed, range),
+           .not_decayed = clipped(not_decayed, range),
+           .shown = clipped(shown, range)};
+    for (const kernels::FlatRange& r : p.shown) kernels::append_range(shown_local_, {p.local + r.begin, p.local + r.end});
+    local_elements_ += range.size();
+    part_list_.push_back(std::move(p));
+  }
+  DT_CHECK(parts_.grads.dtype == DType::f32 && parts_.grads.numel() == local_elements_, "optimizer gradients ",
+           parts_.grads.describe(), " for ", local_elements_, " local elements");
+  const size_t bytes = static_cast<size_t>(local_elements_) * sizeof(float);
+  m_ = Buffer(bytes, tag, parts_.grads.device);
+  v_ = Buffer(bytes, tag, parts_.grads.device);
+}
 
 bool adamw_decays(const AdamWConfig& config, const ParamInfo& p) {
   return p.is_matrix && (!p.is_embedding || config.decay_embeddings);
 }
 
-kernels::AdamWStep adamw_step(const AdamWConfig& config, float lr, float grad_scale, int64_t step) {
-  return {.lr = lr,
-          .beta1 = config.beta1,
-          .beta2 = config.beta2,
-          .eps = config.eps,
-          .weight_decay = config.weight_decay,
-          .step = step,
-          .grad_scale = grad_scale};
-}
-
 bool AdamW::decays(const ParamInfo& p) const { return adamw_decays(config_, p); }
 
-void AdamW::step(FlatTensors& params, const FlatTensors& grads, float lr, float grad_scale) {
+Tensor AdamW::part_of(Tensor buffer, bool local, const Part& p) {
+  return buffer.reshape({buffer.numel()}).slice_rows(local ? p.local : p.global.begin, p.global.size());
+}
+
+Tensor AdamW::local_moment(Moment which) const {
+  return (which == Moment::first ? m_ : v_).view(DType::f32, {local_elements_});
+}
+
+double AdamW::global_grad_norm() const {
+  const double mine = kernels::sum_of_squares(parts_.grads, shown_local_);
+  return std::sqrt(parts_.group != nullptr ? all_reduce_value(*parts_.group, mine, ReduceOp::sum) : mine);
+}
+
+std::string AdamW::first_nonfinite_gradient() const {
+  // Backward computes the parameters from the last to the first, so the first non-finite one it
+  // reached is the highest index holding one in any part.
+  const auto& params = layout_.params();
+  double highest = -1;
+  for (size_t i = params.size(); i-- > 0 && highest < 0;) {
+    const ParamInfo& info = params[i];
+    for (const Part& p : part_list_) {
+      const int64_t b = std::max(info.offset, p.global.begin), e = std::min(info.offset + info.numel(), p.global.end);
+      if (b < e && !kernels::all_finite(part_of(parts_.grads, true, p).slice_rows(b - p.global.begin, e - b)))
+        highest = static_cast<double>(i);
+    }
+  }
+  if (parts_.group != nullptr) highest = all_reduce_value(*parts_.group, highest, ReduceOp::max);
+  return highest < 0 ? "" : params[static_cast<size_t>(highest)].name;
+}
+
+void AdamW::step(float lr, float grad_scale) {
   ++steps_taken_;
-  kernels::AdamWStep s = adamw_step(config_, lr, grad_scale, steps_taken_);
-  kernels::adamw_update(params.all(), grads.all(), m_.all(), v_.all(), decayed_, s);
-  s.weight_decay = 0;
-  kernels::adamw_update(params.all(), grads.all(), m_.all(), v_.all(), not_decayed_, s);
+  kernels::AdamWStep decayed{.lr = lr,
+                             .beta1 = config_.beta1,
+                             .beta2 = config_.beta2,
+                             .eps = config_.eps,
+                             .weight_decay = config_.weight_decay,
+                             .step = steps_taken_,
+                             .grad_scale = grad_scale};
+  kernels::AdamWStep not_decayed = decayed;
+  not_decayed.weight_decay = 0;
+  const Tensor m = local_moment(Moment::first), v = local_moment(Moment::second);
+  for (const Part& p : part_list_) {
+    const Tensor param = part_of(parts_.params, parts_.params_local, p), grad = part_of(parts_.grads, true, p);
+    const Tensor pm = part_of(m, true, p), pv = part_of(v, true, p);
+    if (!p.decayed.empty()) kernels::adamw_update(param, grad, pm, pv, p.decayed, decayed);
+    if (!p.not_decayed.empty()) kernels::adamw_update(param, grad, pm, pv, p.not_decayed, not_decayed);
+  }
+  round_weights();
+}
+
+void AdamW::round_weights() const {
+  if (!parts_.weights.defined()) return;
+  // Whole parts in one pass each: padding rows and alignment gaps are zero in the f32 parameters
+  // (only shown elements are updated), so they stay zero in the copy.
+  for (const Part& p : part_list_)
+    kernels::convert(part_of(parts_.weights, parts_.weights_local, p), part_of(parts_.params, parts_.params_local, p));
+}
+
+std::vector<Tensor> AdamW::moment_parts(Moment which) const {
+  std::vector<Tensor> out;
+  for (const Part& p : part_list_) out.push_back(part_of(local_moment(which), true, p));
+  return out;
+}
+
+Tensor AdamW::moment(Moment which, const ParamInfo& info) const {
+  for (const Part& p : part_list_)
+    if (p.global.begin <= info.offset && info.offset + info.numel() <= p.global.end)
+      return part_of(local_moment(which), true, p).slice_rows(info.offset - p.global.begin, info.numel()).reshape(info.shape);
+  throw Error(str("parameter ", info.name, " is not inside one of this optimizer's parts"));
+}
+
+void AdamW::take_moment(Moment which, Tensor whole) {
+  DT_CHECK(whole.numel() == layout_.total_elements(), "a whole moment of ", whole.numel(), " elements for a layout of ",
+           layout_.total_elements());
+  for (const Part& p : part_list_) {
+    const Tensor to = part_of(local_moment(which), true, p), from = part_of(whole, false, p);
+    copy_bytes(to.data, to.device, from.data, from.device, to.bytes());
+  }
+}
+
+void AdamW::put_moment(Moment which, Tensor whole) const {
+  DT_CHECK(whole.numel() == layout_.total_elements(), "a whole moment of ", whole.numel(), " elements for a layout of ",
+           layout_.total_elements());
+  for (const Part& p : part_list_) {
+    const Tensor to = part_of(whole, false, p), from = part_of(local_moment(which), true, p);
+    copy_bytes(to.data, to.device, from.data, from.device, to.bytes());
+  }
 }
 
 }  // namespace dt

@@ -1,14 +1,28 @@
-// AdamW over a model's flat parameter buffer, with decoupled weight decay chosen per tensor.
+// AdamW over parts of a model's flat buffers, and everything the update does with the
+// gradients: the global gradient norm, the search for a non-finite gradient, the update itself
+// with decoupled weight decay chosen per tensor, and the rounding of the updated f32 parameters
+// into the 16-bit weights forward reads. Each exists here once, for every layout of the state.
 //
-// The moments m and v are flat buffers with the parameters' layout (tag optimizer_state).
+// The parts are ranges of the parameter layout (model/parameters.h). One process updates one
+// part, the whole buffer. Under ZeRO a rank updates its part of every unit, and the norm and the
+// search are completed over the group of ranks that hold the other parts
+// (parallel/data_parallel.h). The gradients and the moments are local: the parts one after
+// another. The f32 parameters (a 16-bit run's master weights) and the 16-bit weights are either
+// local too or the model's whole buffers, read at each part's range of the layout.
+//
 // Weight decay applies to matrices; never to biases or norm gains; to the token and position
-// embeddings only when decay_embeddings is set (GPT-2 and llm.c do not decay them).
+// embeddings only when decay_embeddings is set (GPT-2 and llm.c do not decay them). Only shown
+// elements are updated: padding and gaps stay zero. The moments are tagged optimizer_state.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "comm/communicator.h"
+#include "core/buffer.h"
 #include "kernels/adamw.h"
-#include "model/parameters.h"
+#include "model/transformer.h"
 
 namespace dt {
 
@@ -23,39 +37,76 @@ struct AdamWConfig {
   void validate() const;
 };
 
-// Whether `config` decays parameter p (above), and the kernel's settings for one update: the
-// config's betas, eps and weight decay with learning rate lr, gradient scale and update count.
-// AdamW below and ZeRO's sharded optimizer (parallel/data_parallel.h) share them.
-bool adamw_decays(const AdamWConfig& config, const ParamInfo& p);
-kernels::AdamWStep adamw_step(const AdamWConfig& config, float lr, float grad_scale, int64_t step);
+// What an AdamW updates and where it finds it.
+struct OptimizerParts {
+  std::vector<kernels::FlatRange> ranges;  // of the layout, increasing and disjoint
+  Tensor grads;                            // f32, local: the ranges' gradients one after another
+  Tensor params;                           // f32: the parameters the update writes
+  bool params_local = false;               // params holds only the ranges (else the whole layout)
+  Tensor weights;                          // 16-bit: rounded from params; undefined in f32
+  bool weights_local = false;
+  // The ranks holding the other parts of the layout, or none: these parts are all of it.
+  Communicator* group = nullptr;
+
+  // One process's: the whole layout of the model's parameters, gradients and 16-bit weights.
+  static OptimizerParts whole(Transformer& model);
+};
 
 class AdamW {
  public:
-  // The moments live on `device`, beside the parameters they update, accounted under `tag`
-  // (a host copy made to save or load a ZeRO run's state is workspace, not optimizer state).
-  AdamW(const ParameterLayout& layout, AdamWConfig config, Device device = Device::cpu,
+  // Validates the config, then allocates the moments on the gradients' device under `tag` (a host
+  // copy made to move a run's state is workspace, not optimizer state).
+  AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig config,
         MemTag tag = MemTag::optimizer_state);
 
-  // One update with learning rate lr, every gradient multiplied by grad_scale first (the
-  // clipping coefficient). Reads grads; updates params, m and v (shown elements only: padding
-  // and gaps stay zero). Two passes over the flat buffers, one launch each on the GPU.
-  void step(FlatTensors& params, const FlatTensors& grads, float lr, float grad_scale);
+  // sqrt of the sum of squares of every shown gradient of the layout, each counted once (the tied
+  // input/output embedding is one tensor). Not finite when any gradient is not. A collective
+  // over the group.
+  double global_grad_norm() const;
+  // The name of the first parameter, in the order backward computes them (the reverse of the
+  // layout), whose gradient holds inf or NaN in any part, or "" when none does. A collective.
+  std::string first_nonfinite_gradient() const;
+  // One update with learning rate lr, every gradient multiplied by grad_scale first (the clipping
+  // coefficient and the loss scale folded in), then round_weights().
+  void step(float lr, float grad_scale);
+  // Rounds the f32 parameters into the 16-bit weights (nothing in f32): after each update, and
+  // after the parameters are set from outside (initialisation, a checkpoint).
+  void round_weights() const;
 
   bool decays(const ParamInfo& p) const;
+  const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return steps_taken_; }
   // Resuming from a checkpoint: the bias corrections continue from this many updates.
   void restore_steps_taken(int64_t steps) { steps_taken_ = steps; }
-  const AdamWConfig& config() const { return config_; }
-  FlatTensors& m() { return m_; }
-  FlatTensors& v() { return v_; }
-  const FlatTensors& m() const { return m_; }
-  const FlatTensors& v() const { return v_; }
+  const std::vector<kernels::FlatRange>& ranges() const { return parts_.ranges; }
+
+  enum class Moment { first, second };
+  // Each range's part of a moment, in order (a sharded checkpoint writes them).
+  std::vector<Tensor> moment_parts(Moment which) const;
+  // The shown view of parameter p's moment; p must lie in one range.
+  Tensor moment(Moment which, const ParamInfo& p) const;
+  // Between the parts and a flat buffer of the whole layout (f32, any device): a checkpoint of
+  // one process is the whole buffer; a resume takes each rank's parts of it.
+  void take_moment(Moment which, Tensor whole);
+  void put_moment(Moment which, Tensor whole) const;
 
  private:
+  struct Part {
+    kernels::FlatRange global;
+    int64_t local = 0;
+    std::vector<kernels::FlatRange> decayed, not_decayed, shown;  // relative to the part
+  };
+  // Part p of a buffer that holds the parts (local) or the whole layout.
+  static Tensor part_of(Tensor buffer, bool local, const Part& p);
+  Tensor local_moment(Moment which) const;
+
   AdamWConfig config_;
-  FlatTensors m_, v_;
-  // The parameters' ranges of the flat buffers, with weight decay and without: one update each.
-  std::vector<kernels::FlatRange> decayed_, not_decayed_;
+  const ParameterLayout& layout_;
+  OptimizerParts parts_;
+  std::vector<Part> part_list_;
+  std::vector<kernels::FlatRange> shown_local_;  // every part's shown elements, in local positions
+  int64_t local_elements_ = 0;
+  Buffer m_, v_;
   int64_t steps_taken_ = 0;
 };
 

@@ -1,14 +1,6 @@
 #include "optim/grad_clip.h"
 
-#include <cmath>
-
-#include "kernels/reduce.h"
-
 namespace dt {
-
-double global_grad_norm(const FlatTensors& grads) {
-  return std::sqrt(kernels::sum_of_squares(grads.all(), grads.layout().shown_ranges()));
-}
 
 float clip_coefficient(double norm, float max_norm) {
   if (max_norm <= 0) return 1.0f;

@@ -14,11 +14,11 @@ namespace {
 // the squared norm is exactly the published parameter count: the tied embedding counts once
 // and padding not at all.
 TEST(GradClip, GlobalNormCountsEveryParameterOnce) {
-  const ParameterLayout layout(model_preset("gpt2-tiny"));
-  FlatTensors grads(layout, MemTag::gradients);
-  const Tensor all = grads.all();
+  Transformer model(model_preset("gpt2-tiny"), 1, 8);
+  const AdamW optimizer(model.layout(), OptimizerParts::whole(model), {});
+  const Tensor all = model.grads().all();
   std::fill_n(all.ptr<float>(), all.numel(), 1.0f);
-  EXPECT_DOUBLE_EQ(global_grad_norm(grads), std::sqrt(static_cast<double>(layout.num_parameters())));
+  EXPECT_DOUBLE_EQ(optimizer.global_grad_norm(), std::sqrt(static_cast<double>(model.layout().num_parameters())));
 }
 
 TEST(GradClip, CoefficientAsPyTorch) {
@@ -28,8 +28,10 @@ TEST(GradClip, CoefficientAsPyTorch) {
 }
 
 TEST(AdamW, WeightDecayOnMatricesOnlyAndEmbeddingsWhenAsked) {
-  const ParameterLayout layout(model_preset("gpt2-tiny"));
-  const AdamW plain(layout, {}), with_embeddings(layout, {.decay_embeddings = true});
+  Transformer model(model_preset("gpt2-tiny"), 1, 8);
+  const ParameterLayout& layout = model.layout();
+  const AdamW plain(layout, OptimizerParts::whole(model), {}),
+      with_embeddings(layout, OptimizerParts::whole(model), {.decay_embeddings = true});
   EXPECT_TRUE(plain.decays(layout.find("h.0.mlp.fc.weight")));
   EXPECT_FALSE(plain.decays(layout.find("h.0.mlp.fc.bias")));
   EXPECT_FALSE(plain.decays(layout.find("h.1.ln_2.weight")));

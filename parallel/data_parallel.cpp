@@ -5,7 +5,6 @@
 
 #include "core/allocator.h"
 #include "core/device.h"
-#include "kernels/adamw.h"
 #include "kernels/add.h"
 #include "kernels/convert.h"
 #include "kernels/reduce.h"
@@ -28,16 +27,6 @@ std::vector<kernels::FlatRange> make_buckets(const ParameterLayout& layout, int6
     }
   }
   return buckets;
-}
-
-// The parts of `ranges` (sorted flat ranges) inside `window`, relative to the window's start.
-std::vector<kernels::FlatRange> clipped(const std::vector<kernels::FlatRange>& ranges, kernels::FlatRange window) {
-  std::vector<kernels::FlatRange> out;
-  for (const kernels::FlatRange& r : ranges) {
-    const int64_t b = std::max(r.begin, window.begin), e = std::min(r.end, window.end);
-    if (b < e) kernels::append_range(out, {b - window.begin, e - window.begin});
-  }
-  return out;
 }
 
 }  // namespace
@@ -114,8 +103,7 @@ DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_m
     : model_(model),
       dp_(dp),
       zero_stage_(zero_stage),
-      shards_parameters_(parameters_sharded(zero_stage, model.precision())),
-      adamw_(adamw) {
+      shards_parameters_(parameters_sharded(zero_stage, model.precision())) {
   DT_CHECK(dp.device() == model.device(), "data parallelism over a ", device_name(dp.device()),
            " communicator for a model on ", device_name(model.device()));
   DT_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage, " does not exist (0 to 3)");
@@ -131,25 +119,15 @@ DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_m
     DT_CHECK(model.weights().storage() == needed.weights && model.grads().storage() == needed.grads &&
                  !model.keeps_master_weights(),
              "ZeRO stage ", zero_stage, " needs the model made with DataParallel::storage(ranks, ", zero_stage, ")");
-    const auto decayed = layout.shown_ranges([&](const ParamInfo& p) { return adamw_decays(adamw, p); });
-    const auto not_decayed = layout.shown_ranges([&](const ParamInfo& p) { return !adamw_decays(adamw, p); });
     for (const kernels::FlatRange& unit : layout.units()) {
       const int64_t part = unit.size() / ranks;
-      const kernels::FlatRange mine{unit.begin + rank * part, unit.begin + (rank + 1) * part};
-      Part p{.unit = unit,
-             .global = mine,
-             .local = shard_elements_,
-             .decayed = clipped(decayed, mine),
-             .not_decayed = clipped(not_decayed, mine)};
-      for (const kernels::FlatRange& r : clipped(layout.shown_ranges(), p.global))
-        kernels::append_range(shown_local_, {p.local + r.begin, p.local + r.end});
+      parts_.push_back({.unit = unit,
+                        .global = {unit.begin + rank * part, unit.begin + (rank + 1) * part},
+                        .local = shard_elements_});
       shard_elements_ += part;
-      parts_.push_back(std::move(p));
     }
     const size_t bytes = static_cast<size_t>(shard_elements_) * sizeof(float);
     grad_shard_ = Buffer(bytes, MemTag::gradients, model.device());
-    m_ = Buffer(bytes, MemTag::optimizer_state, model.device());
-    v_ = Buffer(bytes, MemTag::optimizer_state, model.device());
     // The f32 parameters' parts: the weights themselves at stage 3 in f32; a 16-bit run's master
     // weights, which the paper counts with the optimizer state.
     if (shards_parameters_)
@@ -160,7 +138,23 @@ DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_m
                              model.device());
     gathering_.resize(parts_.size());
   }
+  optimizer_.emplace(layout, optimizer_parts(), adamw);
   model_.set_unit_hooks(this);
+}
+
+OptimizerParts DataParallel::optimizer_parts() {
+  if (zero_stage_ == 0) return OptimizerParts::whole(model_);
+  OptimizerParts o{.grads = grad_shard_.view(DType::f32, {shard_elements_}), .group = &dp_};
+  for (const Part& p : parts_) o.ranges.push_back(p.global);
+  // The f32 parameters: the master shard where sharded, else the model's whole parameters.
+  o.params_local = shards_parameters_;
+  o.params = shards_parameters_ ? param_shard_.view(DType::f32, {shard_elements_}) : model_.params().all();
+  if (model_.precision() != DType::f32) {
+    // The 16-bit weights: stage 3's shard, which the gathers send from, else the model's whole copy.
+    o.weights_local = zero_stage_ == 3;
+    o.weights = o.weights_local ? weight_shard_.view(model_.precision(), {shard_elements_}) : model_.weights().all();
+  }
+  return o;
 }
 
 DataParallel::~DataParallel() {
@@ -183,14 +177,8 @@ Tensor DataParallel::weight_part(const Part& p) const {
   return weight_shard_.data() != nullptr ? shard_view(weight_shard_, p, weights.dtype()) : shard_view(param_shard_, p);
 }
 
-Tensor DataParallel::master_part(const Part& p) const {
-  return shards_parameters_ ? shard_view(param_shard_, p) : weight_part(p);
-}
-
-void DataParallel::publish_weights() {
-  if (model_.precision() != DType::f32)
-    for (const Part& p : parts_) kernels::convert(weight_part(p), shard_view(param_shard_, p));
-  if (zero_stage_ == 3) return;  // each forward gathers the units it reads
+void DataParallel::share_weights() {
+  if (zero_stage_ == 0 || zero_stage_ == 3) return;  // whole already, or gathered as forward reads them
   // Every rank's parts into every rank's weights, unit by unit (in flight together).
   const FlatTensors& weights = model_.weights();
   std::vector<CollectiveHandle> gathers;
@@ -282,41 +270,9 @@ void DataParallel::weights_done(size_t u) {
   model_.weights().release(u);
 }
 
-double DataParallel::global_grad_norm() {
-  DT_CHECK(zero_stage_ >= 1, "global_grad_norm of the shards is ZeRO's; stage 0 uses optim/grad_clip.h");
-  const double mine = kernels::sum_of_squares(grad_shard_.view(DType::f32, {shard_elements_}), shown_local_);
-  return std::sqrt(all_reduce_value(dp_, mine, ReduceOp::sum));
-}
-
-std::string DataParallel::first_nonfinite_gradient() {
-  DT_CHECK(zero_stage_ >= 1, "first_nonfinite_gradient of the shards is ZeRO's");
-  // Backward computes the parameters from the last to the first, so the first non-finite one it
-  // reached is the highest index holding one on any rank.
-  const auto& params = model_.layout().params();
-  double highest = -1;
-  for (size_t i = params.size(); i-- > 0 && highest < 0;) {
-    const ParamInfo& info = params[i];
-    const Part& p = parts_[model_.layout().unit_of(info)];
-    const int64_t b = std::max(info.offset, p.global.begin), e = std::min(info.offset + info.numel(), p.global.end);
-    if (b < e && !kernels::all_finite(grad_shard_.view(DType::f32, {e - b},
-                                                       static_cast<size_t>(p.local + b - p.global.begin) * sizeof(float))))
-      highest = static_cast<double>(i);
-  }
-  highest = all_reduce_value(dp_, highest, ReduceOp::max);
-  return highest < 0 ? "" : params[static_cast<size_t>(highest)].name;
-}
-
 void DataParallel::update(float lr, float grad_scale) {
-  DT_CHECK(zero_stage_ >= 1, "update of the shards is ZeRO's; stage 0 uses optim/adamw.h");
-  ++steps_taken_;
-  kernels::AdamWStep decayed = adamw_step(adamw_, lr, grad_scale, steps_taken_), not_decayed = decayed;
-  not_decayed.weight_decay = 0;
-  for (const Part& p : parts_) {
-    const Tensor param = master_part(p), grad = shard_view(grad_shard_, p), m = shard_view(m_, p), v = shard_view(v_, p);
-    if (!p.decayed.empty()) kernels::adamw_update(param, grad, m, v, p.decayed, decayed);
-    if (!p.not_decayed.empty()) kernels::adamw_update(param, grad, m, v, p.not_decayed, not_decayed);
-  }
-  publish_weights();
+  optimizer_->step(lr, grad_scale);
+  share_weights();
 }
 
 void DataParallel::gather_shard(const Buffer& shard, Tensor whole) {
@@ -350,21 +306,11 @@ void DataParallel::take_shard(Buffer& shard, Tensor whole) {
   }
 }
 
-std::vector<Tensor> DataParallel::parts(Sharded buffer) const {
-  DT_CHECK(zero_stage_ >= 1, "parts of the shards are ZeRO's");
-  DT_CHECK(buffer != Sharded::parameters || shards_parameters_,
-           "the parameters are sharded at ZeRO 3 and with 16-bit precision only");
-  const Buffer& shard = buffer == Sharded::parameters ? param_shard_ : buffer == Sharded::first_moments ? m_ : v_;
+std::vector<Tensor> DataParallel::parameter_parts() const {
+  DT_CHECK(shards_parameters_, "the parameters are sharded at ZeRO 3 and with 16-bit precision only");
   std::vector<Tensor> out;
-  for (const Part& p : parts_) out.push_back(shard_view(shard, p));
+  for (const Part& p : parts_) out.push_back(shard_view(param_shard_, p));
   return out;
-}
-
-void DataParallel::take_moments(const AdamW& full) {
-  DT_CHECK(zero_stage_ >= 1, "take_moments is ZeRO's");
-  take_shard(m_, full.m().all());
-  take_shard(v_, full.v().all());
-  steps_taken_ = full.steps_taken();
 }
 
 void DataParallel::gather_parameters(FlatTensors* whole) {
@@ -373,9 +319,14 @@ void DataParallel::gather_parameters(FlatTensors* whole) {
 }
 
 void DataParallel::take_parameters(const FlatTensors& whole) {
-  DT_CHECK(shards_parameters_, "take_parameters: this run keeps the parameters whole");
-  take_shard(param_shard_, whole.all());
-  publish_weights();
+  if (shards_parameters_) {
+    take_shard(param_shard_, whole.all());
+  } else if (&whole != &model_.params()) {
+    const Tensor to = model_.params().all(), from = whole.all();
+    copy_bytes(to.data, to.device, from.data, from.device, to.bytes());
+  }
+  optimizer_->round_weights();
+  share_weights();
 }
 
 }  // namespace dt

@@ -4,7 +4,7 @@
 //
 // ZeRO stage 0: the sum is taken in buckets, contiguous ranges of the flat gradient buffer of
 // about parallel.bucket_mb cut at parameter boundaries, all-reduced in place; every rank keeps
-// the whole AdamW state and updates every parameter (optim/adamw.h, outside this class).
+// the whole AdamW state and updates every parameter.
 //
 // ZeRO stage 1 (Rajbhandari et al., 2020): the optimizer state is sharded. The parameter layout
 // is cut into units (the embeddings, each block, the head; model/parameters.h), each padded so
@@ -60,8 +60,8 @@ namespace dt {
 class DataParallel : public UnitHooks {
  public:
   // Reduces `model`'s gradients over `dp` (whose device must be the model's). With ZeRO the
-  // model must have been made with storage(dp size, zero_stage), and `adamw` configures the
-  // sharded optimizer. The model calls this object's hooks until it is destroyed.
+  // model must have been made with storage(dp size, zero_stage). `adamw` configures the
+  // optimizer of this rank's parts. The model calls this object's hooks until it is destroyed.
   DataParallel(Transformer& model, Communicator& dp, double bucket_mb, int zero_stage = 0,
                const AdamWConfig& adamw = {});
   ~DataParallel() override;
@@ -107,29 +107,24 @@ class DataParallel : public UnitHooks {
   // Waits until every bucket or unit of the armed backward is reduced over the group.
   void wait_for_gradients();
 
-  // ZeRO (stage 1 and above): the optimizer lives here.
-  // The global gradient norm: the shards' sums of squares, summed over the group (one
-  // all-reduce of a double). Not finite when any gradient is not.
-  double global_grad_norm();
-  // The name of the first parameter, in backward order, whose reduced gradient holds inf or NaN
-  // on any rank (a collective), or "" when none does.
-  std::string first_nonfinite_gradient();
+  // The optimizer of this rank's parts (optim/adamw.h): the whole layout at stage 0 (the
+  // model's f32 parameters, gradients and 16-bit weights), else this rank's part of every unit,
+  // with the norm and the non-finite search completed over the group.
+  AdamW& optimizer() { return *optimizer_; }
+  const AdamW& optimizer() const { return *optimizer_; }
   // One AdamW update of this rank's parts with learning rate lr, every gradient multiplied by
-  // grad_scale first. Stages 1 and 2 then all-gather each unit's parameters from the parts;
-  // stage 3 keeps only its parts (the next forward gathers them).
+  // grad_scale first, rounded into the 16-bit weights; stages 1 and 2 then all-gather each unit's
+  // weights from the parts, stage 3 keeps only its parts (the next forward gathers them).
   void update(float lr, float grad_scale);
-  int64_t steps_taken() const { return steps_taken_; }
   // Whether the f32 parameters are sharded here: at stage 3, and at every stage in 16-bit
   // precision (the master weights; the model keeps only the 16-bit copy).
   bool shards_parameters() const { return shards_parameters_; }
-  // The sharded buffers, for checkpoints (train/training_checkpoint.h): this rank's part of each
-  // unit, in unit order. The parameters only where shards_parameters().
-  enum class Sharded { parameters, first_moments, second_moments };
-  std::vector<Tensor> parts(Sharded buffer) const;
-  // A resume copies this rank's parts out of a whole AdamW state (the update count too), and
-  // where shards_parameters() out of whole f32 parameters (flat tensors of the model's layout,
-  // on any device), then writes the model's weights from them.
-  void take_moments(const AdamW& full);
+  // This rank's part of each unit of the f32 parameters, in unit order, where shards_parameters()
+  // (for checkpoints, train/training_checkpoint.h).
+  std::vector<Tensor> parameter_parts() const;
+  // Sets the parameters from whole f32 ones (flat tensors of the model's layout, on any device;
+  // the model's own params() at stage 0 in f32): this rank's parts where they are sharded, then
+  // the 16-bit weights, then at stages 1 and 2 every rank's weights.
   void take_parameters(const FlatTensors& whole);
   // Where shards_parameters(): the whole f32 parameters on rank 0 of the group, gathered from
   // every rank's parts (a collective: the other ranks pass nullptr and send theirs; nothing whole
@@ -149,7 +144,6 @@ class DataParallel : public UnitHooks {
     kernels::FlatRange unit;
     kernels::FlatRange global;
     int64_t local = 0;
-    std::vector<kernels::FlatRange> decayed, not_decayed;  // shown elements, relative to the part
   };
   // A reduction in flight, and what to do once it completes: add the staged result into the
   // shard (a later micro-batch under stages 2 and 3), free the unit's gradients (stages 2, 3).
@@ -165,11 +159,11 @@ class DataParallel : public UnitHooks {
   // This rank's part of unit p of the weights forward reads (in the model's precision): a range
   // of the model's whole weights, or at stage 3 of the shard the gathers send from.
   Tensor weight_part(const Part& p) const;
-  // The f32 part the update writes: of the master shard, or of the model's f32 weights.
-  Tensor master_part(const Part& p) const;
-  // After the master parts change: rounds them into the 16-bit parts, and below stage 3
-  // all-gathers every unit's parts into every rank's weights.
-  void publish_weights();
+  // What the optimizer updates: this rank's parts, or the whole layout at stage 0.
+  OptimizerParts optimizer_parts();
+  // After the weights' parts change: below stage 3 all-gathers every unit's parts into every
+  // rank's weights.
+  void share_weights();
   // Rank 0 of the group: every rank's parts of `shard` into `whole` (a flat buffer's elements);
   // the others send theirs (whole undefined). Taking is the reverse, on every rank.
   void gather_shard(const Buffer& shard, Tensor whole);
@@ -180,14 +174,12 @@ class DataParallel : public UnitHooks {
   int zero_stage_;
   std::vector<kernels::FlatRange> buckets_;  // stage 0: from the end of the buffer to its start
   std::vector<Part> parts_;                  // ZeRO: per unit, in layout order
-  std::vector<kernels::FlatRange> shown_local_;  // ZeRO: the shard's shown elements
   int64_t shard_elements_ = 0;
-  Buffer grad_shard_, m_, v_;
+  Buffer grad_shard_;
   bool shards_parameters_;
   Buffer param_shard_;   // f32 parts: stage 3's parameters, or a 16-bit run's master weights
   Buffer weight_shard_;  // 16-bit parts of the weights, at stage 3
-  AdamWConfig adamw_;
-  int64_t steps_taken_ = 0;
+  std::optional<AdamW> optimizer_;  // made last, over the buffers above
   std::deque<Reduction> reductions_;
   std::vector<std::optional<CollectiveHandle>> gathering_;  // stage 3: per unit
   size_t next_bucket_ = 0;

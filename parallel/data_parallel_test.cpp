@@ -98,7 +98,7 @@ double parameter_difference(const FlatTensors& reference, const FlatTensors& who
 // updated or stored at another offset differs from the reference.
 double owned_parameter_difference(const FlatTensors& reference, const DataParallel& dp) {
   const ParameterLayout& layout = dp.model_layout();
-  const std::vector<Tensor> parts = dp.parts(DataParallel::Sharded::parameters);
+  const std::vector<Tensor> parts = dp.parameter_parts();
   const int64_t ranks = dp.group().size(), rank = dp.group().rank();
   EXPECT_EQ(parts.size(), layout.units().size());
   double largest = 0;
@@ -123,6 +123,7 @@ struct ShardedModel {
         dp(model, group, bucket_mb, stage) {
     if (!dp.shards_parameters()) {
       init_parameters(model.params(), seed);
+      dp.take_parameters(model.params());
       return;
     }
     FlatTensors whole(model.layout(), MemTag::workspace);
@@ -197,12 +198,13 @@ void expect_matches_one_process(Communicator* world) {
       const ModelConfig config = model_preset(preset);
       const int micro_batches = ranks * accumulation;  // of kB sequences in a global batch
       Transformer one(config, kB, kT, Recompute::none, precision);
+      AdamW one_opt(one.layout(), OptimizerParts::whole(one), {});
       init_parameters(one.params(), 7);
+      one_opt.round_weights();
       // Several buckets for a tiny model.
       ShardedModel sharded(config, *world, stage, 7, /*bucket_mb=*/0.05, precision);
       Transformer& mine = sharded.model;
       DataParallel& dp = sharded.dp;
-      AdamW one_opt(one.layout(), {}), my_opt(mine.layout(), {});
       StepSeries reference, parallel;
       for (int step = 0; step < steps(precision); ++step) {
         const GlobalBatch batch(micro_batches * kB, config.vocab_size, step);
@@ -210,8 +212,7 @@ void expect_matches_one_process(Communicator* world) {
         for (int m = 0; m < micro_batches; ++m) all.push_back(batch.micro_batch(m));
         for (int m = 0; m < accumulation; ++m) own.push_back(batch.micro_batch(m * ranks + rank));
         const StepStats a = train_step(one, one_opt, all, 1e-3f, 1.0f);
-        const StepStats b = stage == 0 ? train_step(mine, my_opt, own, 1e-3f, 1.0f, nullptr, step + 1, &dp)
-                                       : train_step(mine, dp, own, 1e-3f, 1.0f, nullptr, step + 1);
+        const StepStats b = train_step(mine, dp, own, 1e-3f, 1.0f, nullptr, step + 1);
         EXPECT_EQ(a.targets, b.targets);
         reference.losses.push_back(a.loss), reference.norms.push_back(a.grad_norm);
         parallel.losses.push_back(b.loss), parallel.norms.push_back(b.grad_norm);
@@ -271,8 +272,9 @@ TEST(DataParallel, ZeroOnOneRankIsAdamWBitForBit) {
   for (const DType precision : {DType::f32, DType::bf16})
   for (const int stage : {1, 2, 3}) {
     Transformer plain(config, kB, kT, Recompute::none, precision);
+    AdamW optimizer(plain.layout(), OptimizerParts::whole(plain), {});
     init_parameters(plain.params(), 3);
-    AdamW optimizer(plain.layout(), {});
+    optimizer.round_weights();
     SingleProcessCommunicator one(Device::cpu, "dp");
     ShardedModel sharded(config, one, stage, 3, /*bucket_mb=*/25, precision);
     for (int step = 0; step < 3; ++step) {
@@ -284,15 +286,18 @@ TEST(DataParallel, ZeroOnOneRankIsAdamWBitForBit) {
     }
     const std::optional<FlatTensors> gathered = sharded.whole_parameters();
     EXPECT_EQ(parameter_difference(plain.params(), gathered ? *gathered : sharded.model.params()), 0.0) << "ZeRO " << stage;
-    EXPECT_EQ(sharded.dp.steps_taken(), 3);
+    EXPECT_EQ(sharded.dp.optimizer().steps_taken(), 3);
     // On one rank the parts are the whole units, and the layouts are the same (the unit multiple
-    // is 16): the moments are the plain optimizer's.
-    for (const auto& [which, plain_moment] : {std::pair{DataParallel::Sharded::first_moments, &optimizer.m()},
-                                              std::pair{DataParallel::Sharded::second_moments, &optimizer.v()}}) {
-      const std::vector<Tensor> parts = sharded.dp.parts(which);
-      for (size_t u = 0; u < parts.size(); ++u)
-        EXPECT_EQ(std::memcmp(parts[u].data, plain_moment->unit(u).data, parts[u].bytes()), 0)
+    // is 16): the moments are the plain optimizer's, whose one part is the whole layout.
+    for (const AdamW::Moment which : {AdamW::Moment::first, AdamW::Moment::second}) {
+      const std::vector<Tensor> parts = sharded.dp.optimizer().moment_parts(which);
+      const Tensor whole = optimizer.moment_parts(which).at(0);
+      ASSERT_EQ(parts.size(), plain.layout().units().size());
+      for (size_t u = 0; u < parts.size(); ++u) {
+        const kernels::FlatRange unit = plain.layout().units()[u];
+        EXPECT_EQ(std::memcmp(parts[u].data, whole.slice_rows(unit.begin, unit.size()).data, parts[u].bytes()), 0)
             << "unit " << u << " ZeRO " << stage;
+      }
     }
   }
 }
@@ -353,8 +358,6 @@ void expect_every_stage_holds_its_formula(Communicator& group) {
       const std::string what = str(dtype_name(precision), " ZeRO ", stage, " rank ", group.rank(), " of ", ranks);
       const MemoryStats before = memory_stats(Device::cpu);
       ShardedModel sharded(config, group, stage, 5, /*bucket_mb=*/25, precision);
-      std::optional<AdamW> optimizer;
-      if (stage == 0) optimizer.emplace(sharded.model.layout(), AdamWConfig{});
       const MemoryStats made = memory_stats(Device::cpu);
       const auto since_before = [&](const MemoryStats& now, MemTag tag) {
         return now.current(tag) - before.current(tag);
@@ -373,10 +376,7 @@ void expect_every_stage_holds_its_formula(Communicator& group) {
       reset_peak_memory(Device::cpu);
       const GlobalBatch batch(2 * ranks * kB, config.vocab_size, 0);
       const std::vector<MicroBatch> mbs = {batch.micro_batch(group.rank()), batch.micro_batch(ranks + group.rank())};
-      if (stage == 0)
-        train_step(sharded.model, *optimizer, mbs, 1e-3f, 1.0f, nullptr, 1, &sharded.dp);
-      else
-        train_step(sharded.model, sharded.dp, mbs, 1e-3f, 1.0f);
+      train_step(sharded.model, sharded.dp, mbs, 1e-3f, 1.0f);
       const MemoryStats after = memory_stats(Device::cpu);
       EXPECT_EQ(since_before(after, MemTag::parameters), formula.parameters) << what;
       EXPECT_EQ(since_before(after, MemTag::gradients), formula.gradients) << what;

@@ -30,8 +30,9 @@ TrainingRun train(const char* preset, Device device, DType precision, int steps)
   config.vocab_size = kByteVocabSize;
   const ByteText text("/usr/share/common-licenses/GPL-3", kSeq);
   Transformer model(config, kBatch, kSeq, Recompute::none, precision, device);
+  AdamW optimizer(model.layout(), OptimizerParts::whole(model), {});
   init_parameters(model.params(), 3);
-  AdamW optimizer(model.layout(), {}, device);
+  optimizer.round_weights();
   BatchBuffers batch(1, kBatch, kSeq, device);
   TrainingRun run;
   for (int step = 0; step < steps; ++step) {

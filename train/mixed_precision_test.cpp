@@ -30,8 +30,9 @@ TrainingRun train(const char* preset, DType precision, std::optional<LossScalerC
   config.vocab_size = kByteVocabSize;
   const ByteText text("/usr/share/common-licenses/GPL-3", kSeq);
   Transformer model(config, kBatch, kSeq, Recompute::none, precision);
+  AdamW optimizer(model.layout(), OptimizerParts::whole(model), {});
   init_parameters(model.params(), 3);
-  AdamW optimizer(model.layout(), {});
+  optimizer.round_weights();
   std::optional<LossScaler> scaler;
   if (scaler_config) scaler.emplace(*scaler_config);
   Buffer tokens(kBatch * kSeq * sizeof(int32_t), MemTag::workspace), targets(kBatch * kSeq * sizeof(int32_t), MemTag::workspace);

@@ -36,68 +36,36 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
   return stats;
 }
 
-namespace {
-
-// The first gradient holding inf or NaN, in the order backward computes them (the reverse of
-// the parameter order).
-std::string first_nonfinite_gradient(const FlatTensors& grads) {
-  const auto& params = grads.layout().params();
-  for (auto p = params.rbegin(); p != params.rend(); ++p)
-    if (!kernels::all_finite(grads.shown(*p))) return p->name;
-  return "";
-}
-
-}  // namespace
-
-namespace {
-
-// After the norm: the skip decision (naming the first non-finite gradient), the scaler, the
-// clipping coefficient, and `update` with the gradient scale to apply.
-template <typename FirstNonfinite, typename Update>
-void update_with(double scaled_norm, FirstNonfinite&& first_nonfinite, float max_grad_norm, StepStats& stats,
-                 LossScaler* scaler, int64_t step, Update&& update) {
+void apply_update(AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats, LossScaler* scaler, int64_t step,
+                  DataParallel* dp) {
+  const trace::ComputeScope span("gradient norm and optimizer");
+  const double scaled_norm = optimizer.global_grad_norm();
   // A sum of squares in double overflows only if an element is inf or NaN.
   stats.applied = std::isfinite(scaled_norm);
-  if (!stats.applied) stats.nonfinite = first_nonfinite();
+  if (!stats.applied) stats.nonfinite = optimizer.first_nonfinite_gradient();
   if (scaler != nullptr) scaler->update(stats.applied, step);
   if (!stats.applied) return;
   // Unscale before clipping, so that clipping sees the true norm.
   stats.grad_norm = scaled_norm / stats.loss_scale;
   stats.grad_scale = clip_coefficient(stats.grad_norm, max_grad_norm);
-  update(stats.grad_scale / stats.loss_scale);
-}
-
-}  // namespace
-
-void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats,
-                  LossScaler* scaler, int64_t step) {
-  const trace::ComputeScope span("gradient norm and optimizer");
-  update_with(
-      global_grad_norm(model.grads()), [&] { return first_nonfinite_gradient(model.grads()); }, max_grad_norm, stats,
-      scaler, step, [&](float grad_scale) { optimizer.step(model.params(), model.grads(), lr, grad_scale); });
-}
-
-void apply_sharded_update(DataParallel& zero, float lr, float max_grad_norm, StepStats& stats, LossScaler* scaler,
-                          int64_t step) {
-  const trace::ComputeScope span("gradient norm and optimizer (sharded)");
-  update_with(
-      zero.global_grad_norm(), [&] { return zero.first_nonfinite_gradient(); }, max_grad_norm, stats, scaler, step,
-      [&](float grad_scale) { zero.update(lr, grad_scale); });
+  const float grad_scale = stats.grad_scale / stats.loss_scale;
+  if (dp != nullptr)
+    dp->update(lr, grad_scale);
+  else
+    optimizer.step(lr, grad_scale);
 }
 
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm, LossScaler* scaler, int64_t step, DataParallel* dp) {
-  DT_CHECK(dp == nullptr || dp->zero_stage() == 0, "with ZeRO the optimizer is the DataParallel's: use its train_step");
+  DT_CHECK(dp == nullptr || &dp->optimizer() == &optimizer, "with data parallelism the optimizer is the DataParallel's");
   StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f, dp);
-  apply_update(model, optimizer, lr, max_grad_norm, stats, scaler, step);
+  apply_update(optimizer, lr, max_grad_norm, stats, scaler, step, dp);
   return stats;
 }
 
-StepStats train_step(Transformer& model, DataParallel& zero, std::span<const MicroBatch> micro_batches, float lr,
+StepStats train_step(Transformer& model, DataParallel& dp, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm, LossScaler* scaler, int64_t step) {
-  StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f, &zero);
-  apply_sharded_update(zero, lr, max_grad_norm, stats, scaler, step);
-  return stats;
+  return train_step(model, dp.optimizer(), micro_batches, lr, max_grad_norm, scaler, step, &dp);
 }
 
 }  // namespace dt

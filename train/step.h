@@ -51,20 +51,18 @@ struct StepStats {
 // gradient of loss_scale times the global-batch mean loss. Sets loss, loss_scale and targets.
 StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches, float loss_scale = 1,
                                DataParallel* dp = nullptr);
-// Global norm, clipping coefficient and the AdamW update, or a skipped step when a gradient is
-// not finite. Sets grad_norm, grad_scale, applied and nonfinite. With a scaler, reports the
-// outcome to it (which throws when the run has diverged); `step` is for its messages.
-void apply_update(Transformer& model, AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats,
-                  LossScaler* scaler = nullptr, int64_t step = 0);
-// The same with ZeRO (zero.zero_stage() >= 1): the norm and the update are the sharded
-// optimizer's (parallel/data_parallel.h).
-void apply_sharded_update(DataParallel& zero, float lr, float max_grad_norm, StepStats& stats,
-                          LossScaler* scaler = nullptr, int64_t step = 0);
-// Both: one training step, with the scaler's current scale. `dp`, when given, must be stage 0.
+// Global norm, clipping coefficient and the AdamW update (optim/adamw.h), or a skipped step when
+// a gradient is not finite. Sets grad_norm, grad_scale, applied and nonfinite. With a scaler,
+// reports the outcome to it (which throws when the run has diverged); `step` is for its
+// messages. With data parallelism the update is the DataParallel's: its optimizer's, then the
+// weights shared over the group.
+void apply_update(AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats, LossScaler* scaler = nullptr,
+                  int64_t step = 0, DataParallel* dp = nullptr);
+// Both: one training step, with the scaler's current scale.
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0, DataParallel* dp = nullptr);
-// One training step under ZeRO.
-StepStats train_step(Transformer& model, DataParallel& zero, std::span<const MicroBatch> micro_batches, float lr,
+// One training step with data parallelism, at any ZeRO stage: its optimizer's update.
+StepStats train_step(Transformer& model, DataParallel& dp, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0);
 
 }  // namespace dt

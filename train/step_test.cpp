@@ -46,7 +46,7 @@ TEST(TrainStep, TwoMicroBatchesOfFourEqualOneBatchOfEight) {
   Transformer whole(config, 8, T), split(config, 4, T);
   init_parameters(whole.params(), 5);
   init_parameters(split.params(), 5);
-  AdamW whole_opt(whole.layout(), {}), split_opt(split.layout(), {});
+  AdamW whole_opt(whole.layout(), OptimizerParts::whole(whole), {}), split_opt(split.layout(), OptimizerParts::whole(split), {});
   const MicroBatch one[] = {{tokens, targets}};
   const MicroBatch two[] = {{tokens.slice_rows(0, 4), targets.slice_rows(0, 4)},
                             {tokens.slice_rows(4, 4), targets.slice_rows(4, 4)}};
@@ -81,7 +81,7 @@ TEST(TrainStep, APowerOfTwoLossScaleGivesBitwiseTheUnscaledStep) {
   Transformer plain(config, 8, T), scaled(config, 8, T);
   init_parameters(plain.params(), 5);
   init_parameters(scaled.params(), 5);
-  AdamW plain_opt(plain.layout(), {}), scaled_opt(scaled.layout(), {});
+  AdamW plain_opt(plain.layout(), OptimizerParts::whole(plain), {}), scaled_opt(scaled.layout(), OptimizerParts::whole(scaled), {});
   LossScaler scaler({.initial_scale = 1024, .growth_interval = 1000});
   for (int step = 1; step <= 2; ++step) {
     // Clipping is active (max norm 0.1), so its coefficient must come from the unscaled norm.
@@ -102,7 +102,7 @@ TEST(TrainStep, ANonFiniteGradientSkipsTheUpdateAndNamesTheTensor) {
   const MicroBatch mb[] = {{tokens, targets}};
   Transformer model(config, 8, T);
   init_parameters(model.params(), 5);
-  AdamW optimizer(model.layout(), {});
+  AdamW optimizer(model.layout(), OptimizerParts::whole(model), {});
   LossScaler scaler({.initial_scale = 256});
   const std::vector<float> before(model.params().all().ptr<float>(),
                                   model.params().all().ptr<float>() + model.params().all().numel());
@@ -110,7 +110,7 @@ TEST(TrainStep, ANonFiniteGradientSkipsTheUpdateAndNamesTheTensor) {
   // Block 0's MLP and block 1's first norm overflowed; backward reaches block 1 first.
   model.grads().shown("h.0.mlp.fc.bias").ptr<float>()[3] = INFINITY;
   model.grads().shown("h.1.ln_1.weight").ptr<float>()[0] = NAN;
-  apply_update(model, optimizer, 1e-3f, 1.0f, stats, &scaler, 7);
+  apply_update(optimizer, 1e-3f, 1.0f, stats, &scaler, 7);
   EXPECT_FALSE(stats.applied);
   EXPECT_EQ(stats.nonfinite, "h.1.ln_1.weight");
   EXPECT_EQ(optimizer.steps_taken(), 0);
@@ -120,7 +120,7 @@ TEST(TrainStep, ANonFiniteGradientSkipsTheUpdateAndNamesTheTensor) {
   // Without a scaler (fp32, bf16) the step is skipped all the same.
   stats = accumulate_gradients(model, mb);
   model.grads().shown("wte").ptr<float>()[0] = NAN;
-  apply_update(model, optimizer, 1e-3f, 1.0f, stats);
+  apply_update(optimizer, 1e-3f, 1.0f, stats);
   EXPECT_FALSE(stats.applied);
   EXPECT_EQ(stats.nonfinite, "wte");
   EXPECT_EQ(std::memcmp(model.params().all().data, before.data(), before.size() * sizeof(float)), 0);
@@ -139,7 +139,7 @@ TEST(TrainStep, StepsHaveTheSameBitsForAnyThreadCount) {
       omp_set_num_threads(threads);
       Transformer model(config, 8, Batch::T);
       init_parameters(model.params(), 5);
-      AdamW optimizer(model.layout(), {});
+      AdamW optimizer(model.layout(), OptimizerParts::whole(model), {});
       for (int step = 0; step < 2; ++step) train_step(model, optimizer, mb, 1e-3f, 0.5f);
       const Tensor all = model.params().all();
       params.emplace_back(all.ptr<float>(), all.ptr<float>() + all.numel());
@@ -152,7 +152,7 @@ TEST(TrainStep, StepsHaveTheSameBitsForAnyThreadCount) {
 TEST(TrainStep, AllTargetsIgnoredIsAnError) {
   const ModelConfig config = model_preset("gpt2-tiny");
   Transformer model(config, 1, 4);
-  AdamW opt(model.layout(), {});
+  AdamW opt(model.layout(), OptimizerParts::whole(model), {});
   Buffer tok(4 * sizeof(int32_t), MemTag::workspace), tgt(4 * sizeof(int32_t), MemTag::workspace);
   const Tensor tokens = tok.view(DType::i32, {1, 4}), targets = tgt.view(DType::i32, {1, 4});
   for (int i = 0; i < 4; ++i) targets.ptr<int32_t>()[i] = kernels::kIgnoreIndex;

@@ -134,18 +134,17 @@ TrainSummary run_training(const RunConfig& config) {
   const bool lead = groups.world->rank() == 0;  // prints, logs and saves for the job
   DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
 
-  // ZeRO pads the layout's units to equal parts over the dp ranks and keeps the optimizer
-  // sharded in data_parallel (from stage 2 the gradients, at stage 3 the parameters too);
-  // without it the whole AdamW state is here.
+  // ZeRO pads the layout's units to equal parts over the dp ranks and shards the optimizer's
+  // state (from stage 2 the gradients, at stage 3 the parameters too); the DataParallel holds the
+  // optimizer of this rank's parts at every stage.
   const int zero_stage = config.parallel.zero_stage;
   // The whole run's memory per rank against the GPU's, before anything is allocated.
   if (device == Device::cuda)
     DataParallel::check_fits_on_gpu(mc, B, T, config.train.recompute, config.train.precision, groups.dims.dp, zero_stage);
   Transformer model(mc, B, T, config.train.recompute, config.train.precision, device,
                     DataParallel::storage(groups.dims.dp, zero_stage));
-  std::optional<AdamW> optimizer;
-  if (zero_stage == 0) optimizer.emplace(model.layout(), config.adamw, device);
   DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb, zero_stage, config.adamw);
+  AdamW& optimizer = data_parallel.optimizer();
   std::unique_ptr<LossScaler> scaler;
   if (config.loss_scale.enabled) scaler = std::make_unique<LossScaler>(config.loss_scale.config);
 
@@ -160,20 +159,14 @@ TrainSummary run_training(const RunConfig& config) {
                     "(or log.run_dir) on a filesystem every rank shares"));
   // ZeRO 3, and ZeRO with 16-bit precision, keep no whole f32 parameters: every rank starts
   // from a whole host copy (the checkpoint, init.from or the random initialisation) and takes
-  // its parts of it.
+  // its parts of it. The optimizer takes its parts of a checkpoint's moments the same way.
   const bool sharded_parameters = data_parallel.shards_parameters();
   std::optional<FlatTensors> start_copy;
   if (sharded_parameters) start_copy.emplace(model.layout(), MemTag::workspace, Device::cpu);
   FlatTensors& start_params = start_copy ? *start_copy : model.params();
   if (resume) {
     const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
-    // Under ZeRO the whole AdamW state is read into a host copy made for the occasion (from a
-    // whole or a sharded checkpoint), and each rank takes its parts.
-    std::optional<AdamW> whole;
-    if (!optimizer) whole.emplace(model.layout(), config.adamw, Device::cpu, MemTag::workspace);
-    const TrainingProgress progress =
-        load_training_checkpoint(checkpoint, start_params, optimizer ? *optimizer : *whole, scaler.get());
-    if (whole) data_parallel.take_moments(*whole);
+    const TrainingProgress progress = load_training_checkpoint(checkpoint, start_params, optimizer, scaler.get());
     summary.first_step = progress.step;
     loader.restore(progress.loader);
     origin = str("resumed from ", checkpoint.directory().string(), " (step ", progress.step, ")");
@@ -184,10 +177,8 @@ TrainSummary run_training(const RunConfig& config) {
     init_parameters(start_params, config.init.seed);
     origin = str("random initialisation, seed ", config.init.seed);
   }
-  if (start_copy) {
-    data_parallel.take_parameters(*start_copy);
-    start_copy.reset();
-  }
+  data_parallel.take_parameters(start_params);
+  start_copy.reset();
   if (summary.first_step >= total_steps)
     throw Error(str("the checkpoint in ", checkpoints.string(), " is at step ", summary.first_step,
                     " and train.steps = ", total_steps, ": nothing to do; raise train.steps to continue training, "
@@ -258,13 +249,12 @@ TrainSummary run_training(const RunConfig& config) {
     if (checkpoints.empty()) return;
     const TrainingProgress at{step, loader.state()};
     const int keep_last = config.checkpoint.keep_last;
-    if (optimizer && !lead) return;
+    if (zero_stage == 0 && !lead) return;
     const std::filesystem::path saved =
-        optimizer ? save_training_checkpoint(checkpoints, keep_last, model.params(), *optimizer, scaler.get(), at)
-                  : save_sharded_training_checkpoint(checkpoints, keep_last, *control,
-                                                     lead && !sharded_parameters ? &model.params() : nullptr,
-                                                     data_parallel,
-                                                     scaler.get(), at);
+        zero_stage == 0 ? save_training_checkpoint(checkpoints, keep_last, model.params(), optimizer, scaler.get(), at)
+                        : save_sharded_training_checkpoint(checkpoints, keep_last, *control,
+                                                           lead && !sharded_parameters ? &model.params() : nullptr,
+                                                           data_parallel, scaler.get(), at);
     if (!lead) return;
     summary.last_checkpoint = saved;
     progress.message(str("step ", step, ": saved checkpoint ", saved.string()));
@@ -291,11 +281,8 @@ TrainSummary run_training(const RunConfig& config) {
     const auto start = std::chrono::steady_clock::now();
     step_batches.upload();
     const float lr = config.lr.at(step);
-    const StepStats stats =
-        optimizer ? train_step(model, *optimizer, step_batches.on_device(), lr, config.train.grad_clip, scaler.get(),
-                               step + 1, &data_parallel)
-                  : train_step(model, data_parallel, step_batches.on_device(), lr, config.train.grad_clip, scaler.get(),
-                               step + 1);
+    const StepStats stats = train_step(model, data_parallel, step_batches.on_device(), lr, config.train.grad_clip,
+                                       scaler.get(), step + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     summary.last_loss = stats.loss;

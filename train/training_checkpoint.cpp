@@ -100,50 +100,54 @@ void load_checkpoint_parameters(const ckpt::Checkpoint& checkpoint, FlatTensors&
 namespace {
 
 // The flat buffers a training checkpoint holds — the parameters and AdamW's moments — as host
-// memory, which is what checkpoints are read from and written to: the buffers themselves for a
-// model on the CPU, else host copies (download() before saving, upload() after loading).
+// memory of the whole layout, which is what checkpoints are read from and written to: the
+// parameters themselves for a model on the CPU, else a host copy; the moments are always a copy,
+// put together from the optimizer's parts (download() before saving, upload() after loading).
 class HostBuffers {
  public:
-  HostBuffers(FlatTensors& params, AdamW& optimizer) {
-    for (const auto& [buffer, flat] : {std::pair<std::string, FlatTensors*>{"model", &params},
-                                       {"adamw.m", &optimizer.m()},
-                                       {"adamw.v", &optimizer.v()}}) {
-      FlatTensors* host = flat;
-      if (flat->device() != Device::cpu) host = &copies_.emplace_back(flat->layout(), MemTag::workspace, Device::cpu);
-      entries_.push_back({buffer, flat, host});
-    }
-  }
+  HostBuffers(FlatTensors& params, AdamW& optimizer)
+      : params_(params),
+        optimizer_(optimizer),
+        host_params_(params.device() == Device::cpu ? params : copies_.emplace_back(params.layout(), MemTag::workspace)),
+        m_(copies_.emplace_back(params.layout(), MemTag::workspace)),
+        v_(copies_.emplace_back(params.layout(), MemTag::workspace)) {}
   // Every tensor with its checkpoint name, for saving.
   std::vector<std::pair<std::string, Tensor>> tensors() const {
     std::vector<std::pair<std::string, Tensor>> out;
-    for (const Entry& e : entries_)
-      for (const ParamInfo& p : e.host->layout().params()) out.emplace_back(str(e.buffer, ".", p.name), e.host->shown(p));
+    for (const auto& [buffer, host] : entries())
+      for (const ParamInfo& p : host->layout().params()) out.emplace_back(str(buffer, ".", p.name), host->shown(p));
     return out;
   }
   // Reads every buffer from `checkpoint`, whole or sharded.
   void read(const ckpt::Checkpoint& checkpoint) const {
-    for (const Entry& e : entries_) read_flat(checkpoint, e.buffer, *e.host);
+    for (const auto& [buffer, host] : entries()) read_flat(checkpoint, buffer, *host);
   }
   void download() const {
-    for (const Entry& e : entries_) copy(*e.host, *e.own);
+    copy(host_params_, params_);
+    optimizer_.put_moment(AdamW::Moment::first, m_.all());
+    optimizer_.put_moment(AdamW::Moment::second, v_.all());
   }
   void upload() const {
-    for (const Entry& e : entries_) copy(*e.own, *e.host);
+    copy(params_, host_params_);
+    optimizer_.take_moment(AdamW::Moment::first, m_.all());
+    optimizer_.take_moment(AdamW::Moment::second, v_.all());
   }
 
  private:
-  struct Entry {
-    std::string buffer;  // "model", "adamw.m", "adamw.v"
-    FlatTensors* own;   // where training keeps it
-    FlatTensors* host;  // the same, or its host copy
-  };
+  std::vector<std::pair<std::string, FlatTensors*>> entries() const {
+    return {{"model", &host_params_}, {"adamw.m", &m_}, {"adamw.v", &v_}};
+  }
   static void copy(FlatTensors& dst, const FlatTensors& src) {
     if (&dst == &src) return;
     const Tensor to = dst.all(), from = src.all();
     copy_bytes(to.data, to.device, from.data, from.device, from.bytes());
   }
-  std::deque<FlatTensors> copies_;  // stable addresses
-  std::vector<Entry> entries_;
+  std::deque<FlatTensors> copies_;  // stable addresses; declared before the references into it
+  FlatTensors& params_;
+  AdamW& optimizer_;
+  FlatTensors& host_params_;
+  FlatTensors& m_;
+  FlatTensors& v_;
 };
 
 void check_same_model(const ckpt::Checkpoint& checkpoint, const ModelConfig& config) {
@@ -212,10 +216,9 @@ std::filesystem::path save_sharded_training_checkpoint(const std::filesystem::pa
   std::vector<std::string> buffers = {"adamw.m", "adamw.v"};
   if (zero.shards_parameters()) buffers.push_back("model");
   for (const std::string& buffer : buffers) {
-    const auto which = buffer == "model"     ? DataParallel::Sharded::parameters
-                       : buffer == "adamw.m" ? DataParallel::Sharded::first_moments
-                                             : DataParallel::Sharded::second_moments;
-    const std::vector<Tensor> parts = zero.parts(which);
+    const std::vector<Tensor> parts = buffer == "model"     ? zero.parameter_parts()
+                                      : buffer == "adamw.m" ? zero.optimizer().moment_parts(AdamW::Moment::first)
+                                                            : zero.optimizer().moment_parts(AdamW::Moment::second);
     for (size_t u = 0; u < parts.size(); ++u) add(part_name(buffer, u, rank), parts[u]);
   }
   if (params != nullptr)
@@ -228,7 +231,7 @@ std::filesystem::path save_sharded_training_checkpoint(const std::filesystem::pa
   ckpt::write_checkpoint_file(root, progress.step, ckpt::shard_file_name(rank, ranks), tensors);
   control.barrier(/*timed=*/false).wait();
   if (rank != 0) return {};
-  nlohmann::ordered_json state = training_state(zero.steps_taken(), scaler, progress);
+  nlohmann::ordered_json state = training_state(zero.optimizer().steps_taken(), scaler, progress);
   state["sharding"] = {{"ranks", ranks},
                        {"unit_multiple", zero.model_layout().unit_multiple()},
                        {"buffers", buffers}};

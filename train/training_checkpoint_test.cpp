@@ -21,9 +21,12 @@ TEST(TrainingCheckpoint, RoundTripsModelOptimizerScalerAndProgressForBothFamilie
     const ModelConfig config = model_preset(preset);
     Transformer saved(config, 1, 8);
     init_parameters(saved.params(), 5);
-    AdamW saved_optimizer(saved.layout(), {});
-    init_parameters(saved_optimizer.m(), 6);
-    init_parameters(saved_optimizer.v(), 7);
+    AdamW saved_optimizer(saved.layout(), OptimizerParts::whole(saved), {});
+    FlatTensors m(saved.layout(), MemTag::workspace), v(saved.layout(), MemTag::workspace);
+    init_parameters(m, 6);
+    init_parameters(v, 7);
+    saved_optimizer.take_moment(AdamW::Moment::first, m.all());
+    saved_optimizer.take_moment(AdamW::Moment::second, v.all());
     saved_optimizer.restore_steps_taken(12);
     LossScaler saved_scaler({.initial_scale = 1024, .growth_interval = 5});
     saved_scaler.update(false, 1);
@@ -33,7 +36,7 @@ TEST(TrainingCheckpoint, RoundTripsModelOptimizerScalerAndProgressForBothFamilie
     const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(dir.path()));
     EXPECT_EQ(model_description(model_config_of(checkpoint)), model_description(config)) << preset;
     Transformer loaded(model_config_of(checkpoint), 1, 8);
-    AdamW optimizer(loaded.layout(), {});
+    AdamW optimizer(loaded.layout(), OptimizerParts::whole(loaded), {});
     LossScaler scaler({.initial_scale = 1024, .growth_interval = 5});
     const TrainingProgress progress = load_training_checkpoint(checkpoint, loaded.params(), optimizer, &scaler);
     EXPECT_EQ(progress.step, 12);
@@ -43,21 +46,21 @@ TEST(TrainingCheckpoint, RoundTripsModelOptimizerScalerAndProgressForBothFamilie
     EXPECT_EQ(scaler.skipped_steps(), 1);
     EXPECT_EQ(scaler.state().finite_in_a_row, 1);
     EXPECT_TRUE(same_bytes(loaded.params().all(), saved.params().all())) << preset;
-    EXPECT_TRUE(same_bytes(optimizer.m().all(), saved_optimizer.m().all())) << preset;
-    EXPECT_TRUE(same_bytes(optimizer.v().all(), saved_optimizer.v().all())) << preset;
+    EXPECT_TRUE(same_bytes(optimizer.moment_parts(AdamW::Moment::first).at(0), m.all())) << preset;
+    EXPECT_TRUE(same_bytes(optimizer.moment_parts(AdamW::Moment::second).at(0), v.all())) << preset;
   }
 }
 
 TEST(TrainingCheckpoint, ADifferentModelIsRefusedWithEveryDifferingField) {
   testing::TempDir dir;
   Transformer saved(model_preset("gpt2-tiny"), 1, 8);
-  AdamW saved_optimizer(saved.layout(), {});
+  AdamW saved_optimizer(saved.layout(), OptimizerParts::whole(saved), {});
   save_training_checkpoint(dir.path(), 1, saved.params(), saved_optimizer, nullptr, {3, {}});
   ModelConfig other = model_preset("gpt2-tiny");
   other.n_layer = 3;
   other.vocab_size = 1000;
   Transformer model(other, 1, 8);
-  AdamW optimizer(model.layout(), {});
+  AdamW optimizer(model.layout(), OptimizerParts::whole(model), {});
   const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(dir.path()));
   const std::string message = testing::error_message([&] { load_training_checkpoint(checkpoint, model.params(), optimizer, nullptr); });
   for (const char* expected : {"was saved by a different model", "model.n_layer: checkpoint 2, config 3",
