@@ -4,7 +4,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "comm/mpi.h"
-#include "comm/single_process.h"
+#include "comm/world.h"
 #include "core/device.h"
 
 namespace dt::cli {
@@ -54,7 +54,7 @@ int command_bench_comm(int argc, char** argv, int first) {
   require_device(device);
   set_collective_timeout(args.get_double("timeout"));
   const std::unique_ptr<Communicator> world =
-      launched_by_mpi() ? mpi_world(device) : std::make_unique<SingleProcessCommunicator>(device);
+      make_world(device);
   const CommBenchResult result = run_comm_bench(*world, options);
   // Rank 0's table is out before any rank can end the job with an error. A rank fails on its own
   // count too: the sum over ranks is only as right as the all_reduce that forms it.

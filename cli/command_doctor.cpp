@@ -19,7 +19,7 @@
 #include "cli/commands.h"
 #include "comm/mpi.h"
 #include "comm/nccl.h"
-#include "comm/single_process.h"
+#include "comm/world.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/fault_injection.h"
@@ -65,7 +65,7 @@ int command_doctor(int argc, char** argv, int first) {
   if (!args.parse(argc, argv, first)) return 0;
   set_collective_timeout(args.get_double("timeout"));
   const std::unique_ptr<Communicator> world =
-      launched_by_mpi() ? mpi_world(Device::cpu) : std::make_unique<SingleProcessCommunicator>(Device::cpu);
+      make_world(Device::cpu);
   const int rank = world->rank(), ranks = world->size();
   const bool lead = rank == 0;
 

@@ -1,10 +1,14 @@
 // dtrain: the command-line entry point. Every dt::Error is caught here, printed, and turned
 // into a non-zero exit status.
+#include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "cli/commands.h"
 #include "comm/mpi.h"
+#include "comm/world.h"
 #include "core/error.h"
 
 namespace {
@@ -63,7 +67,16 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const dt::Error& e) {
-    std::fprintf(stderr, "dtrain: error: %s\n", e.what());
+    // Under a launcher each rank's error says whose it is; one that every rank meets alike (a
+    // wrong configuration) is printed by the first rank only.
+    const std::optional<int> rank = dt::launcher_rank();
+    if (rank && *rank != 0 && dynamic_cast<const dt::ConfigError*>(&e) != nullptr) {
+      // The launcher ends the job when the first rank exits: the first rank prints before that.
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      return 1;
+    }
+    const std::string whose = rank && dynamic_cast<const dt::ConfigError*>(&e) == nullptr ? dt::str(" (rank ", *rank, ")") : "";
+    std::fprintf(stderr, "dtrain: error%s: %s\n", whose.c_str(), e.what());
     std::fflush(stderr);
     dt::abort_job_if_mpi(1);  // under mpirun: the other ranks stop now instead of waiting for this one
     return 1;

@@ -344,6 +344,20 @@ TEST(TrainCli, AWorldSizeThatIsNotTheLayoutSaysHowToLaunch) {
       << three.output;
 }
 
+// A wrong configuration is the same on every rank: the first prints it, once. An error that one
+// rank meets after the ranks connect says which rank it is.
+TEST(TrainCli, UnderALauncherAConfigurationErrorIsPrintedOnceAndOthersNameTheirRank) {
+  const TrainRun run;
+  const auto bad = run_dtrain(run.args("bad", "parallel.dp=2 train.steps=abc"), testing::mpirun(2));
+  EXPECT_NE(bad.status, 0);
+  const std::string problem = "train.steps = \"abc\": expected an integer";
+  EXPECT_NE(bad.output.find(problem), std::string::npos) << bad.output;
+  EXPECT_EQ(bad.output.find(problem), bad.output.rfind(problem)) << "printed more than once:\n" << bad.output;
+  const auto three = run_dtrain(run.args("three", "parallel.dp=2"), testing::mpirun(3));
+  EXPECT_NE(three.status, 0);
+  EXPECT_NE(three.output.find("dtrain: error (rank "), std::string::npos) << three.output;
+}
+
 TEST(TrainCli, RanksStartedWithDifferentOverridesStopAndSayHow) {
   const TrainRun run;
   // Open MPI's MPMD form: rank 0 and rank 1 get different command lines.

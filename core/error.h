@@ -44,6 +44,13 @@ class Error : public std::exception {
   std::string what_;
 };
 
+// An error every rank of a job meets alike, before they communicate: a run configuration or its
+// inputs that are wrong. Under a launcher only the first rank prints it (cli/main.cpp).
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Runs f(); if it throws dt::Error, adds `context` and rethrows.
 template <typename F>
 decltype(auto) with_context(std::string_view context, F&& f) {

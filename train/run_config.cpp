@@ -57,7 +57,7 @@ class Problems {
     std::string message = str("run configuration '", file.string(), "' has ", entries_.size(),
                               entries_.size() == 1 ? " problem:" : " problems:");
     for (const Entry& e : entries_) message += "\n  " + e.line;
-    throw Error(message);
+    throw ConfigError(message);
   }
 
  private:
@@ -135,14 +135,14 @@ class Checker {
 toml::table parse_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw Error(str("cannot read run configuration '", path.string(), "': no such file or not readable; check the "
+    throw ConfigError(str("cannot read run configuration '", path.string(), "': no such file or not readable; check the "
                     "path (configs/ holds examples)"));
   std::ostringstream text;
   text << in.rdbuf();
   try {
     return toml::parse(text.str(), path.string());
   } catch (const toml::parse_error& e) {
-    throw Error(str(path.string(), ":", e.source().begin.line, ":", e.source().begin.column, ": ", e.description(),
+    throw ConfigError(str(path.string(), ":", e.source().begin.line, ":", e.source().begin.column, ": ", e.description(),
                     " (not valid TOML)"));
   }
 }

@@ -44,7 +44,7 @@ void check_run_inputs(const RunConfig& config) {
   if (problems.empty()) return;
   std::string message = str("the run's inputs have ", problems.size(), problems.size() == 1 ? " problem:" : " problems:");
   for (const auto& p : problems) message += "\n  " + p;
-  throw Error(message);
+  throw ConfigError(message);
 }
 
 }  // namespace dt

@@ -12,8 +12,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "comm/mpi.h"
-#include "comm/nccl.h"
-#include "comm/single_process.h"
+#include "comm/world.h"
 #include "ckpt/hf_checkpoint.h"
 #include "core/allocator.h"
 #include "core/device.h"
@@ -96,15 +95,6 @@ const char* zero_sharding(int stage) {
 
 bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
 
-// The communicator of every rank of the job for buffers on `device`: this process alone without
-// a launcher; under one, NCCL for CUDA buffers unless parallel.backend = "mpi", else MPI.
-std::unique_ptr<Communicator> world_communicator(Device device, const std::string& backend, Communicator& control) {
-  if (!launched_by_mpi()) return std::make_unique<SingleProcessCommunicator>(device);
-  if (backend == "nccl" || (backend == "auto" && device == Device::cuda)) return nccl_world(control);
-  return mpi_world(device);
-}
-
-
 }  // namespace
 
 TrainSummary run_training(const RunConfig& config) {
@@ -124,12 +114,11 @@ TrainSummary run_training(const RunConfig& config) {
   // The job's ranks, checked before anything large is allocated: started alike, as many as the
   // parallel layout needs. `control` exchanges host values (the launch check, stop requests);
   // the groups move the model's buffers.
-  const std::unique_ptr<Communicator> control = launched_by_mpi() ? mpi_world(Device::cpu, "control")
-                                                                   : std::make_unique<SingleProcessCommunicator>(Device::cpu);
+  const std::unique_ptr<Communicator> control = make_world(Device::cpu, "mpi", nullptr, "control");
   check_same_launch(*control, resolved_toml(config));
   set_collective_timeout(config.parallel.timeout_s);
   const ProcessGroups groups = make_process_groups(
-      world_communicator(device, config.parallel.backend, *control),
+      make_world(device, config.parallel.backend, control.get()),
       {.dp = config.parallel.dp, .cp = config.parallel.cp, .tp = config.parallel.tp, .pp = config.parallel.pp});
   const bool lead = groups.world->rank() == 0;  // prints, logs and saves for the job
   DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);

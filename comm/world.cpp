@@ -1,0 +1,30 @@
+#include "comm/world.h"
+
+#include <cstdlib>
+
+#include "comm/mpi.h"
+#include "comm/nccl.h"
+#include "comm/single_process.h"
+
+namespace dt {
+
+std::unique_ptr<Communicator> make_world(Device device, std::string_view backend, Communicator* control,
+                                         std::string name) {
+  if (backend != "mpi" && backend != "nccl" && backend != "auto")
+    throw Error(str("unknown communication backend '", backend, "'; valid backends are auto, mpi, nccl"));
+  if (!launched_by_mpi()) return std::make_unique<SingleProcessCommunicator>(device, std::move(name));
+  if (backend == "nccl" || (backend == "auto" && device == Device::cuda)) {
+    DT_CHECK(control != nullptr, "an NCCL world needs a host world to send its unique id over");
+    return nccl_world(*control);
+  }
+  return mpi_world(device, std::move(name));
+}
+
+std::optional<int> launcher_rank() {
+  if (!launched_by_mpi()) return std::nullopt;
+  for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"})
+    if (const char* value = std::getenv(variable)) return std::atoi(value);
+  return std::nullopt;
+}
+
+}  // namespace dt

@@ -1,0 +1,26 @@
+// The job's world, made the same way by every command: without a launcher this process alone
+// (SingleProcessCommunicator; MPI is never initialized); under mpirun, mpiexec or srun every rank
+// of the job, over MPI or NCCL.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "comm/communicator.h"
+
+namespace dt {
+
+// The communicator of every rank of this job for buffers on `device`, named `name`. backend:
+// "mpi" (CUDA buffers are staged through host memory), "nccl", or "auto": NCCL for CUDA buffers,
+// else MPI. NCCL's unique id travels over `control`, a host world the caller made first, which
+// NCCL then needs. Throws dt::Error for an unknown backend.
+std::unique_ptr<Communicator> make_world(Device device, std::string_view backend = "mpi",
+                                         Communicator* control = nullptr, std::string name = "world");
+
+// This process's rank in the job as its launcher numbers it, read from the launcher's
+// environment before any communicator exists; nullopt without a launcher.
+std::optional<int> launcher_rank();
+
+}  // namespace dt
