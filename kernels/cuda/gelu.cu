@@ -5,45 +5,34 @@
 // element is read and then written by the same thread, so out may alias inp and dinp may alias
 // dout.
 //
-// The math is the CPU's: 0.5 x (1 + tanh(u)) written as x * sigmoid(2u), in f32 (f64 for f64),
+// The math is the CPU's, from one header (kernels/gelu_math.h), in f32 (f64 for f64),
 // with 16-bit values widened exactly and rounded once when stored. The exponential differs (the
 // CPU's vectorized Cephes expf against CUDA's expf, each within 2 ulp), so results agree to a
 // few f32 ulps, not bit for bit.
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/storage.cuh"
 #include "kernels/gelu.h"
+#include "kernels/gelu_math.h"
 
 namespace dt::kernels::cuda {
 
 namespace {
 
-constexpr double kSqrt2OverPi = 0.7978845608028654;
-constexpr double kCubic = 0.044715;
-
-__device__ __forceinline__ float exp_of(float x) { return expf(x); }
-__device__ __forceinline__ double exp_of(double x) { return exp(x); }
-
-template <typename T>
-__device__ __forceinline__ T sigmoid_2u(T x) {
-  const T u = static_cast<T>(kSqrt2OverPi) * (x + static_cast<T>(kCubic) * x * x * x);
-  return T{1} / (T{1} + exp_of(T{-2} * u));
-}
+struct DeviceExp {
+  __device__ float operator()(float x) const { return expf(x); }
+  __device__ double operator()(double x) const { return exp(x); }
+};
 
 struct GeluForward {
   static constexpr int kInputs = 1;
   template <typename T>
-  __device__ T operator()(T x, T /*unused*/) const { return x * sigmoid_2u(x); }
+  __device__ T operator()(T x, T /*unused*/) const { return gelu_math::gelu(x, DeviceExp{}); }
 };
 
-// d/dx [x s(2u)] = s + x * s (1 - s) * 2 du/dx,  du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 struct GeluBackward {
   static constexpr int kInputs = 2;
   template <typename T>
-  __device__ T operator()(T x, T dy) const {
-    const T s = sigmoid_2u(x);
-    const T du = static_cast<T>(kSqrt2OverPi) * (T{1} + static_cast<T>(3 * kCubic) * x * x);
-    return dy * (s + x * s * (T{1} - s) * T{2} * du);
-  }
+  __device__ T operator()(T x, T dy) const { return gelu_math::gelu_grad(x, dy, DeviceExp{}); }
 };
 
 }  // namespace
