@@ -189,77 +189,105 @@ Bounds bounds(DType precision) {
 // bit the same on every rank that holds them whole. On 2 and 4 ranks units of both models are
 // padded (gpt2-tiny's blocks, llama-tiny's head; on 4 also gpt2-tiny's head and llama-tiny's
 // blocks); on 3 none is, and the parts are of odd sizes.
-void expect_matches_one_process(Communicator* world) {
+//
+// Each cell — a family, a precision and a ZeRO stage, on a world of some size — is its own ctest
+// case (CMakeLists.txt: DataParallelCell/... on one rank, MpiCell.npN.... under mpirun), so that
+// a failure names its cell; accumulation 1 and 2 run inside it.
+struct Cell {
+  const char* preset;
+  DType precision;
+  int stage;
+};
+
+void expect_matches_one_process(Communicator* world, const Cell& cell) {
   const int rank = world->rank(), ranks = world->size();
-  for (const DType precision : {DType::f32, DType::bf16})
-  for (const int stage : {0, 1, 2, 3})
-  for (const char* preset : {"gpt2-tiny", "llama-tiny"})
-    for (const int accumulation : {1, 2}) {
-      const ModelConfig config = model_preset(preset);
-      const int micro_batches = ranks * accumulation;  // of kB sequences in a global batch
-      Transformer one(config, kB, kT, Recompute::none, precision);
-      AdamW one_opt(one.layout(), OptimizerParts::whole(one), {});
-      init_parameters(one.params(), 7);
-      one_opt.round_weights();
-      // Several buckets for a tiny model.
-      ShardedModel sharded(config, *world, stage, 7, /*bucket_mb=*/0.05, precision);
-      Transformer& mine = sharded.model;
-      DataParallel& dp = sharded.dp;
-      StepSeries reference, parallel;
-      for (int step = 0; step < steps(precision); ++step) {
-        const GlobalBatch batch(micro_batches * kB, config.vocab_size, step);
-        std::vector<MicroBatch> all, own;
-        for (int m = 0; m < micro_batches; ++m) all.push_back(batch.micro_batch(m));
-        for (int m = 0; m < accumulation; ++m) own.push_back(batch.micro_batch(m * ranks + rank));
-        const StepStats a = train_step(one, one_opt, all, 1e-3f, 1.0f);
-        const StepStats b = train_step(mine, dp, own, 1e-3f, 1.0f, nullptr, step + 1);
-        EXPECT_EQ(a.targets, b.targets);
-        reference.losses.push_back(a.loss), reference.norms.push_back(a.grad_norm);
-        parallel.losses.push_back(b.loss), parallel.norms.push_back(b.grad_norm);
-      }
-      const std::string what = str(preset, " ", dtype_name(precision), " ZeRO ", stage, " accumulation ",
-                                   accumulation, " rank ", rank);
-      const double loss_diff = max_relative_difference(parallel.losses, reference.losses);
-      const double norm_diff = max_relative_difference(parallel.norms, reference.norms);
-      const double parameters = dp.shards_parameters() ? owned_parameter_difference(one.params(), dp)
-                                                       : parameter_difference(one.params(), mine.params());
-      const Bounds bound = bounds(precision);
-      EXPECT_LT(loss_diff, bound.losses) << what;
-      EXPECT_LT(norm_diff, bound.norms) << what;
-      EXPECT_LT(parameters, bound.parameters) << what;
-      // Where the parameters are sharded rank 0 also gathers them whole (for a sample or a
-      // checkpoint): every rank's part in its place, so the whole differs from one process's by
-      // exactly the largest of the parts' differences.
-      const double largest_over_ranks = all_reduce_value(*world, parameters, ReduceOp::max);
-      if (const std::optional<FlatTensors> gathered = sharded.whole_parameters()) {
-        EXPECT_EQ(parameter_difference(one.params(), *gathered), largest_over_ranks) << what;
-      }
-      if (rank == 0)
-        std::printf("dp %d, ZeRO %d, %s %s, accumulation %d: losses within %.2e, gradient norms within %.2e, "
-                    "parameters within %.2e of the largest\n",
-                    ranks, stage, preset, dtype_name(precision).data(), accumulation, loss_diff, norm_diff,
-                    largest_over_ranks);
-
-      // Every rank applied the same update to the same weights: rank 0's, bit for bit. (At ZeRO 3
-      // no rank holds them whole; each rank's parts were checked above.)
-      if (stage == 3) continue;
-      const Tensor p2 = mine.weights().all();
-      Buffer rank0(p2.bytes(), MemTag::workspace, Device::cpu, false);
-      std::memcpy(rank0.data(), p2.data, p2.bytes());
-      world->broadcast(rank0.view(p2.dtype, {p2.numel()}), 0).wait();
-      EXPECT_EQ(std::memcmp(rank0.data(), p2.data, p2.bytes()), 0) << "rank " << rank << " diverged from rank 0";
+  const DType precision = cell.precision;
+  const int stage = cell.stage;
+  const char* preset = cell.preset;
+  for (const int accumulation : {1, 2}) {
+    const ModelConfig config = model_preset(preset);
+    const int micro_batches = ranks * accumulation;  // of kB sequences in a global batch
+    Transformer one(config, kB, kT, Recompute::none, precision);
+    AdamW one_opt(one.layout(), OptimizerParts::whole(one), {});
+    init_parameters(one.params(), 7);
+    one_opt.round_weights();
+    // Several buckets for a tiny model.
+    ShardedModel sharded(config, *world, stage, 7, /*bucket_mb=*/0.05, precision);
+    Transformer& mine = sharded.model;
+    DataParallel& dp = sharded.dp;
+    StepSeries reference, parallel;
+    for (int step = 0; step < steps(precision); ++step) {
+      const GlobalBatch batch(micro_batches * kB, config.vocab_size, step);
+      std::vector<MicroBatch> all, own;
+      for (int m = 0; m < micro_batches; ++m) all.push_back(batch.micro_batch(m));
+      for (int m = 0; m < accumulation; ++m) own.push_back(batch.micro_batch(m * ranks + rank));
+      const StepStats a = train_step(one, one_opt, all, 1e-3f, 1.0f);
+      const StepStats b = train_step(mine, dp, own, 1e-3f, 1.0f, nullptr, step + 1);
+      EXPECT_EQ(a.targets, b.targets);
+      reference.losses.push_back(a.loss), reference.norms.push_back(a.grad_norm);
+      parallel.losses.push_back(b.loss), parallel.norms.push_back(b.grad_norm);
     }
+    const std::string what = str(preset, " ", dtype_name(precision), " ZeRO ", stage, " accumulation ",
+                                 accumulation, " rank ", rank);
+    const double loss_diff = max_relative_difference(parallel.losses, reference.losses);
+    const double norm_diff = max_relative_difference(parallel.norms, reference.norms);
+    const double parameters = dp.shards_parameters() ? owned_parameter_difference(one.params(), dp)
+                                                     : parameter_difference(one.params(), mine.params());
+    const Bounds bound = bounds(precision);
+    EXPECT_LT(loss_diff, bound.losses) << what;
+    EXPECT_LT(norm_diff, bound.norms) << what;
+    EXPECT_LT(parameters, bound.parameters) << what;
+    // Where the parameters are sharded rank 0 also gathers them whole (for a sample or a
+    // checkpoint): every rank's part in its place, so the whole differs from one process's by
+    // exactly the largest of the parts' differences.
+    const double largest_over_ranks = all_reduce_value(*world, parameters, ReduceOp::max);
+    if (const std::optional<FlatTensors> gathered = sharded.whole_parameters()) {
+      EXPECT_EQ(parameter_difference(one.params(), *gathered), largest_over_ranks) << what;
+    }
+    if (rank == 0)
+      std::printf("dp %d, ZeRO %d, %s %s, accumulation %d: losses within %.2e, gradient norms within %.2e, "
+                  "parameters within %.2e of the largest\n",
+                  ranks, stage, preset, dtype_name(precision).data(), accumulation, loss_diff, norm_diff,
+                  largest_over_ranks);
+
+    // Every rank applied the same update to the same weights: rank 0's, bit for bit. (At ZeRO 3
+    // no rank holds them whole; each rank's parts were checked above.)
+    if (stage == 3) continue;
+    const Tensor p2 = mine.weights().all();
+    Buffer rank0(p2.bytes(), MemTag::workspace, Device::cpu, false);
+    std::memcpy(rank0.data(), p2.data, p2.bytes());
+    world->broadcast(rank0.view(p2.dtype, {p2.numel()}), 0).wait();
+    EXPECT_EQ(std::memcmp(rank0.data(), p2.data, p2.bytes()), 0) << "rank " << rank << " diverged from rank 0";
+  }
 }
 
-TEST(DataParallel, OneRankMatchesOneProcess) {
+class DataParallelCell : public ::testing::TestWithParam<std::tuple<const char*, DType, int>> {
+ protected:
+  Cell cell() const { return {std::get<0>(GetParam()), std::get<1>(GetParam()), std::get<2>(GetParam())}; }
+};
+// The same cells, run under mpirun by CMakeLists.txt's MpiCell cases.
+class MpiCell : public DataParallelCell {};
+
+TEST_P(DataParallelCell, OneRankMatchesOneProcess) {
   SingleProcessCommunicator one(Device::cpu, "dp");
-  expect_matches_one_process(&one);
+  expect_matches_one_process(&one, cell());
 }
 
-TEST(Mpi, DataParallelMatchesOneProcess) {
+TEST_P(MpiCell, MatchesOneProcess) {
   DT_SKIP_WITHOUT_MPIRUN();
-  expect_matches_one_process(mpi_world(Device::cpu).get());
+  expect_matches_one_process(mpi_world(Device::cpu).get(), cell());
 }
+
+// Named family_precision_zeroS: gpt2_f32_zero0 ... llama_bf16_zero3.
+const auto kCells = ::testing::Combine(::testing::Values("gpt2-tiny", "llama-tiny"),
+                                       ::testing::Values(DType::f32, DType::bf16), ::testing::Values(0, 1, 2, 3));
+const auto kCellName = [](const auto& info) {
+  const std::string preset = std::get<0>(info.param);
+  return str(preset.substr(0, preset.find('-')), "_", dtype_name(std::get<1>(info.param)), "_zero",
+             std::get<2>(info.param));
+};
+INSTANTIATE_TEST_SUITE_P(Matrix, DataParallelCell, kCells, kCellName);
+INSTANTIATE_TEST_SUITE_P(Matrix, MpiCell, kCells, kCellName);
 
 // ZeRO on one rank is AdamW: the same elementwise update of every shown element (in bf16 of the
 // f32 master weights, which the sharded run keeps as its parts and rounds into the 16-bit

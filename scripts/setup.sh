@@ -1,22 +1,37 @@
 #!/usr/bin/env bash
-# Installs every system package that dtrain's build, tests and quickstart need (Debian package
-# names), then the pinned PyPI packages of the reference tests (scripts/python-requirements.txt)
-# for Debian's /usr/bin/python3. Safe to run any number of times: each step skips what is present.
+# Installs the system packages (Debian package names) that building dtrain and running it need,
+# with the quickstart's corpus:
+#   scripts/setup.sh            the build, dtrain and the quickstart
+#   scripts/setup.sh --tests    also what the tests need: GoogleTest, and the reference stack
+#                               (Debian's PyTorch, then the pinned PyPI packages of
+#                               scripts/python-requirements.txt for its /usr/bin/python3)
+# Safe to run any number of times: each step skips what is present.
 set -euo pipefail
+
+tests=false
+case "${1:-}" in
+  "") ;;
+  --tests) tests=true ;;
+  *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
+esac
 
 packages=(
   build-essential cmake ninja-build pkg-config   # compiler and build
   libopenblas-openmp-dev                          # sgemm for kernels/cpu; the OpenMP build shares our thread pool
   libdnnl-dev                                     # oneDNN: bf16 matrix products on AMX / AVX-512 BF16
   libopenmpi-dev openmpi-bin                      # multi-rank launch and the MPI backend
-  libgtest-dev                                    # unit tests (GoogleTest, built from source by CMake)
   nlohmann-json3-dev                              # JSON headers of safetensors and tokenizer.json
   libpcre2-dev                                    # the tokenizer's pre-tokenization regex (Unicode classes)
   libtomlplusplus-dev                             # the run configuration's TOML
   bible-kjv                                       # the quickstart's corpus: the King James Bible
-  python3 python3-torch python3-numpy             # PyTorch reference for equivalence tests and bench/
-  python3-pip python3-yaml python3-requests python3-typing-extensions python3-six  # pip, and what the PyPI packages import
 )
+if $tests; then
+  packages+=(
+    libgtest-dev                                  # unit tests (GoogleTest, built from source by CMake)
+    python3 python3-torch python3-numpy           # PyTorch reference for equivalence tests and bench/
+    python3-pip python3-yaml python3-requests python3-typing-extensions python3-six  # pip, and what the PyPI packages import
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -34,6 +49,7 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+$tests || exit 0
 # Debian marks its Python as externally managed; these packages go to /usr/local beside it.
 requirements="$(dirname "$0")/python-requirements.txt"
 if /usr/bin/python3 -m pip install --dry-run --break-system-packages --no-deps -r "$requirements" 2>/dev/null |

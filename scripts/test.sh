@@ -2,8 +2,8 @@
 # The README's test command: installs what is needed, builds, and runs every test under ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-bash scripts/build.sh
+bash scripts/setup.sh --tests
+bash scripts/build.sh -DDTRAIN_TESTS=ON
 # ctest runs one test process per core; each gets 2 OpenMP threads (CMakeLists.txt), so the
 # threaded code paths run. Waiting threads sleep (OMP_WAIT_POLICY=PASSIVE; the processes tests
 # start inherit it): a thread that spins at a barrier holds a core that its partner, or another
