@@ -110,6 +110,19 @@ DType dtype_from_name(std::string_view name) {
   throw Error(str("unknown dtype '", name, "'; valid dtypes are ", valid));
 }
 
+bool is_training_precision(DType dtype) {
+  for (const DType p : kTrainingPrecisions)
+    if (p == dtype) return true;
+  return false;
+}
+
+DType precision_from_name(std::string_view name) {
+  for (const DType p : kTrainingPrecisions)
+    if (dtype_name(p) == name) return p;
+  throw Error(str("unknown precision '", name, "'; valid precisions are f32, bf16 (bf16 storage, f32 master weights and "
+                  "gradients) and f16 (the same in fp16; use a loss scale)"));
+}
+
 uint16_t float_to_f16(float f) { return static_cast<uint16_t>(kF16.encode(f)); }
 float f16_to_float(uint16_t h) { return kF16.decode(h); }
 uint8_t float_to_f8e4m3(float f) { return static_cast<uint8_t>(kF8E4M3.encode(f)); }

@@ -7,6 +7,7 @@
 // where the format has one (fp16, bf16, e5m2) and to NaN where it does not (e4m3fn).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -20,6 +21,13 @@ std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
 // Parses a name written by dtype_name; throws dt::Error naming the valid names otherwise.
 DType dtype_from_name(std::string_view name);
 bool dtype_is_float(DType dtype);
+
+// The precisions a model trains in (how its activations and the weights forward reads are
+// stored): f32; bf16 and f16, with f32 master weights and gradients.
+constexpr std::array kTrainingPrecisions{DType::f32, DType::bf16, DType::f16};
+bool is_training_precision(DType dtype);
+// Parses "f32", "bf16" or "f16"; throws dt::Error naming the valid precisions.
+DType precision_from_name(std::string_view name);
 
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }

@@ -23,13 +23,6 @@ Storage f32_parameter_storage(DType precision, const ParameterStorage& storage) 
 
 }  // namespace
 
-DType precision_from_name(std::string_view name) {
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-    if (dtype_name(dtype) == name) return dtype;
-  throw Error(str("unknown precision '", name, "'; valid precisions are f32, bf16 (bf16 storage, f32 master weights and "
-                  "gradients) and f16 (the same in fp16; use a loss scale)"));
-}
-
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                          DType precision, Device device, const ParameterStorage& storage)
     : layout_(validated(config, batch_size, seq_len, recompute, precision, device, storage),  // before allocating
@@ -88,7 +81,7 @@ const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_s
                                           DType precision, Device device, const ParameterStorage& storage) {
   validate_model_config(config);
   require_device(device);
-  if (precision != DType::f32 && precision != DType::bf16 && precision != DType::f16)
+  if (!is_training_precision(precision))
     throw Error(str("precision ", dtype_name(precision), " is not one the model runs in; use f32, bf16 or f16"));
   if (batch_size < 1) throw Error(str("batch size ", batch_size, " must be at least 1"));
   if (seq_len < 1 || seq_len > config.max_seq_len)

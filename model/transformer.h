@@ -35,8 +35,6 @@
 
 namespace dt {
 
-// Parses a model precision: "f32", "bf16" or "f16"; throws dt::Error naming the valid values.
-DType precision_from_name(std::string_view name);
 
 class Transformer {
  public:

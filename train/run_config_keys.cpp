@@ -16,7 +16,6 @@ namespace dt::run_config {
 namespace {
 
 // The enumerations a key can name, with their names.
-constexpr std::array kPrecisions{DType::f32, DType::bf16, DType::f16};
 constexpr std::array kRecomputePolicies{Recompute::none, Recompute::selective, Recompute::full};
 constexpr std::array kDecays{LrDecay::cosine, LrDecay::linear, LrDecay::wsd};
 constexpr std::array kFamilies{ModelFamily::gpt2, ModelFamily::llama};
@@ -123,7 +122,7 @@ std::string read_enum(const toml::node& node, T& out, const std::array<T, N>& va
   }
   return not_one_of(name, names);
 }
-std::string read_value(const toml::node& node, DType& out) { return read_enum(node, out, kPrecisions); }
+std::string read_value(const toml::node& node, DType& out) { return read_enum(node, out, kTrainingPrecisions); }
 std::string read_value(const toml::node& node, Recompute& out) { return read_enum(node, out, kRecomputePolicies); }
 std::string read_value(const toml::node& node, LrDecay& out) { return read_enum(node, out, kDecays); }
 std::string read_value(const toml::node& node, ModelFamily& out) { return read_enum(node, out, kFamilies); }
