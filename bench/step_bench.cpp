@@ -14,7 +14,7 @@
 #include "core/rng.h"
 #include "kernels/linear.h"
 #include "model/transformer.h"
-#include "parallel/data_parallel.h"
+#include "plan/memory.h"
 #include "train/batch_buffers.h"
 #include "train/step.h"
 #include "train/throughput.h"
@@ -75,7 +75,7 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   if (o.steps < 1 || o.warmup < 0) throw Error(str("bench step: --steps must be >= 1 and --warmup >= 0"));
   // The whole run (model, AdamW, activations) against the GPU's memory before anything is made.
-  if (o.device == Device::cuda) DataParallel::check_fits_on_gpu(o.model, o.batch_size, o.seq_len, o.recompute, o.precision, 1, 0);
+  if (o.device == Device::cuda) check_fits_on_gpu(o.model, o.batch_size, o.seq_len, o.recompute, o.precision, 1, 0);
   Transformer model(o.model, o.batch_size, o.seq_len, o.recompute, o.precision, o.device);
   AdamW optimizer(model.layout(), OptimizerParts::whole(model), AdamWConfig{});
   init_parameters(model.params(), 1);

@@ -112,9 +112,13 @@ size_t ParameterLayout::unit_of(const ParamInfo& p) const {
 FlatTensors::FlatTensors(const ParameterLayout& layout, MemTag tag, Device device, DType dtype, Storage storage)
     : layout_(&layout), dtype_(dtype), tag_(tag), device_(device), storage_(storage) {
   if (storage == Storage::whole)
-    buffer_ = Buffer(static_cast<size_t>(layout.total_elements()) * dtype_size(dtype), tag, device);
+    buffer_ = Buffer(held_bytes(layout, dtype, storage), tag, device);
   else
     units_.resize(layout.units().size());
+}
+
+size_t FlatTensors::held_bytes(const ParameterLayout& layout, DType dtype, Storage storage) {
+  return storage == Storage::whole ? static_cast<size_t>(layout.total_elements()) * dtype_size(dtype) : 0;
 }
 
 Tensor FlatTensors::all() const {

@@ -99,6 +99,9 @@ class FlatTensors {
  public:
   FlatTensors(const ParameterLayout& layout, MemTag tag, Device device = Device::cpu, DType dtype = DType::f32,
               Storage storage = Storage::whole);
+  // The bytes such flat tensors allocate when made: the whole buffer, or nothing until units are
+  // held (a pass holds a few at a time).
+  static size_t held_bytes(const ParameterLayout& layout, DType dtype, Storage storage);
 
   const ParameterLayout& layout() const { return *layout_; }
   DType dtype() const { return dtype_; }

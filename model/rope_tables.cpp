@@ -7,7 +7,7 @@ namespace dt {
 
 RopeTables make_rope_tables(const ModelConfig& config, int rows, Device device) {
   const int64_t half = config.head_size() / 2;
-  const size_t bytes = static_cast<size_t>(2 * rows * half) * sizeof(float);
+  const size_t bytes = rope_table_bytes(config, rows);
   const auto tables = [&](Buffer buffer) {
     RopeTables t{.buffer = std::move(buffer), .cos = {}, .sin = {}};
     t.cos = t.buffer.view(DType::f32, {rows, half});
@@ -24,6 +24,10 @@ RopeTables make_rope_tables(const ModelConfig& config, int rows, Device device) 
   RopeTables on_device = tables(Buffer(bytes, MemTag::workspace, device, false));
   copy_bytes(on_device.buffer.data(), device, host.buffer.data(), Device::cpu, bytes);
   return on_device;
+}
+
+size_t rope_table_bytes(const ModelConfig& config, int rows) {
+  return static_cast<size_t>(2 * int64_t{rows} * (config.head_size() / 2)) * sizeof(float);
 }
 
 }  // namespace dt

@@ -14,5 +14,7 @@ struct RopeTables {
   Tensor cos, sin;
 };
 RopeTables make_rope_tables(const ModelConfig& config, int rows, Device device = Device::cpu);
+// The bytes make_rope_tables allocates on the device.
+size_t rope_table_bytes(const ModelConfig& config, int rows);
 
 }  // namespace dt

@@ -11,74 +11,41 @@ namespace dt {
 
 namespace k = kernels;
 
-namespace {
-
-// How the f32 parameters are stored: as the weights themselves in f32; in 16-bit runs as the
-// master copy, whole where kept here, else never held (ZeRO keeps them as its shards). The
-// constructor and allocated_bytes share it.
-Storage f32_parameter_storage(DType precision, const ParameterStorage& storage) {
-  if (precision == DType::f32) return storage.weights;
-  return storage.master_weights ? Storage::whole : Storage::per_unit;
-}
-
-}  // namespace
 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                          DType precision, Device device, const ParameterStorage& storage)
-    : layout_(validated(config, batch_size, seq_len, recompute, precision, device, storage),  // before allocating
+    : layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating
               storage.unit_multiple),
-      params_(layout_, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state, device, DType::f32,
-              f32_parameter_storage(precision, storage)),
-      grads_(layout_, MemTag::gradients, device, DType::f32, storage.grads),
+      params_(layout_, parameter_buffers(precision, storage).params.tag, device, DType::f32,
+              parameter_buffers(precision, storage).params.storage),
+      grads_(layout_, MemTag::gradients, device, DType::f32, parameter_buffers(precision, storage).grads.storage),
       recompute_(recompute),
       precision_(precision),
       device_(device),
       batch_size_(batch_size),
       seq_len_(seq_len),
       stage_(layout_, StageUnits::whole(config), recompute, precision, device, batch_size, seq_len) {
-  if (precision != DType::f32) compute_weights_.emplace(layout_, MemTag::parameters, device, precision, storage.weights);
+  if (const auto weights = parameter_buffers(precision, storage).weights)
+    compute_weights_.emplace(layout_, weights->tag, device, weights->dtype, weights->storage);
   master_weights_ = precision != DType::f32 && storage.master_weights;
 }
 
-size_t Transformer::allocated_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                    DType precision, const ParameterStorage& storage) {
-  const auto params = static_cast<size_t>(ParameterLayout(config, storage.unit_multiple).total_elements());
-  const bool sixteen_bit = precision != DType::f32;
-  // As the constructor makes them: f32 parameters, the 16-bit compute copy, f32 gradients.
-  size_t per_element = f32_parameter_storage(precision, storage) == Storage::whole ? 4 : 0;
-  if (sixteen_bit && storage.weights == Storage::whole) per_element += dtype_size(precision);
-  if (storage.grads == Storage::whole) per_element += 4;
-  const ActivationBytes activations =
-      Stage::activation_bytes(config, StageUnits::whole(config), recompute, precision, batch_size, seq_len);
-  return params * per_element + static_cast<size_t>(activations.with_micro_batches(1));
-}
-
-size_t Transformer::training_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                   DType precision) {
-  const auto params = static_cast<size_t>(ParameterLayout(config).total_elements());
-  return allocated_bytes(config, batch_size, seq_len, recompute, precision) + params * 8;  // + AdamW's m and v
-}
-
-void Transformer::check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                    DType precision, const ParameterStorage& storage) {
-  if (config.head_size() > 256)
-    throw Error(str("head size ", config.head_size(), " (d_model ", config.d_model, " / n_head ", config.n_head,
-                    ") is above the 256 the CUDA attention kernels support; use more heads, or device = \"cpu\""));
-  const size_t needed = allocated_bytes(config, batch_size, seq_len, recompute, precision, storage);
-  const size_t available = device_free_bytes(Device::cuda);
-  if (needed > available)
-    throw Error(str("this model needs about ", format_bytes(static_cast<double>(needed)),
-                    " of GPU memory (its parameters, gradients and the activations of a micro-batch of ", batch_size,
-                    " x ", seq_len, " tokens, recompute ", recompute_name(recompute), ") but the GPU has ",
-                    format_bytes(static_cast<double>(available)),
-                    " free; use a smaller micro_batch_size or seq_len, train.recompute = \"full\", precision bf16, "
-                    "ZeRO stage 3 over several GPUs, or a smaller model"));
+Transformer::ParameterBuffers Transformer::parameter_buffers(DType precision, const ParameterStorage& storage) {
+  if (precision == DType::f32)
+    return {.params = {MemTag::parameters, DType::f32, storage.weights},
+            .grads = {MemTag::gradients, DType::f32, storage.grads},
+            .weights = std::nullopt};
+  // A 16-bit run's f32 parameters are the master weights, counted with the optimizer state as
+  // the ZeRO paper does: whole where kept here, else never held (ZeRO keeps them as its shards).
+  return {.params = {MemTag::optimizer_state, DType::f32, storage.master_weights ? Storage::whole : Storage::per_unit},
+          .grads = {MemTag::gradients, DType::f32, storage.grads},
+          .weights = FlatBufferSpec{MemTag::parameters, precision, storage.weights}};
 }
 
 Transformer::~Transformer() = default;
 
-const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                          DType precision, Device device, const ParameterStorage& storage) {
+const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len, DType precision,
+                                          Device device) {
   validate_model_config(config);
   require_device(device);
   if (!is_training_precision(precision))
@@ -87,7 +54,9 @@ const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_s
   if (seq_len < 1 || seq_len > config.max_seq_len)
     throw Error(str("sequence length ", seq_len, " must be in [1, model.max_seq_len = ", config.max_seq_len,
                     "]; shorten the sequence or use a model with a longer max_seq_len"));
-  if (device == Device::cuda) check_fits_on_gpu(config, batch_size, seq_len, recompute, precision, storage);
+  if (device == Device::cuda && config.head_size() > 256)
+    throw Error(str("head size ", config.head_size(), " (d_model ", config.d_model, " / n_head ", config.n_head,
+                    ") is above the 256 the CUDA attention kernels support; use more heads, or device = \"cpu\""));
   return config;
 }
 

@@ -51,21 +51,25 @@ class Transformer {
   // forward() are on it too.
   // storage: the parameter layout's unit multiple and how parameters and gradients are held
   // (model/parameters.h): DataParallel::storage under ZeRO, else one process's.
+  // A run checks its memory before it makes the model (plan/memory.h).
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
               DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {});
   ~Transformer();
 
-  // Bytes this model allocates on its device when made with `storage`: the buffers held whole —
-  // the f32 parameters (a 16-bit run's master weights, where kept here), the 16-bit compute
-  // copy, the gradients — and the activations of one micro-batch under `recompute`. Buffers
-  // stored per unit are not counted: passes hold them a few units at a time, as ZeRO's working
-  // set (parallel/data_parallel.h counts it).
-  static size_t allocated_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                DType precision, const ParameterStorage& storage = {});
-  // Bytes one process's training run of this shape holds on its device: allocated_bytes with
-  // the whole storage, and AdamW's two f32 moments.
-  static size_t training_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                               DType precision);
+  // The flat buffers such a model makes, each with its tag, dtype and storage: the f32
+  // parameters (a 16-bit run's master weights, tagged optimizer_state and held only where kept
+  // here), the f32 gradients, and in 16-bit the compute copy. The constructor makes exactly these;
+  // plan/memory.h counts them.
+  struct FlatBufferSpec {
+    MemTag tag;
+    DType dtype;
+    Storage storage;
+  };
+  struct ParameterBuffers {
+    FlatBufferSpec params, grads;
+    std::optional<FlatBufferSpec> weights;
+  };
+  static ParameterBuffers parameter_buffers(DType precision, const ParameterStorage& storage);
 
   const ModelConfig& config() const { return layout_.config(); }
   const ParameterLayout& layout() const { return layout_; }
@@ -104,12 +108,9 @@ class Transformer {
   static int64_t count_targets(Tensor targets);
 
  private:
-  static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                      DType precision, Device device, const ParameterStorage& storage);
-  // Before allocating on a GPU: a head size the attention kernels take, and the memory this
-  // model allocates (a whole run's is checked before, by parallel/data_parallel.h).
-  static void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                DType precision, const ParameterStorage& storage);
+  // The config and sizes checked, and on a GPU a head size the attention kernels take.
+  static const ModelConfig& validated(const ModelConfig& config, int batch_size, int seq_len, DType precision,
+                                      Device device);
   void check_inputs(Tensor tokens, Tensor targets) const;
 
   ParameterLayout layout_;

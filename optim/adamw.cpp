@@ -64,7 +64,7 @@ AdamW::AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig co
   }
   DT_CHECK(parts_.grads.dtype == DType::f32 && parts_.grads.numel() == local_elements_, "optimizer gradients ",
            parts_.grads.describe(), " for ", local_elements_, " local elements");
-  const size_t bytes = static_cast<size_t>(local_elements_) * sizeof(float);
+  const size_t bytes = bytes_per_moment(local_elements_);
   m_ = Buffer(bytes, tag, parts_.grads.device);
   v_ = Buffer(bytes, tag, parts_.grads.device);
 }

@@ -58,6 +58,9 @@ class AdamW {
   // copy made to move a run's state is workspace, not optimizer state).
   AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig config,
         MemTag tag = MemTag::optimizer_state);
+  // The bytes of each of the two moments for parts of `local_elements` in all (f32); the
+  // constructor allocates two such buffers, plan/memory.h counts them.
+  static size_t bytes_per_moment(int64_t local_elements) { return static_cast<size_t>(local_elements) * sizeof(float); }
 
   // sqrt of the sum of squares of every shown gradient of the layout, each counted once (the tied
   // input/output embedding is one tensor). Not finite when any gradient is not. A collective

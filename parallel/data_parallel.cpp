@@ -43,20 +43,31 @@ ParameterStorage DataParallel::storage(int ranks, int zero_stage) {
           .master_weights = false};
 }
 
-namespace {
-
-// The elements of this rank's shard: its part of every unit.
-int64_t shard_elements(const ParameterLayout& layout, int ranks) {
+int64_t DataParallel::shard_elements(const ParameterLayout& layout, int ranks) {
   int64_t elements = 0;
   for (const kernels::FlatRange& unit : layout.units()) elements += unit.size() / ranks;
   return elements;
 }
+
+namespace {
 
 bool parameters_sharded(int zero_stage, DType precision) {
   return zero_stage == 3 || (zero_stage >= 1 && precision != DType::f32);
 }
 
 }  // namespace
+
+std::vector<DataParallel::ShardSpec> DataParallel::shard_buffers(DType precision, int zero_stage) {
+  if (zero_stage == 0) return {};
+  std::vector<ShardSpec> specs = {{ShardRole::gradients, MemTag::gradients, DType::f32}};
+  // The f32 parameters' parts: the weights themselves at stage 3 in f32; a 16-bit run's master
+  // weights, which the paper counts with the optimizer state.
+  if (parameters_sharded(zero_stage, precision))
+    specs.push_back({ShardRole::f32_parameters, precision == DType::f32 ? MemTag::parameters : MemTag::optimizer_state,
+                     DType::f32});
+  if (zero_stage == 3 && precision != DType::f32) specs.push_back({ShardRole::weights, MemTag::parameters, precision});
+  return specs;
+}
 
 size_t DataParallel::working_set_bytes(const ParameterLayout& layout, DType precision, int ranks, int zero_stage) {
   if (zero_stage < 2) return 0;
@@ -67,35 +78,6 @@ size_t DataParallel::working_set_bytes(const ParameterLayout& layout, DType prec
   int64_t bytes = (embeddings + in_backward * largest) * 4 + in_backward * (largest / ranks) * 4;
   if (zero_stage == 3) bytes += (embeddings + 2 * largest) * static_cast<int64_t>(dtype_size(precision));
   return static_cast<size_t>(bytes);
-}
-
-size_t DataParallel::training_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                    DType precision, int ranks, int zero_stage) {
-  if (zero_stage == 0) return Transformer::training_bytes(config, batch_size, seq_len, recompute, precision);
-  const ParameterStorage stored = storage(ranks, zero_stage);
-  const ParameterLayout layout(config, stored.unit_multiple);
-  const auto shard = static_cast<size_t>(shard_elements(layout, ranks));
-  // As the constructor allocates them: gradient shard and moments, f32 and 16-bit parts.
-  size_t per_element = 4 + 8;
-  if (parameters_sharded(zero_stage, precision)) per_element += 4;
-  if (zero_stage == 3 && precision != DType::f32) per_element += dtype_size(precision);
-  return Transformer::allocated_bytes(config, batch_size, seq_len, recompute, precision, stored) +
-         shard * per_element + working_set_bytes(layout, precision, ranks, zero_stage);
-}
-
-void DataParallel::check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                     DType precision, int ranks, int zero_stage) {
-  const size_t needed = training_bytes(config, batch_size, seq_len, recompute, precision, ranks, zero_stage);
-  const size_t available = device_free_bytes(Device::cuda);
-  if (needed <= available) return;
-  throw Error(str("training this model needs about ", format_bytes(static_cast<double>(needed)),
-                  " of GPU memory per rank (parameters, gradients and AdamW's state at ZeRO stage ", zero_stage,
-                  " over ", ranks, " data-parallel rank", ranks == 1 ? "" : "s", ", and the activations of a "
-                  "micro-batch of ", batch_size, " x ", seq_len, " tokens, recompute ", recompute_name(recompute),
-                  ") but the GPU has ", format_bytes(static_cast<double>(available)), " free; ",
-                  zero_stage < 3 ? "raise parallel.zero_stage (up to 3) or " : "",
-                  "use more data-parallel ranks, a smaller micro_batch_size or seq_len, train.recompute = \"full\", "
-                  "precision bf16, or a smaller model"));
 }
 
 DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_mb, int zero_stage,
@@ -126,16 +108,12 @@ DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_m
                         .local = shard_elements_});
       shard_elements_ += part;
     }
-    const size_t bytes = static_cast<size_t>(shard_elements_) * sizeof(float);
-    grad_shard_ = Buffer(bytes, MemTag::gradients, model.device());
-    // The f32 parameters' parts: the weights themselves at stage 3 in f32; a 16-bit run's master
-    // weights, which the paper counts with the optimizer state.
-    if (shards_parameters_)
-      param_shard_ = Buffer(bytes, model.precision() == DType::f32 ? MemTag::parameters : MemTag::optimizer_state,
-                            model.device());
-    if (zero_stage == 3 && model.precision() != DType::f32)
-      weight_shard_ = Buffer(static_cast<size_t>(shard_elements_) * dtype_size(model.precision()), MemTag::parameters,
-                             model.device());
+    for (const ShardSpec& spec : shard_buffers(model.precision(), zero_stage)) {
+      Buffer shard(static_cast<size_t>(shard_elements_) * dtype_size(spec.dtype), spec.tag, model.device());
+      (spec.role == ShardRole::gradients ? grad_shard_ : spec.role == ShardRole::f32_parameters ? param_shard_
+                                                                                                : weight_shard_) =
+          std::move(shard);
+    }
     gathering_.resize(parts_.size());
   }
   optimizer_.emplace(layout, optimizer_parts(), adamw);

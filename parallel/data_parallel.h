@@ -73,23 +73,24 @@ class DataParallel : public UnitHooks {
   // parameters per unit at stage 3.
   static ParameterStorage storage(int ranks, int zero_stage);
 
-  // Per rank, the bytes a training run of this shape holds on its device under ZeRO
-  // `zero_stage` over `ranks` ranks: the model's whole buffers and activations
-  // (Transformer::allocated_bytes); the optimizer state — AdamW's whole moments at stage 0, else
-  // this class's shards: the gradient shard, the moments, the f32 master parts where sharded,
-  // the 16-bit parts at stage 3 (exact, as the constructor allocates them); and the working set
-  // of units held at once (working_set_bytes).
-  static size_t training_bytes(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                               DType precision, int ranks, int zero_stage);
+  // The elements of one rank's shard over `ranks` ranks: its part of every unit.
+  static int64_t shard_elements(const ParameterLayout& layout, int ranks);
+  // The shard buffers ZeRO `zero_stage` (1 to 3) makes, each of shard_elements: the gradient
+  // shard; the f32 parameters' parts where sharded (stage 3, and every stage in 16-bit: the
+  // master weights, tagged optimizer_state); the 16-bit weights' parts at stage 3. The
+  // constructor makes exactly these; plan/memory.h counts them.
+  enum class ShardRole { gradients, f32_parameters, weights };
+  struct ShardSpec {
+    ShardRole role;
+    MemTag tag;
+    DType dtype;
+  };
+  static std::vector<ShardSpec> shard_buffers(DType precision, int zero_stage);
   // A bound on the units stages 2 and 3 hold during a pass, beyond the shards: the gradients of
   // the embeddings (finished last, written first by a tied head) and of the unit being computed
   // and those being reduced, with their staging for a later micro-batch; at stage 3 also the
   // weights of the embeddings, the unit being computed and the one prefetched. 0 below stage 2.
   static size_t working_set_bytes(const ParameterLayout& layout, DType precision, int ranks, int zero_stage);
-  // Before a GPU run allocates: training_bytes against the GPU's free memory; the error names
-  // every number and the fixes, ZeRO's among them.
-  static void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                                DType precision, int ranks, int zero_stage);
 
   Communicator& group() { return dp_; }
   const Communicator& group() const { return dp_; }

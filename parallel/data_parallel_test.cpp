@@ -2,6 +2,7 @@
 // rank also trains the single-process reference itself (the whole global batch, no
 // communication), so the comparison needs no files. Run alone, without mpirun, they skip.
 #include "parallel/data_parallel.h"
+#include "plan/memory.h"
 
 #include <gtest/gtest.h>
 
@@ -374,8 +375,8 @@ ModelStates model_states(DType precision, int ranks, int stage) {
 
 // What each ZeRO stage holds on every rank of `group`, gpt2-tiny in f32 and bf16 (gpt2: no rope
 // table in the workspace). Between steps the model states are exactly their formulas.
-// DataParallel::training_bytes, the estimate a GPU run is checked against before it allocates,
-// is those formulas, the activations the model allocates (model/memory_test.cpp checks them by
+// plan_memory (plan/memory.h), the prediction a GPU run is checked against before it allocates,
+// is those formulas, the activations the model allocates (plan/memory_test.cpp checks them by
 // hand) and, from stage 2, a bound on the units held during a step; during a step, every tag
 // but the kernels' scratch (workspace, not estimated: tens of KiB here), added, stays within it.
 void expect_every_stage_holds_its_formula(Communicator& group) {
@@ -393,9 +394,11 @@ void expect_every_stage_holds_its_formula(Communicator& group) {
       const size_t activations = since_before(made, MemTag::activations) + since_before(made, MemTag::workspace);
       const ModelStates formula = model_states(precision, ranks, stage);
       const size_t states = formula.parameters + formula.gradients + formula.optimizer_state;
-      const size_t estimate = DataParallel::training_bytes(config, kB, kT, Recompute::none, precision, ranks, stage);
-      const size_t working_set = DataParallel::working_set_bytes(sharded.model.layout(), precision, ranks, stage);
-      EXPECT_EQ(estimate - working_set, states + activations) << what;
+      const MemoryPlan plan = plan_memory(config, kB, kT, Recompute::none, precision, ranks, stage);
+      const size_t estimate = plan.total(), working_set = plan.working_set;
+      EXPECT_EQ(plan.allocated(), states + activations) << what;
+      for (const MemTag tag : {MemTag::parameters, MemTag::gradients, MemTag::optimizer_state})
+        EXPECT_EQ(plan.bytes[static_cast<int>(tag)], since_before(made, tag)) << what << " " << mem_tag_name(tag);
       if (stage < 2) {
         EXPECT_EQ(working_set, 0u) << what;
       }

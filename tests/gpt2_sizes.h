@@ -1,5 +1,5 @@
 // The sizes of a GPT-2 model worked out by hand from its dimensions alone: the expectations of
-// the memory tests (model/memory_test.cpp, parallel/data_parallel_test.cpp,
+// the memory tests (plan/memory_test.cpp, parallel/data_parallel_test.cpp,
 // train/run_config_test.cpp), written without model/parameters.h or model/transformer.h, whose
 // sizes those tests check.
 //

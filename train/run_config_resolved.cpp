@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "data/token_dataset.h"
 #include "model/parameters.h"
-#include "parallel/data_parallel.h"
+#include "plan/memory.h"
 #include "train/run_config.h"
 #include "train/run_config_keys.h"
 #include "train/throughput.h"
@@ -93,9 +93,10 @@ std::string derived_quantities(const RunConfig& config) {
                                   : str("; ", scientific(flops.hardware / static_cast<double>(tokens_per_step)),
                                         " with ", recompute_name(config.train.recompute), " recomputation"))},
       {"FLOPs per step", scientific(flops.model)},
-      {"memory", str(format_bytes(static_cast<double>(DataParallel::training_bytes(
-                         m, config.train.micro_batch_size, T, config.train.recompute, config.train.precision,
-                         config.parallel.dp, config.parallel.zero_stage))),
+      {"memory", str(format_bytes(static_cast<double>(
+                         plan_memory(m, config.train.micro_batch_size, T, config.train.recompute,
+                                     config.train.precision, config.parallel.dp, config.parallel.zero_stage)
+                             .total())),
                      config.parallel.dp > 1 ? " per rank" : "", " on the ", config.train.device,
                      ": parameters, gradients, AdamW moments and one micro-batch's activations",
                      config.parallel.zero_stage > 0 ? str(", ZeRO stage ", config.parallel.zero_stage, " over ",

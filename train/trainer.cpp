@@ -26,6 +26,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/launch_check.h"
 #include "parallel/parallel_dims.h"
+#include "plan/memory.h"
 #include "train/batch_buffers.h"
 #include "train/evaluate.h"
 #include "train/generate.h"
@@ -129,7 +130,7 @@ TrainSummary run_training(const RunConfig& config) {
   const int zero_stage = config.parallel.zero_stage;
   // The whole run's memory per rank against the GPU's, before anything is allocated.
   if (device == Device::cuda)
-    DataParallel::check_fits_on_gpu(mc, B, T, config.train.recompute, config.train.precision, groups.dims.dp, zero_stage);
+    check_fits_on_gpu(mc, B, T, config.train.recompute, config.train.precision, groups.dims.dp, zero_stage);
   Transformer model(mc, B, T, config.train.recompute, config.train.precision, device,
                     DataParallel::storage(groups.dims.dp, zero_stage));
   DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb, zero_stage, config.adamw);

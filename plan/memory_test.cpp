@@ -1,13 +1,13 @@
-// Transformer::training_bytes, the estimate a GPU run is checked against before it allocates,
-// and what a CPU run of the same shape really allocates, tag by tag, against the sizes worked
-// out by hand from the model's shape (tests/gpt2_sizes.h): the estimate and the constructor
-// share their sizing code, so only an expectation from outside both can catch a size they
-// both get wrong.
+// plan_memory, the prediction a GPU run is checked against before it allocates, and what a CPU
+// run of the same shape really allocates, tag by tag, against the sizes worked out by hand from
+// the model's shape (tests/gpt2_sizes.h): the plan and the constructors share their sizing code,
+// so only an expectation from outside both can catch a size they both get wrong.
 #include <gtest/gtest.h>
 
 #include "core/allocator.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "plan/memory.h"
 #include "tests/gpt2_sizes.h"
 
 namespace dt {
@@ -46,9 +46,14 @@ TEST(TrainingBytes, AreWhatTheModelsShapeGivesByHand) {
       EXPECT_EQ(after.total_current_bytes - before.total_current_bytes,
                 parameters + gradients + optimizer_state + activations + scratch)
           << what << ": a tag not counted above";
-      EXPECT_EQ(Transformer::training_bytes(config, kBatch, kSeqLen, recompute, precision),
-                parameters + gradients + optimizer_state + activations + scratch)
-          << what;
+      const MemoryPlan plan = plan_memory(config, kBatch, kSeqLen, recompute, precision, 1, 0);
+      const auto planned = [&](MemTag tag) { return plan.bytes[static_cast<int>(tag)]; };
+      EXPECT_EQ(planned(MemTag::parameters), parameters) << what;
+      EXPECT_EQ(planned(MemTag::gradients), gradients) << what;
+      EXPECT_EQ(planned(MemTag::optimizer_state), optimizer_state) << what;
+      EXPECT_EQ(planned(MemTag::activations), activations) << what;
+      EXPECT_EQ(planned(MemTag::workspace), scratch) << what;
+      EXPECT_EQ(plan.total(), parameters + gradients + optimizer_state + activations + scratch) << what;
     }
 }
 

@@ -1,0 +1,56 @@
+#include "plan/memory.h"
+
+#include "core/device.h"
+#include "model/rope_tables.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "parallel/data_parallel.h"
+
+namespace dt {
+
+size_t MemoryPlan::allocated() const {
+  size_t sum = 0;
+  for (const size_t b : bytes) sum += b;
+  return sum;
+}
+
+MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
+                       int dp_ranks, int zero_stage) {
+  MemoryPlan plan;
+  const auto add = [&](MemTag tag, size_t bytes) { plan.bytes[static_cast<int>(tag)] += bytes; };
+  const ParameterStorage storage = DataParallel::storage(dp_ranks, zero_stage);
+  const ParameterLayout layout(config, storage.unit_multiple);
+  // The model: its flat buffers, one micro-batch's activations and the rotary tables.
+  const Transformer::ParameterBuffers model = Transformer::parameter_buffers(precision, storage);
+  for (const auto& spec : {std::optional(model.params), std::optional(model.grads), model.weights})
+    if (spec) add(spec->tag, FlatTensors::held_bytes(layout, spec->dtype, spec->storage));
+  const ActivationBytes activations =
+      Stage::activation_bytes(config, StageUnits::whole(config), recompute, precision, batch_size, seq_len);
+  add(MemTag::activations, static_cast<size_t>(activations.kept + activations.shared));
+  add(MemTag::workspace, static_cast<size_t>(activations.scratch));
+  if (config.family == ModelFamily::llama) add(MemTag::workspace, rope_table_bytes(config, seq_len));
+  // The optimizer: the whole layout's moments at stage 0, else the shards and their moments.
+  const int64_t local = zero_stage == 0 ? layout.total_elements() : DataParallel::shard_elements(layout, dp_ranks);
+  for (const DataParallel::ShardSpec& spec : DataParallel::shard_buffers(precision, zero_stage))
+    add(spec.tag, static_cast<size_t>(local) * dtype_size(spec.dtype));
+  add(MemTag::optimizer_state, 2 * AdamW::bytes_per_moment(local));
+  plan.working_set = DataParallel::working_set_bytes(layout, precision, dp_ranks, zero_stage);
+  return plan;
+}
+
+void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
+                       int dp_ranks, int zero_stage) {
+  const size_t needed = plan_memory(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage).total();
+  const size_t available = device_free_bytes(Device::cuda);
+  if (needed <= available) return;
+  throw Error(str("training this model needs about ", format_bytes(static_cast<double>(needed)),
+                  " of GPU memory per rank (parameters, gradients and AdamW's state at ZeRO stage ", zero_stage,
+                  " over ", dp_ranks, " data-parallel rank", dp_ranks == 1 ? "" : "s", ", and the activations of a "
+                  "micro-batch of ", batch_size, " x ", seq_len, " tokens, recompute ", recompute_name(recompute),
+                  ") but the GPU has ", format_bytes(static_cast<double>(available)), " free; ",
+                  zero_stage < 3 ? "raise parallel.zero_stage (up to 3) or " : "",
+                  "use more data-parallel ranks, a smaller micro_batch_size or seq_len, train.recompute = \"full\", "
+                  "precision bf16, or a smaller model"));
+}
+
+}  // namespace dt
