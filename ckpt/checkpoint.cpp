@@ -75,6 +75,7 @@ uint32_t checksum_of(const Tensor& t) { return crc32c(t.data, t.bytes()); }
 }  // namespace
 
 std::string shard_file_name(int rank, int ranks) {
+  if (ranks == 1) return kTensors;
   char name[64];
   std::snprintf(name, sizeof name, "tensors_%05d_of_%05d.safetensors", rank, ranks);
   return name;

@@ -57,7 +57,8 @@ void write_checkpoint_file(const std::filesystem::path& root, int64_t step, cons
                            const std::vector<std::pair<std::string, Tensor>>& tensors);
 std::filesystem::path finish_checkpoint(const std::filesystem::path& root, const CheckpointContent& content,
                                         const std::vector<std::string>& files, int keep_last);
-// The name of rank `rank`'s tensor file of a checkpoint written by `ranks` processes.
+// The name of rank `rank`'s tensor file of a checkpoint written by `ranks` processes:
+// tensors_R_of_N.safetensors, or tensors.safetensors when one process writes.
 std::string shard_file_name(int rank, int ranks);
 
 class Checkpoint {

@@ -8,10 +8,12 @@
 # DTRAIN is the dtrain binary to run; WORK_DIR keeps the data between runs (the King James
 # Bible tokenized as the quickstart does it, made on the first run) and each run's directory.
 # It prints, for each run, every step's loss as metrics.jsonl holds it (the shortest decimal
-# that reads back as the same double) and the SHA-256 of the final checkpoint's tensors:
+# that reads back as the same double) and the SHA-256 of the final parameters as `dtrain export`
+# writes them (so that the checkpoint's own format may change):
 #   - the quickstart (configs/quickstart.toml) for 30 steps;
 #   - a 2-layer gpt2 and llama, each in f32 and bf16, for 4 steps of 2 micro-batches, on one
-#     process and over 2 MPI ranks at ZeRO stages 0 to 3.
+#     process and over 2 MPI ranks at ZeRO stages 0 to 3, then resumed from the step-4
+#     checkpoint for 2 more steps (the moments and the checkpoint's round trip show in those).
 # Threads are fixed (OMP_NUM_THREADS, one per rank under MPI) so that the kernels' sums run in
 # the same order each time. Needs the bible-kjv package (scripts/setup.sh installs it) and,
 # for the MPI runs, mpirun.
@@ -33,29 +35,39 @@ fi
   "$dtrain" data prepare --tokenizer "$data/tokenizer.json" --out "$data" --val-fraction 0.02 \
     --doc-separator blank-lines "$data/kjv.txt" > /dev/null
 
-# print NAME RUN_DIR: the run's losses and its final checkpoint's tensors.
+# print NAME RUN_DIR: the run's losses and its final parameters.
 print() {
-  local latest
-  latest=$2/checkpoints/$(cat "$2/checkpoints/latest")
+  rm -rf "$2/export"
+  "$dtrain" export --checkpoint "$2/checkpoints" --hf "$2/export" --tokenizer "" > /dev/null
   echo "$1 losses: $(grep -o '"loss":[^,]*' "$2/metrics.jsonl" | cut -d: -f2 | tr '\n' ' ')"
-  echo "$1 tensors: $(cat "$latest"/*.safetensors | sha256sum | cut -d' ' -f1)"
+  echo "$1 parameters: $(sha256sum < "$2/export/model.safetensors" | cut -d' ' -f1)"
 }
 
-# train NAME RANKS OVERRIDES...: a run from scratch with the quickstart's data.
-train() {
+# run NAME RANKS OVERRIDES...: trains (or resumes) run NAME with the quickstart's data.
+run() {
   local name=$1 ranks=$2
   shift 2
   local run=$work/runs/$name
-  rm -rf "$run"
   local command=("$dtrain" train configs/quickstart.toml "data.dir=$data" "data.tokenizer=$data/tokenizer.json"
                  "log.run_dir=$run" log.progress=plain sample.every=0 eval.every=0 "$@")
   if [ "$ranks" -eq 1 ]; then
-    OMP_NUM_THREADS=2 "${command[@]}" > "$run.log" 2>&1 || { cat "$run.log" >&2; exit 1; }
+    OMP_NUM_THREADS=2 "${command[@]}" >> "$run.log" 2>&1 || { cat "$run.log" >&2; exit 1; }
   else
     mpirun --oversubscribe --allow-run-as-root -np "$ranks" -x OMP_NUM_THREADS=1 "${command[@]}" parallel.dp="$ranks" \
-      > "$run.log" 2>&1 || { cat "$run.log" >&2; exit 1; }
+      >> "$run.log" 2>&1 || { cat "$run.log" >&2; exit 1; }
   fi
-  print "$name" "$run"
+}
+
+# train NAME RANKS OVERRIDES...: a run from scratch; with resume=yes first, it is then resumed
+# for 2 more steps.
+train() {
+  local resume=no
+  if [ "$1" = resume=yes ]; then resume=yes; shift; fi
+  local name=$1
+  rm -rf "${work:?}/runs/$name" "$work/runs/$name.log"
+  run "$@"
+  if [ $resume = yes ]; then run "$@" train.steps=6; fi
+  print "$name" "$work/runs/$name"
 }
 
 mkdir -p "$work/runs"
@@ -66,10 +78,10 @@ for family in gpt2 llama; do
   shape=("${tiny[@]}" model.family=$family)
   [ $family = llama ] && shape+=(model.n_kv_head=2 model.tied_embeddings=false)
   for precision in f32 bf16; do
-    train "$family-$precision-1rank" 1 "${shape[@]}" train.precision=$precision
+    train resume=yes "$family-$precision-1rank" 1 "${shape[@]}" train.precision=$precision
     for zero in 0 1 2 3; do
-      train "$family-$precision-dp2-zero$zero" 2 "${shape[@]}" train.precision=$precision parallel.zero_stage=$zero \
-        train.global_batch_size=8
+      train resume=yes "$family-$precision-dp2-zero$zero" 2 "${shape[@]}" train.precision=$precision \
+        parallel.zero_stage=$zero train.global_batch_size=8
     done
   done
 done

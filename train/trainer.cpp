@@ -234,17 +234,16 @@ TrainSummary run_training(const RunConfig& config) {
     progress.message(
         str("step ", step, ": sample: ", sample_text(config, gathered ? *gathered : model.params(), *tokenizer)));
   };
-  // Without ZeRO rank 0 writes the whole state; with it every rank writes its own parts.
+  // Every rank calls the save: what is sharded each rank writes its parts of, what every rank
+  // holds whole rank 0 writes (train/training_checkpoint.h). The share names dp ranks, which are
+  // the job's while dp is the only dimension above 1.
+  DT_CHECK(control->size() == data_parallel.group().size(), "checkpoints of layouts beyond data parallelism");
   const auto save = [&](int64_t step, ProgressDisplay& progress) {
     if (checkpoints.empty()) return;
     const TrainingProgress at{step, loader.state()};
-    const int keep_last = config.checkpoint.keep_last;
-    if (zero_stage == 0 && !lead) return;
     const std::filesystem::path saved =
-        zero_stage == 0 ? save_training_checkpoint(checkpoints, keep_last, model.params(), optimizer, scaler.get(), at)
-                        : save_sharded_training_checkpoint(checkpoints, keep_last, *control,
-                                                           lead && !sharded_parameters ? &model.params() : nullptr,
-                                                           data_parallel, scaler.get(), at);
+        save_training_checkpoint(checkpoints, config.checkpoint.keep_last, *control, model.layout(),
+                                 checkpoint_share(data_parallel, model.params()), optimizer, scaler.get(), at);
     if (!lead) return;
     summary.last_checkpoint = saved;
     progress.message(str("step ", step, ": saved checkpoint ", saved.string()));

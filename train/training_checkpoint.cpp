@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <deque>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "comm/single_process.h"
 #include "core/device.h"
 #include "core/error.h"
 
@@ -60,20 +62,57 @@ ModelConfig model_config_of(const ckpt::Checkpoint& checkpoint) {
 
 namespace {
 
+// The name of a piece of parameter `name`: its shown elements [begin, end), row-major.
+std::string piece_name(const std::string& buffer, const std::string& name, int64_t begin, int64_t end) {
+  return str(buffer, ".", name, "[", begin, ":", end, "]");
+}
+
+// Reads the pieces of BUFFER.NAME into `whole` (the parameter's shown elements, flat): every
+// NAME[B:E] the checkpoint holds, which must cover it exactly.
+void read_pieces(const ckpt::Checkpoint& checkpoint, const std::string& prefix, const std::vector<std::string>& names,
+                 const ParamInfo& p, Tensor whole) {
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  for (const std::string& n : names) {
+    if (!n.starts_with(prefix + "[") || n.back() != ']') continue;
+    const std::string range = n.substr(prefix.size() + 1, n.size() - prefix.size() - 2);
+    const size_t colon = range.find(':');
+    if (colon == std::string::npos) continue;
+    pieces.emplace_back(std::stoll(range.substr(0, colon)), std::stoll(range.substr(colon + 1)));
+  }
+  std::sort(pieces.begin(), pieces.end());
+  int64_t covered = 0;
+  for (const auto& [b, e] : pieces) {
+    if (b != covered || e <= b || e > p.numel()) break;
+    checkpoint.read_into(str(prefix, "[", b, ":", e, "]"), whole.slice_rows(b, e - b));
+    covered = e;
+  }
+  if (covered != p.numel())
+    throw Error(str("tensor '", prefix, "' is missing", pieces.empty() ? "" : str(" elements from ", covered, " of ", p.numel()),
+                    ": the checkpoint holds neither it whole nor pieces that cover it; was one rank's file lost?"));
+}
+
 std::string part_name(const std::string& buffer, size_t unit, int rank) {
   return str(buffer, ".unit.", unit, ".part.", rank);
 }
 
-// Reads flat buffer `buffer` ("model", "adamw.m" or "adamw.v") into `dest`, whole: tensor by
-// tensor when the checkpoint holds it whole; when sharded, every rank's part of every unit into
-// the saving run's layout, then tensor by tensor from there (the padding may differ).
+// Reads flat buffer `buffer` ("model", "adamw.m" or "adamw.v") into `dest`, whole: each tensor
+// whole or from its pieces. Checkpoints of earlier versions sharded by unit are read into the
+// saving run's layout, then tensor by tensor from there (the padding may differ).
 void read_flat(const ckpt::Checkpoint& checkpoint, const std::string& buffer, FlatTensors& dest) {
   const ParameterLayout& layout = dest.layout();
   const nlohmann::json& state = checkpoint.state();
-  const bool sharded = state.contains("sharding") &&
-                       std::ranges::count(state["sharding"].at("buffers").get<std::vector<std::string>>(), buffer) > 0;
-  if (!sharded) {
-    for (const ParamInfo& p : layout.params()) checkpoint.read_into(str(buffer, ".", p.name), dest.shown(p));
+  const bool unit_parts = state.contains("sharding") &&
+                          std::ranges::count(state["sharding"].at("buffers").get<std::vector<std::string>>(), buffer) > 0;
+  if (!unit_parts) {
+    const std::vector<std::string> names = checkpoint.tensor_names();
+    const std::set<std::string> whole(names.begin(), names.end());
+    for (const ParamInfo& p : layout.params()) {
+      const std::string name = str(buffer, ".", p.name);
+      if (whole.count(name))
+        checkpoint.read_into(name, dest.shown(p));
+      else
+        read_pieces(checkpoint, name, names, p, dest.shown(p).reshape({p.numel()}));
+    }
     return;
   }
   const int ranks = state["sharding"].at("ranks").get<int>();
@@ -99,10 +138,9 @@ void load_checkpoint_parameters(const ckpt::Checkpoint& checkpoint, FlatTensors&
 
 namespace {
 
-// The flat buffers a training checkpoint holds — the parameters and AdamW's moments — as host
-// memory of the whole layout, which is what checkpoints are read from and written to: the
-// parameters themselves for a model on the CPU, else a host copy; the moments are always a copy,
-// put together from the optimizer's parts (download() before saving, upload() after loading).
+// What a resume reads into: the whole layout of each buffer in host memory — the parameters
+// themselves for a model on the CPU, else a host copy; the moments always a copy, of which the
+// optimizer then takes its parts (upload()).
 class HostBuffers {
  public:
   HostBuffers(FlatTensors& params, AdamW& optimizer)
@@ -111,37 +149,22 @@ class HostBuffers {
         host_params_(params.device() == Device::cpu ? params : copies_.emplace_back(params.layout(), MemTag::workspace)),
         m_(copies_.emplace_back(params.layout(), MemTag::workspace)),
         v_(copies_.emplace_back(params.layout(), MemTag::workspace)) {}
-  // Every tensor with its checkpoint name, for saving.
-  std::vector<std::pair<std::string, Tensor>> tensors() const {
-    std::vector<std::pair<std::string, Tensor>> out;
-    for (const auto& [buffer, host] : entries())
-      for (const ParamInfo& p : host->layout().params()) out.emplace_back(str(buffer, ".", p.name), host->shown(p));
-    return out;
-  }
-  // Reads every buffer from `checkpoint`, whole or sharded.
+  // Reads every buffer from `checkpoint`.
   void read(const ckpt::Checkpoint& checkpoint) const {
-    for (const auto& [buffer, host] : entries()) read_flat(checkpoint, buffer, *host);
-  }
-  void download() const {
-    copy(host_params_, params_);
-    optimizer_.put_moment(AdamW::Moment::first, m_.all());
-    optimizer_.put_moment(AdamW::Moment::second, v_.all());
+    read_flat(checkpoint, "model", host_params_);
+    read_flat(checkpoint, "adamw.m", m_);
+    read_flat(checkpoint, "adamw.v", v_);
   }
   void upload() const {
-    copy(params_, host_params_);
+    if (&host_params_ != &params_) {
+      const Tensor to = params_.all(), from = host_params_.all();
+      copy_bytes(to.data, to.device, from.data, from.device, from.bytes());
+    }
     optimizer_.take_moment(AdamW::Moment::first, m_.all());
     optimizer_.take_moment(AdamW::Moment::second, v_.all());
   }
 
  private:
-  std::vector<std::pair<std::string, FlatTensors*>> entries() const {
-    return {{"model", &host_params_}, {"adamw.m", &m_}, {"adamw.v", &v_}};
-  }
-  static void copy(FlatTensors& dst, const FlatTensors& src) {
-    if (&dst == &src) return;
-    const Tensor to = dst.all(), from = src.all();
-    copy_bytes(to.data, to.device, from.data, from.device, from.bytes());
-  }
   std::deque<FlatTensors> copies_;  // stable addresses; declared before the references into it
   FlatTensors& params_;
   AdamW& optimizer_;
@@ -180,67 +203,91 @@ nlohmann::ordered_json training_state(int64_t adamw_steps, const LossScaler* sca
 
 }  // namespace
 
-std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last, FlatTensors& params,
-                                               AdamW& optimizer, const LossScaler* scaler,
-                                               const TrainingProgress& progress) {
-  const nlohmann::ordered_json state = training_state(optimizer.steps_taken(), scaler, progress);
-  const HostBuffers buffers(params, optimizer);
-  buffers.download();
-  return ckpt::save_checkpoint(root,
-                               {.step = progress.step,
-                                .model = model_description(params.layout().config()),
-                                .state = state,
-                                .tensors = buffers.tensors()},
-                               keep_last);
+CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params) {
+  const AdamW& optimizer = dp.optimizer();
+  const int rank = dp.group().rank(), ranks = dp.group().size();
+  const bool sharded_optimizer = dp.zero_stage() >= 1;
+  CheckpointShare share;
+  const auto pieces = [&](const std::vector<Tensor>& parts) {
+    std::vector<CheckpointShare::Piece> out;
+    for (size_t i = 0; i < parts.size(); ++i) out.push_back({optimizer.ranges()[i], parts[i]});
+    return out;
+  };
+  // What every rank holds whole, rank 0 writes; what is sharded, every rank writes its parts of.
+  if (dp.shards_parameters())
+    share.buffers.emplace_back("model", pieces(dp.parameter_parts()));
+  else if (rank == 0)
+    share.buffers.emplace_back("model", std::vector<CheckpointShare::Piece>{
+                                            {{0, params.layout().total_elements()}, params.all()}});
+  if (sharded_optimizer || rank == 0) {
+    share.buffers.emplace_back("adamw.m", pieces(optimizer.moment_parts(AdamW::Moment::first)));
+    share.buffers.emplace_back("adamw.v", pieces(optimizer.moment_parts(AdamW::Moment::second)));
+  }
+  for (int r = 0; r < ranks; ++r)
+    if (sharded_optimizer || r == 0) share.writers.push_back(r);
+  return share;
 }
 
-std::filesystem::path save_sharded_training_checkpoint(const std::filesystem::path& root, int keep_last,
-                                                       Communicator& control, const FlatTensors* params,
-                                                       const DataParallel& zero, const LossScaler* scaler,
-                                                       const TrainingProgress& progress) {
-  const int rank = zero.group().rank(), ranks = zero.group().size();
-  DT_CHECK(zero.zero_stage() >= 1, "a sharded checkpoint is ZeRO's");
-  DT_CHECK((params != nullptr) == (rank == 0 && !zero.shards_parameters()),
-           "rank 0, and only it, passes the whole parameters, unless they are sharded");
-  // This rank's tensors, in host memory (parts on a GPU are copied out).
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last,
+                                               Communicator& control, const ParameterLayout& layout,
+                                               const CheckpointShare& share, const AdamW& optimizer,
+                                               const LossScaler* scaler, const TrainingProgress& progress) {
+  const int rank = control.rank();
+  // This rank's tensors, in host memory (pieces on a GPU are copied out): for each parameter
+  // inside a piece, the whole tensor under its name, or the part of it the piece holds.
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::deque<Buffer> host_copies;
-  const auto add = [&](std::string name, const Tensor& t) {
-    Tensor host = t;
-    if (t.device != Device::cpu) {
-      host = host_copies.emplace_back(t.bytes(), MemTag::workspace, Device::cpu, false).view(t.dtype, t.shape);
-      copy_bytes(host.data, Device::cpu, t.data, t.device, t.bytes());
+  for (const auto& [buffer, pieces] : share.buffers)
+    for (const CheckpointShare::Piece& piece : pieces) {
+      Tensor values = piece.values.reshape({piece.range.size()});
+      if (values.device != Device::cpu) {
+        const Tensor host = host_copies.emplace_back(values.bytes(), MemTag::workspace, Device::cpu, false)
+                                .view(DType::f32, {piece.range.size()});
+        copy_bytes(host.data, Device::cpu, values.data, values.device, values.bytes());
+        values = host;
+      }
+      for (const ParamInfo& p : layout.params()) {
+        const int64_t b = std::max(p.offset, piece.range.begin), e = std::min(p.offset + p.numel(), piece.range.end);
+        if (b >= e) continue;
+        const Tensor t = values.slice_rows(b - piece.range.begin, e - b);
+        if (e - b == p.numel())
+          tensors.emplace_back(str(buffer, ".", p.name), t.reshape(p.shape));
+        else
+          tensors.emplace_back(piece_name(buffer, p.name, b - p.offset, e - p.offset), t);
+      }
     }
-    tensors.emplace_back(std::move(name), host);
-  };
-  std::vector<std::string> buffers = {"adamw.m", "adamw.v"};
-  if (zero.shards_parameters()) buffers.push_back("model");
-  for (const std::string& buffer : buffers) {
-    const std::vector<Tensor> parts = buffer == "model"     ? zero.parameter_parts()
-                                      : buffer == "adamw.m" ? zero.optimizer().moment_parts(AdamW::Moment::first)
-                                                            : zero.optimizer().moment_parts(AdamW::Moment::second);
-    for (size_t u = 0; u < parts.size(); ++u) add(part_name(buffer, u, rank), parts[u]);
-  }
-  if (params != nullptr)
-    for (const ParamInfo& p : params->layout().params()) add("model." + p.name, params->shown(p));
-
-  // Rank 0 makes the directory, every rank writes its file (the slowest writer is waited for
+  // Rank 0 makes the directory, the writers write their files (the slowest is waited for
   // untimed: a large write is not a hang), then rank 0 writes the manifest and puts it in place.
   if (rank == 0) ckpt::begin_checkpoint(root, progress.step);
   control.barrier().wait();
-  ckpt::write_checkpoint_file(root, progress.step, ckpt::shard_file_name(rank, ranks), tensors);
+  std::vector<std::string> files;
+  for (size_t i = 0; i < share.writers.size(); ++i) {
+    files.push_back(ckpt::shard_file_name(static_cast<int>(i), static_cast<int>(share.writers.size())));
+    if (share.writers[i] == rank) ckpt::write_checkpoint_file(root, progress.step, files.back(), tensors);
+  }
   control.barrier(/*timed=*/false).wait();
   if (rank != 0) return {};
-  nlohmann::ordered_json state = training_state(zero.optimizer().steps_taken(), scaler, progress);
-  state["sharding"] = {{"ranks", ranks},
-                       {"unit_multiple", zero.model_layout().unit_multiple()},
-                       {"buffers", buffers}};
-  std::vector<std::string> files;
-  for (int r = 0; r < ranks; ++r) files.push_back(ckpt::shard_file_name(r, ranks));
-  const ParameterLayout& layout = zero.model_layout();
-  return ckpt::finish_checkpoint(
-      root, {.step = progress.step, .model = model_description(layout.config()), .state = state, .tensors = {}}, files,
-      keep_last);
+  return ckpt::finish_checkpoint(root,
+                                 {.step = progress.step,
+                                  .model = model_description(layout.config()),
+                                  .state = training_state(optimizer.steps_taken(), scaler, progress),
+                                  .tensors = {}},
+                                 files, keep_last);
+}
+
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last,
+                                               const FlatTensors& params, const AdamW& optimizer,
+                                               const LossScaler* scaler, const TrainingProgress& progress) {
+  DT_CHECK(optimizer.ranges().size() == 1 && optimizer.ranges()[0].size() == params.layout().total_elements(),
+           "one process's checkpoint needs an optimizer of the whole layout");
+  const kernels::FlatRange all{0, params.layout().total_elements()};
+  const CheckpointShare share{
+      .buffers = {{"model", {{all, params.all()}}},
+                  {"adamw.m", {{all, optimizer.moment_parts(AdamW::Moment::first)[0]}}},
+                  {"adamw.v", {{all, optimizer.moment_parts(AdamW::Moment::second)[0]}}}},
+      .writers = {0}};
+  SingleProcessCommunicator control(Device::cpu, "control");
+  return save_training_checkpoint(root, keep_last, control, params.layout(), share, optimizer, scaler, progress);
 }
 
 TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, FlatTensors& params, AdamW& optimizer,

@@ -1,17 +1,20 @@
 // What a training run saves and resumes from (ckpt/checkpoint.h is the directory format).
 //
-// Tensors, each under its parameter's name ("h.0.attn.qkv.weight"):
+// Three flat buffers of the parameter layout are saved, each tensor under its parameter's name
+// ("h.0.attn.qkv.weight"):
 //   model.NAME      the f32 parameters (with bf16/f16 precision, the master weights: the
-//                   16-bit compute copy is rounded from them at every forward)
+//                   16-bit compute copy is rounded from them)
 //   adamw.m.NAME    AdamW's first moments
 //   adamw.v.NAME    AdamW's second moments
-// A ZeRO run saves sharded: each rank writes its own part of every unit of the sharded buffers
-// (the moments, and at ZeRO 3 or with 16-bit precision the parameters) to its own file, under names
-//   adamw.m.unit.U.part.R    rank R's part of unit U of the layout with the saving run's padding
-// and the state records the sharding: {"ranks", "unit_multiple", "buffers"}. Loading reassembles
-// the whole buffers from every rank's parts, so a checkpoint resumes under any number of ranks
-// and any ZeRO stage, or in one process, and a missing rank's file is named
-// (ckpt/checkpoint.h).
+// Every rank writes its share to its own file, in one path for every layout: a buffer that
+// every rank of the group holds whole (the parameters below ZeRO 3 in f32, the moments at ZeRO
+// 0) is written by rank 0 alone; a sharded one by every rank, each its parts. A parameter that
+// a part holds whole is saved under its name; a piece of one as NAME[B:E], its shown elements B
+// to E in row-major order. One process is the case where one rank writes every tensor whole.
+// Names are global, independent of the saving run's padding and rank count, so a checkpoint
+// loads under any number of ranks and any ZeRO stage, or in one process, each rank taking its
+// parts of the whole; a missing piece is named. (Checkpoints of earlier versions, sharded as
+// BUFFER.unit.U.part.R with {"sharding": ...} in the state, load too.)
 // State: the step, AdamW's update count, the data loader's (epoch, position), the loss
 // scaler's scale and counters. That is everything the next step reads, so resuming reproduces
 // the uninterrupted run bit for bit. The model description is kept too: loading into a model
@@ -45,21 +48,32 @@ ModelConfig model_config_of(const ckpt::Checkpoint& checkpoint);
 // Reads only the parameters of a checkpoint (whole or sharded), each tensor checksummed.
 void load_checkpoint_parameters(const ckpt::Checkpoint& checkpoint, FlatTensors& params);
 
-// Saves under `root` (ckpt::save_checkpoint: atomic, keeps the newest keep_last). `params` are
-// the model's f32 parameters, whole (under ZeRO 3 a copy gathered for the save).
-std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last, FlatTensors& params,
-                                               AdamW& optimizer, const LossScaler* scaler,
-                                               const TrainingProgress& progress);
+// A rank's share of a checkpoint: for each buffer ("model", "adamw.m", "adamw.v"), the ranges
+// of the layout it writes and the f32 values of each (range.size() elements, any device); and
+// which ranks of the job write at all.
+struct CheckpointShare {
+  struct Piece {
+    kernels::FlatRange range;
+    Tensor values;
+  };
+  std::vector<std::pair<std::string, std::vector<Piece>>> buffers;
+  std::vector<int> writers;
+};
+// A data-parallel run's: this rank's parts of what is sharded, and on rank 0 what every rank
+// holds whole. `params`: the model's f32 parameters (unused where they are sharded).
+CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params);
 
-// A ZeRO run's save (zero.zero_stage() >= 1): every rank of `zero`'s group calls it, and `control`
-// (host memory, the same ranks) orders the steps. Each rank writes only its own parts; rank 0
-// also writes the whole parameters where they are not sharded (`params`; nullptr on the other
-// ranks and where zero.shards_parameters()), the state and the manifest. Nothing is gathered.
-// Returns the step directory on rank 0.
-std::filesystem::path save_sharded_training_checkpoint(const std::filesystem::path& root, int keep_last,
-                                                       Communicator& control, const FlatTensors* params,
-                                                       const DataParallel& zero, const LossScaler* scaler,
-                                                       const TrainingProgress& progress);
+// Saves under `root` (atomic, keeps the newest keep_last): every rank of `control` calls it with
+// its share, and `control` orders the steps (rank 0 makes the directory, the writers write their
+// files, rank 0 writes the manifest and puts it in place). Returns the step directory on rank 0.
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last,
+                                               Communicator& control, const ParameterLayout& layout,
+                                               const CheckpointShare& share, const AdamW& optimizer,
+                                               const LossScaler* scaler, const TrainingProgress& progress);
+// One process's save: the whole parameters and the optimizer's parts.
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last,
+                                               const FlatTensors& params, const AdamW& optimizer,
+                                               const LossScaler* scaler, const TrainingProgress& progress);
 
 // Loads a checkpoint directory into the parameters (whole), optimizer and scaler (each tensor
 // checksummed) and returns the progress to continue from. Throws dt::Error naming the fields

@@ -68,5 +68,94 @@ TEST(TrainingCheckpoint, ADifferentModelIsRefusedWithEveryDifferingField) {
     EXPECT_NE(message.find(expected), std::string::npos) << expected << "\n" << message;
 }
 
+// Whole flat tensors of `layout` with every shown element set from `seed`.
+FlatTensors filled(const ParameterLayout& layout, uint64_t seed) {
+  FlatTensors t(layout, MemTag::workspace);
+  init_parameters(t, seed);
+  return t;
+}
+
+// A checkpoint as a 2-rank ZeRO 1 run of an earlier version wrote it: the moments as each rank's
+// part of each unit of a layout padded for 2 ranks (BUFFER.unit.U.part.R), the parameters whole
+// by name in rank 0's file, and the sharding in the state. It still loads, in one process.
+TEST(TrainingCheckpoint, AnEarlierVersionsUnitShardedCheckpointLoads) {
+  testing::TempDir dir;
+  const ModelConfig config = model_preset("gpt2-tiny");
+  const ParameterLayout padded(config, 32), plain(config);
+  const FlatTensors params = filled(plain, 1), m = filled(padded, 2), v = filled(padded, 3);
+  std::vector<std::pair<std::string, Tensor>> files[2];
+  for (const ParamInfo& p : plain.params()) files[0].emplace_back("model." + p.name, params.shown(p));
+  for (const auto& [buffer, whole] : {std::pair{"adamw.m", &m}, std::pair{"adamw.v", &v}})
+    for (size_t u = 0; u < padded.units().size(); ++u) {
+      const kernels::FlatRange unit = padded.units()[u];
+      for (int r = 0; r < 2; ++r)
+        files[r].emplace_back(str(buffer, ".unit.", u, ".part.", r),
+                              whole->all().slice_rows(unit.begin + r * unit.size() / 2, unit.size() / 2));
+    }
+  ckpt::begin_checkpoint(dir.path(), 7);
+  for (int r = 0; r < 2; ++r) ckpt::write_checkpoint_file(dir.path(), 7, ckpt::shard_file_name(r, 2), files[r]);
+  const nlohmann::json state = {{"adamw_steps", 7},
+                                {"loader", {{"epoch", 0}, {"position", 3}}},
+                                {"sharding", {{"ranks", 2}, {"unit_multiple", 32}, {"buffers", {"adamw.m", "adamw.v"}}}}};
+  ckpt::finish_checkpoint(dir.path(), {.step = 7, .model = model_description(config), .state = state, .tensors = {}},
+                          {ckpt::shard_file_name(0, 2), ckpt::shard_file_name(1, 2)}, 1);
+
+  Transformer model(config, 1, 8);
+  AdamW optimizer(model.layout(), OptimizerParts::whole(model), {});
+  const TrainingProgress progress =
+      load_training_checkpoint(ckpt::Checkpoint(ckpt::Checkpoint::latest(dir.path())), model.params(), optimizer, nullptr);
+  EXPECT_EQ(progress.step, 7);
+  EXPECT_EQ(optimizer.steps_taken(), 7);
+  for (const ParamInfo& p : plain.params()) {
+    EXPECT_TRUE(same_bytes(model.params().shown(p), params.shown(p))) << p.name;
+    EXPECT_TRUE(same_bytes(optimizer.moment(AdamW::Moment::first, p), m.shown(p.name))) << p.name;
+    EXPECT_TRUE(same_bytes(optimizer.moment(AdamW::Moment::second, p), v.shown(p.name))) << p.name;
+  }
+}
+
+// Pieces of a tensor (NAME[B:E]) load as the whole tensor; a gap among them is named.
+TEST(TrainingCheckpoint, PiecesOfATensorLoadWholeAndAGapIsNamed) {
+  const ModelConfig config = model_preset("gpt2-tiny");
+  const ParameterLayout layout(config);
+  const FlatTensors params = filled(layout, 1), moments = filled(layout, 2);
+  const ParamInfo& wte = layout.find("wte");
+  for (const bool gap : {false, true}) {
+    testing::TempDir dir;
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const ParamInfo& p : layout.params()) {
+      tensors.emplace_back("model." + p.name, params.shown(p));
+      tensors.emplace_back("adamw.v." + p.name, moments.shown(p));
+      if (&p != &wte) {
+        tensors.emplace_back("adamw.m." + p.name, moments.shown(p));
+        continue;
+      }
+      // wte's first moments in three pieces, the middle one left out for `gap`.
+      const Tensor flat = moments.shown(p).reshape({p.numel()});
+      const int64_t a = 1000, b = 2000;
+      tensors.emplace_back(str("adamw.m.wte[0:", a, "]"), flat.slice_rows(0, a));
+      if (!gap) tensors.emplace_back(str("adamw.m.wte[", a, ":", b, "]"), flat.slice_rows(a, b - a));
+      tensors.emplace_back(str("adamw.m.wte[", b, ":", p.numel(), "]"), flat.slice_rows(b, p.numel() - b));
+    }
+    ckpt::save_checkpoint(dir.path(),
+                          {.step = 1,
+                           .model = model_description(config),
+                           .state = {{"adamw_steps", 1}, {"loader", {{"epoch", 0}, {"position", 0}}}},
+                           .tensors = tensors},
+                          1);
+    Transformer model(config, 1, 8);
+    AdamW optimizer(model.layout(), OptimizerParts::whole(model), {});
+    const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(dir.path()));
+    if (gap) {
+      const std::string message = testing::error_message(
+          [&] { load_training_checkpoint(checkpoint, model.params(), optimizer, nullptr); });
+      EXPECT_NE(message.find("tensor 'adamw.m.wte' is missing elements from 1000 of 47856"), std::string::npos)
+          << message;
+      continue;
+    }
+    load_training_checkpoint(checkpoint, model.params(), optimizer, nullptr);
+    EXPECT_TRUE(same_bytes(optimizer.moment(AdamW::Moment::first, wte), moments.shown(wte)));
+  }
+}
+
 }  // namespace
 }  // namespace dt
