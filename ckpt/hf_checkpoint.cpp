@@ -84,18 +84,18 @@ void save_hf_safetensors(const FlatTensors& params, const std::filesystem::path&
   std::vector<Buffer> copies;
   SafetensorsWriter writer;
   for (const ParamInfo& p : params.layout().params()) {
-    const Tensor shown = params.shown(p);
+    const Tensor unpadded = params.unpadded(p);
     for (const HfPiece& piece : hf_pieces(config, p)) {
       const Shape shape = file_shape(p, piece);
       const int64_t cols = p.shape.ndim() == 2 ? p.shape[1] : 1;
       if (!piece.transposed) {
-        writer.add(piece.hf_name, Tensor{.data = shown.ptr<float>() + piece.row_begin * cols, .dtype = DType::f32,
+        writer.add(piece.hf_name, Tensor{.data = unpadded.ptr<float>() + piece.row_begin * cols, .dtype = DType::f32,
                                          .shape = shape, .device = Device::cpu});
         continue;
       }
       Buffer& copy = copies.emplace_back(static_cast<size_t>(piece.rows * cols) * sizeof(float), MemTag::workspace);
       float* out = static_cast<float*>(copy.data());
-      const float* in = shown.ptr<float>() + piece.row_begin * cols;
+      const float* in = unpadded.ptr<float>() + piece.row_begin * cols;
       for (int64_t r = 0; r < piece.rows; ++r)
         for (int64_t c = 0; c < cols; ++c) out[c * piece.rows + r] = in[r * cols + c];
       writer.add(piece.hf_name, copy.view(DType::f32, shape));
@@ -147,7 +147,7 @@ void load_hf_safetensors(FlatTensors& params, const std::filesystem::path& path)
 
   params.zero();  // padding rows and alignment gaps
   for (const ParamInfo& p : params.layout().params()) {
-    const Tensor shown = params.shown(p);
+    const Tensor unpadded = params.unpadded(p);
     const int64_t cols = p.shape.ndim() == 2 ? p.shape[1] : 1;
     for (const HfPiece& piece : hf_pieces(config, p)) {
       const std::string name = file_name(piece.hf_name);
@@ -163,7 +163,7 @@ void load_hf_safetensors(FlatTensors& params, const std::filesystem::path& path)
             return loaded.tensor.ptr<float>()[i];
         }
       };
-      float* out = shown.ptr<float>() + piece.row_begin * cols;
+      float* out = unpadded.ptr<float>() + piece.row_begin * cols;
       for (int64_t r = 0; r < piece.rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
           out[r * cols + c] = piece.transposed ? value(c * piece.rows + r) : value(r * cols + c);

@@ -110,7 +110,7 @@ Distance distance(const FlatTensors& ours, double scale, const SafetensorsReader
   int64_t count = 0;
   for (const ParamInfo& p : ours.layout().params()) {
     const LoadedTensor theirs = reference.read(prefix + p.name, MemTag::workspace);
-    const float* a = ours.shown(p).ptr<float>();
+    const float* a = ours.unpadded(p).ptr<float>();
     const float* b = theirs.tensor.ptr<float>();
     double tensor_diff = 0, tensor_scale = 1e-30;
     for (int64_t i = 0; i < p.numel(); ++i) {
@@ -148,7 +148,7 @@ TEST_P(MixedPrecisionVsPyTorch, TrainsAsPyTorchDoesFromTheSameStart) {
   // settings.
   testing::TempDir dir;
   ckpt::SafetensorsWriter writer;
-  for (const ParamInfo& p : model.layout().params()) writer.add(p.name, model.params().shown(p));
+  for (const ParamInfo& p : model.layout().params()) writer.add(p.name, model.params().unpadded(p));
   const testing::ReferenceTraining training{
       .steps = kSteps, .micro_batches = kMicroBatches, .lr = kLr, .max_grad_norm = kMaxGradNorm, .adamw = adamw_config};
   const auto [tokens, targets] =

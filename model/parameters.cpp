@@ -89,7 +89,7 @@ const ParamInfo& ParameterLayout::find(std::string_view name) const {
                   suggestion.empty() ? "" : str(" (did you mean '", suggestion, "'?)")));
 }
 
-std::vector<kernels::FlatRange> ParameterLayout::shown_ranges(
+std::vector<kernels::FlatRange> ParameterLayout::unpadded_ranges(
     const std::function<bool(const ParamInfo&)>& include) const {
   std::vector<kernels::FlatRange> ranges;
   for (const ParamInfo& p : params_)
@@ -162,7 +162,7 @@ Tensor FlatTensors::stored(const ParamInfo& info) const {
   return buffer->view(dtype_, info.stored_shape(), offset);
 }
 
-Tensor FlatTensors::shown(const ParamInfo& info) const {
+Tensor FlatTensors::unpadded(const ParamInfo& info) const {
   const auto [buffer, offset] = locate(info);
   return buffer->view(dtype_, info.shape, offset);
 }
@@ -175,8 +175,8 @@ void init_parameters(FlatTensors& params, uint64_t seed) {
     // Filled on the CPU, then copied where the parameters live.
     values.assign(static_cast<size_t>(p.numel()), 1.0f);
     if (p.init == ParamInit::normal) fill_normal(values.data(), p.numel(), 0, ElementRng(seed, p.name), 0.0f, p.init_std);
-    const Tensor shown = params.shown(p);
-    copy_bytes(shown.data, shown.device, values.data(), Device::cpu, values.size() * sizeof(float));
+    const Tensor unpadded = params.unpadded(p);
+    copy_bytes(unpadded.data, unpadded.device, values.data(), Device::cpu, values.size() * sizeof(float));
   }
 }
 

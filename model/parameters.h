@@ -12,7 +12,7 @@
 // elements, so that it splits into equal, aligned parts over the data-parallel ranks (M = 16 ×
 // ranks). The default M adds no padding. A tensor
 // may be stored with more rows than it shows (the padded vocabulary): `stored_rows` rows are
-// in the buffer, the first `shape[0]` are the parameter. Only the shown part counts as a
+// in the buffer, the first `shape[0]` are the parameter. Only the unpadded part counts as a
 // parameter, is saved, or is compared.
 #pragma once
 
@@ -54,16 +54,16 @@ class ParameterLayout {
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(std::string_view name) const;  // throws dt::Error naming close matches
-  int64_t num_parameters() const;   // shown elements only: the published count
+  int64_t num_parameters() const;   // unpadded elements only: the published count
   int64_t total_elements() const { return total_elements_; }  // buffer size incl. padding and gaps
   int64_t unit_multiple() const { return unit_multiple_; }
   // The units in layout order, covering [0, total_elements()): embeddings, blocks, head.
   const std::vector<kernels::FlatRange>& units() const { return units_; }
   // The unit holding parameter p: 0 for the embeddings, 1 + l for block l, the last for the head.
   size_t unit_of(const ParamInfo& p) const;
-  // The shown elements of the parameters `include` selects (all without it), as increasing
+  // The unpadded elements of the parameters `include` selects (all without it), as increasing
   // ranges of the flat buffer with touching ones merged: what the multi-tensor ops run over.
-  std::vector<kernels::FlatRange> shown_ranges(const std::function<bool(const ParamInfo&)>& include = {}) const;
+  std::vector<kernels::FlatRange> unpadded_ranges(const std::function<bool(const ParamInfo&)>& include = {}) const;
 
  private:
   void add(std::string name, Shape shape, ParamInit init, float init_std, int64_t stored_rows = -1);
@@ -119,9 +119,9 @@ class FlatTensors {
   // The stored view, (stored_rows, ...): what kernels use.
   Tensor stored(const ParamInfo& info) const;
   Tensor stored(std::string_view name) const { return stored(layout_->find(name)); }
-  // The shown view, shape[0] rows: what is saved and compared.
-  Tensor shown(const ParamInfo& info) const;
-  Tensor shown(std::string_view name) const { return shown(layout_->find(name)); }
+  // The unpadded view, shape[0] rows: what is saved and compared.
+  Tensor unpadded(const ParamInfo& info) const;
+  Tensor unpadded(std::string_view name) const { return unpadded(layout_->find(name)); }
   // Zeroes every element held.
   void zero();
 

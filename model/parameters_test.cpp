@@ -21,14 +21,14 @@ TEST(Parameters, InitDependsOnlyOnSeedNameAndIndex) {
   init_parameters(ps, 42);
   init_parameters(pl, 42);
   for (const ParamInfo& info : layout_small.params()) {
-    const Tensor a = ps.shown(info), b = pl.shown(info.name).slice_rows(0, info.shape[0]);
+    const Tensor a = ps.unpadded(info), b = pl.unpadded(info.name).slice_rows(0, info.shape[0]);
     ASSERT_EQ(a.shape, b.shape) << info.name;
     EXPECT_EQ(std::memcmp(a.data, b.data, a.bytes()), 0) << info.name;
   }
   EXPECT_NE(layout_small.find("h.0.ln_1.weight").offset, layout_large.find("h.0.ln_1.weight").offset);
   FlatTensors other_seed(layout_small, MemTag::parameters);
   init_parameters(other_seed, 43);
-  const Tensor a = ps.shown("h.0.attn.qkv.weight"), b = other_seed.shown("h.0.attn.qkv.weight");
+  const Tensor a = ps.unpadded("h.0.attn.qkv.weight"), b = other_seed.unpadded("h.0.attn.qkv.weight");
   EXPECT_NE(std::memcmp(a.data, b.data, a.bytes()), 0);
 }
 
@@ -41,8 +41,8 @@ TEST(Parameters, PaddingRowsAndGapsAreZeroAndOffsetsAligned) {
   const float* f = stored.ptr<float>();
   for (int64_t i = wte.numel(); i < stored.numel(); ++i) ASSERT_EQ(f[i], 0.0f) << i;
   for (const ParamInfo& info : layout.params()) EXPECT_EQ(info.offset % kParamAlignment, 0) << info.name;
-  EXPECT_EQ(p.shown("ln_f.weight").ptr<float>()[0], 1.0f);
-  EXPECT_EQ(p.shown("h.1.mlp.fc.bias").ptr<float>()[0], 0.0f);
+  EXPECT_EQ(p.unpadded("ln_f.weight").ptr<float>()[0], 1.0f);
+  EXPECT_EQ(p.unpadded("h.1.mlp.fc.bias").ptr<float>()[0], 0.0f);
 }
 
 TEST(Parameters, UnknownNameSuggestsTheClosest) {

@@ -46,19 +46,19 @@ OptimizerParts OptimizerParts::whole(Transformer& model) {
 // The config is validated before the moments are allocated.
 AdamW::AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig config, MemTag tag)
     : config_((config.validate(), config)), layout_(layout), parts_(std::move(parts)) {
-  const auto decayed = layout.shown_ranges([this](const ParamInfo& p) { return decays(p); });
-  const auto not_decayed = layout.shown_ranges([this](const ParamInfo& p) { return !decays(p); });
-  const auto shown = layout.shown_ranges();
+  const auto decayed = layout.unpadded_ranges([this](const ParamInfo& p) { return decays(p); });
+  const auto not_decayed = layout.unpadded_ranges([this](const ParamInfo& p) { return !decays(p); });
+  const auto unpadded = layout.unpadded_ranges();
   for (const kernels::FlatRange& range : parts_.ranges) {
     DT_CHECK(range.begin >= 0 && range.end <= layout.total_elements() &&
-                 (part_list_.empty() || part_list_.back().global.end <= range.begin),
+                 (part_list_.empty() || part_list_.back().range.end <= range.begin),
              "optimizer ranges must be increasing, disjoint and inside the layout");
-    Part p{.global = range,
-           .local = local_elements_,
+    Part p{.range = range,
+           .offset = local_elements_,
            .decayed = clipped(decayed, range),
            .not_decayed = clipped(not_decayed, range),
-           .shown = clipped(shown, range)};
-    for (const kernels::FlatRange& r : p.shown) kernels::append_range(shown_local_, {p.local + r.begin, p.local + r.end});
+           .unpadded = clipped(unpadded, range)};
+    for (const kernels::FlatRange& r : p.unpadded) kernels::append_range(unpadded_local_, {p.offset + r.begin, p.offset + r.end});
     local_elements_ += range.size();
     part_list_.push_back(std::move(p));
   }
@@ -76,7 +76,7 @@ bool adamw_decays(const AdamWConfig& config, const ParamInfo& p) {
 bool AdamW::decays(const ParamInfo& p) const { return adamw_decays(config_, p); }
 
 Tensor AdamW::part_of(Tensor buffer, bool local, const Part& p) {
-  return buffer.reshape({buffer.numel()}).slice_rows(local ? p.local : p.global.begin, p.global.size());
+  return buffer.reshape({buffer.numel()}).slice_rows(local ? p.offset : p.range.begin, p.range.size());
 }
 
 Tensor AdamW::local_moment(Moment which) const {
@@ -84,7 +84,7 @@ Tensor AdamW::local_moment(Moment which) const {
 }
 
 double AdamW::global_grad_norm() const {
-  const double mine = kernels::sum_of_squares(parts_.grads, shown_local_);
+  const double mine = kernels::sum_of_squares(parts_.grads, unpadded_local_);
   return std::sqrt(parts_.group != nullptr ? all_reduce_value(*parts_.group, mine, ReduceOp::sum) : mine);
 }
 
@@ -96,8 +96,8 @@ std::string AdamW::first_nonfinite_gradient() const {
   for (size_t i = params.size(); i-- > 0 && highest < 0;) {
     const ParamInfo& info = params[i];
     for (const Part& p : part_list_) {
-      const int64_t b = std::max(info.offset, p.global.begin), e = std::min(info.offset + info.numel(), p.global.end);
-      if (b < e && !kernels::all_finite(part_of(parts_.grads, true, p).slice_rows(b - p.global.begin, e - b)))
+      const int64_t b = std::max(info.offset, p.range.begin), e = std::min(info.offset + info.numel(), p.range.end);
+      if (b < e && !kernels::all_finite(part_of(parts_.grads, true, p).slice_rows(b - p.range.begin, e - b)))
         highest = static_cast<double>(i);
     }
   }
@@ -129,7 +129,7 @@ void AdamW::step(float lr, float grad_scale) {
 void AdamW::round_weights() const {
   if (!parts_.weights.defined()) return;
   // Whole parts in one pass each: padding rows and alignment gaps are zero in the f32 parameters
-  // (only shown elements are updated), so they stay zero in the copy.
+  // (only unpadded elements are updated), so they stay zero in the copy.
   for (const Part& p : part_list_)
     kernels::convert(part_of(parts_.weights, parts_.weights_local, p), part_of(parts_.params, parts_.params_local, p));
 }
@@ -142,8 +142,8 @@ std::vector<Tensor> AdamW::moment_parts(Moment which) const {
 
 Tensor AdamW::moment(Moment which, const ParamInfo& info) const {
   for (const Part& p : part_list_)
-    if (p.global.begin <= info.offset && info.offset + info.numel() <= p.global.end)
-      return part_of(local_moment(which), true, p).slice_rows(info.offset - p.global.begin, info.numel()).reshape(info.shape);
+    if (p.range.begin <= info.offset && info.offset + info.numel() <= p.range.end)
+      return part_of(local_moment(which), true, p).slice_rows(info.offset - p.range.begin, info.numel()).reshape(info.shape);
   throw Error(str("parameter ", info.name, " is not inside one of this optimizer's parts"));
 }
 

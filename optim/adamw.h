@@ -11,7 +11,7 @@
 // local too or the model's whole buffers, read at each part's range of the layout.
 //
 // Weight decay applies to matrices; never to biases or norm gains; to the token and position
-// embeddings only when decay_embeddings is set (GPT-2 and llm.c do not decay them). Only shown
+// embeddings only when decay_embeddings is set (GPT-2 and llm.c do not decay them). Only unpadded
 // elements are updated: padding and gaps stay zero. The moments are tagged optimizer_state.
 #pragma once
 
@@ -62,7 +62,7 @@ class AdamW {
   // constructor allocates two such buffers, plan/memory.h counts them.
   static size_t bytes_per_moment(int64_t local_elements) { return static_cast<size_t>(local_elements) * sizeof(float); }
 
-  // sqrt of the sum of squares of every shown gradient of the layout, each counted once (the tied
+  // sqrt of the sum of squares of every unpadded gradient of the layout, each counted once (the tied
   // input/output embedding is one tensor). Not finite when any gradient is not. A collective
   // over the group.
   double global_grad_norm() const;
@@ -86,7 +86,7 @@ class AdamW {
   enum class Moment { first, second };
   // Each range's part of a moment, in order (a sharded checkpoint writes them).
   std::vector<Tensor> moment_parts(Moment which) const;
-  // The shown view of parameter p's moment; p must lie in one range.
+  // The unpadded view of parameter p's moment; p must lie in one range.
   Tensor moment(Moment which, const ParamInfo& p) const;
   // Between the parts and a flat buffer of the whole layout (f32, any device): a checkpoint of
   // one process is the whole buffer; a resume takes each rank's parts of it.
@@ -95,9 +95,9 @@ class AdamW {
 
  private:
   struct Part {
-    kernels::FlatRange global;
-    int64_t local = 0;
-    std::vector<kernels::FlatRange> decayed, not_decayed, shown;  // relative to the part
+    kernels::FlatRange range;    // of the layout
+    int64_t offset = 0;  // in the local buffers
+    std::vector<kernels::FlatRange> decayed, not_decayed, unpadded;  // relative to the part
   };
   // Part p of a buffer that holds the parts (local) or the whole layout.
   static Tensor part_of(Tensor buffer, bool local, const Part& p);
@@ -107,7 +107,7 @@ class AdamW {
   const ParameterLayout& layout_;
   OptimizerParts parts_;
   std::vector<Part> part_list_;
-  std::vector<kernels::FlatRange> shown_local_;  // every part's shown elements, in local positions
+  std::vector<kernels::FlatRange> unpadded_local_;  // every part's unpadded elements, in local positions
   int64_t local_elements_ = 0;
   Buffer m_, v_;
   int64_t steps_taken_ = 0;

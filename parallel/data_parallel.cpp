@@ -80,20 +80,20 @@ size_t DataParallel::working_set_bytes(const ParameterLayout& layout, DType prec
   return static_cast<size_t>(bytes);
 }
 
-DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_mb, int zero_stage,
+DataParallel::DataParallel(Transformer& model, Communicator& group, double bucket_mb, int zero_stage,
                            const AdamWConfig& adamw)
     : model_(model),
-      dp_(dp),
+      group_(group),
       zero_stage_(zero_stage),
       shards_parameters_(parameters_sharded(zero_stage, model.precision())) {
-  DT_CHECK(dp.device() == model.device(), "data parallelism over a ", device_name(dp.device()),
+  DT_CHECK(group.device() == model.device(), "data parallelism over a ", device_name(group.device()),
            " communicator for a model on ", device_name(model.device()));
   DT_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage, " does not exist (0 to 3)");
   const ParameterLayout& layout = model.layout();
   if (zero_stage == 0) {
     buckets_ = make_buckets(layout, std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024 / sizeof(float))));
   } else {
-    const int ranks = dp.size(), rank = dp.rank();
+    const int ranks = group.size(), rank = group.rank();
     const ParameterStorage needed = storage(ranks, zero_stage);
     DT_CHECK(layout.unit_multiple() % needed.unit_multiple == 0, "ZeRO over ", ranks,
              " ranks needs the model's layout made with unit multiple ", needed.unit_multiple, ", not ",
@@ -104,8 +104,8 @@ DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_m
     for (const kernels::FlatRange& unit : layout.units()) {
       const int64_t part = unit.size() / ranks;
       parts_.push_back({.unit = unit,
-                        .global = {unit.begin + rank * part, unit.begin + (rank + 1) * part},
-                        .local = shard_elements_});
+                        .owned = {unit.begin + rank * part, unit.begin + (rank + 1) * part},
+                        .shard_offset = shard_elements_});
       shard_elements_ += part;
     }
     for (const ShardSpec& spec : shard_buffers(model.precision(), zero_stage)) {
@@ -122,8 +122,8 @@ DataParallel::DataParallel(Transformer& model, Communicator& dp, double bucket_m
 
 OptimizerParts DataParallel::optimizer_parts() {
   if (zero_stage_ == 0) return OptimizerParts::whole(model_);
-  OptimizerParts o{.grads = grad_shard_.view(DType::f32, {shard_elements_}), .group = &dp_};
-  for (const Part& p : parts_) o.ranges.push_back(p.global);
+  OptimizerParts o{.grads = grad_shard_.view(DType::f32, {shard_elements_}), .group = &group_};
+  for (const Part& p : parts_) o.ranges.push_back(p.owned);
   // The f32 parameters: the master shard where sharded, else the model's whole parameters.
   o.params_local = shards_parameters_;
   o.params = shards_parameters_ ? param_shard_.view(DType::f32, {shard_elements_}) : model_.params().all();
@@ -146,12 +146,12 @@ DataParallel::~DataParallel() {
 }
 
 Tensor DataParallel::shard_view(const Buffer& b, const Part& p, DType dtype) const {
-  return b.view(dtype, {p.global.size()}, static_cast<size_t>(p.local) * dtype_size(dtype));
+  return b.view(dtype, {p.owned.size()}, static_cast<size_t>(p.shard_offset) * dtype_size(dtype));
 }
 
 Tensor DataParallel::weight_part(const Part& p) const {
   const FlatTensors& weights = model_.weights();
-  if (weights.storage() == Storage::whole) return weights.all().slice_rows(p.global.begin, p.global.size());
+  if (weights.storage() == Storage::whole) return weights.all().slice_rows(p.owned.begin, p.owned.size());
   return weight_shard_.data() != nullptr ? shard_view(weight_shard_, p, weights.dtype()) : shard_view(param_shard_, p);
 }
 
@@ -160,14 +160,14 @@ void DataParallel::share_weights() {
   // Every rank's parts into every rank's weights, unit by unit (in flight together).
   const FlatTensors& weights = model_.weights();
   std::vector<CollectiveHandle> gathers;
-  for (size_t u = 0; u < parts_.size(); ++u) gathers.push_back(dp_.all_gather(weights.unit(u), weight_part(parts_[u])));
+  for (size_t u = 0; u < parts_.size(); ++u) gathers.push_back(group_.all_gather(weights.unit(u), weight_part(parts_[u])));
   for (CollectiveHandle& h : gathers) h.wait();
 }
 
 void DataParallel::reduce_during_next_backward(bool first_of_step) {
   DT_CHECK(reductions_.empty(), "the previous backward's gradient reduction was not waited for");
   // ZeRO reduce-scatters even over one rank: the update reads the shard.
-  armed_ = dp_.size() > 1 || zero_stage_ >= 1;
+  armed_ = group_.size() > 1 || zero_stage_ >= 1;
   accumulate_ = reduces_every_micro_batch() && !first_of_step;
   next_bucket_ = 0;
 }
@@ -187,7 +187,7 @@ void DataParallel::gradients_final(size_t u) {
     for (; next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= ready_from; ++next_bucket_) {
       const kernels::FlatRange& b = buckets_[next_bucket_];
       Reduction r;
-      r.handle = dp_.all_reduce(grads.all().slice_rows(b.begin, b.size()), ReduceOp::sum);
+      r.handle = group_.all_reduce(grads.all().slice_rows(b.begin, b.size()), ReduceOp::sum);
       reductions_.push_back(std::move(r));
     }
   } else {
@@ -197,9 +197,9 @@ void DataParallel::gradients_final(size_t u) {
     Tensor into = shard_view(grad_shard_, p);
     if (accumulate_) {
       r.staged = Buffer(into.bytes(), MemTag::communication, model_.device(), false);
-      into = r.staged.view(DType::f32, {p.global.size()});
+      into = r.staged.view(DType::f32, {p.owned.size()});
     }
-    r.handle = dp_.reduce_scatter(into, grads.unit(u), ReduceOp::sum);
+    r.handle = group_.reduce_scatter(into, grads.unit(u), ReduceOp::sum);
     reductions_.push_back(std::move(r));
     // The units' gradients are freed as their reductions complete, a few behind backward.
     while (zero_stage_ >= 2 && reductions_.size() > kUnitReductionsInFlight) finish_oldest_reduction();
@@ -229,7 +229,7 @@ void DataParallel::start_gathering(size_t u) {
   FlatTensors& weights = model_.weights();
   if (weights.held(u)) return;
   weights.hold(u);
-  gathering_[u] = dp_.all_gather(weights.unit(u), weight_part(parts_[u]));
+  gathering_[u] = group_.all_gather(weights.unit(u), weight_part(parts_[u]));
 }
 
 void DataParallel::weights_needed(size_t u, std::optional<size_t> next) {
@@ -254,24 +254,24 @@ void DataParallel::update(float lr, float grad_scale) {
 }
 
 void DataParallel::gather_shard(const Buffer& shard, Tensor whole) {
-  const bool lead = dp_.rank() == 0;
+  const bool lead = group_.rank() == 0;
   DT_CHECK(lead == whole.defined(), "gathering shards: rank 0 of the group, and only it, passes the whole buffer");
   std::vector<CollectiveHandle> parts;
   if (!lead) {
-    for (const Part& p : parts_) parts.push_back(dp_.send(shard_view(shard, p), 0));
+    for (const Part& p : parts_) parts.push_back(group_.send(shard_view(shard, p), 0));
     for (CollectiveHandle& h : parts) h.wait();
     return;
   }
   // Rank 0 receives every other rank's part of every unit, in the group's device memory, then
   // copies the whole buffer to its destination.
-  const Buffer staged(whole.bytes(), MemTag::communication, dp_.device());
+  const Buffer staged(whole.bytes(), MemTag::communication, group_.device());
   const Tensor w = staged.view(DType::f32, {whole.numel()});
-  const int64_t ranks = dp_.size();
+  const int64_t ranks = group_.size();
   for (const Part& p : parts_) {
     const int64_t part = p.unit.size() / ranks;
     const Tensor mine = shard_view(shard, p);
-    copy_bytes(w.slice_rows(p.global.begin, part).data, w.device, mine.data, mine.device, mine.bytes());
-    for (int r = 1; r < ranks; ++r) parts.push_back(dp_.recv(w.slice_rows(p.unit.begin + r * part, part), r));
+    copy_bytes(w.slice_rows(p.owned.begin, part).data, w.device, mine.data, mine.device, mine.bytes());
+    for (int r = 1; r < ranks; ++r) parts.push_back(group_.recv(w.slice_rows(p.unit.begin + r * part, part), r));
   }
   for (CollectiveHandle& h : parts) h.wait();
   copy_bytes(whole.data, whole.device, w.data, w.device, whole.bytes());
@@ -279,7 +279,7 @@ void DataParallel::gather_shard(const Buffer& shard, Tensor whole) {
 
 void DataParallel::take_shard(Buffer& shard, Tensor whole) {
   for (const Part& p : parts_) {
-    const Tensor to = shard_view(shard, p), from = whole.slice_rows(p.global.begin, p.global.size());
+    const Tensor to = shard_view(shard, p), from = whole.slice_rows(p.owned.begin, p.owned.size());
     copy_bytes(to.data, to.device, from.data, from.device, to.bytes());
   }
 }

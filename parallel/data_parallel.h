@@ -59,10 +59,10 @@ namespace dt {
 
 class DataParallel : public UnitHooks {
  public:
-  // Reduces `model`'s gradients over `dp` (whose device must be the model's). With ZeRO the
-  // model must have been made with storage(dp size, zero_stage). `adamw` configures the
+  // Reduces `model`'s gradients over `group`, the dp group (whose device must be the model's). With ZeRO the
+  // model must have been made with storage(group size, zero_stage). `adamw` configures the
   // optimizer of this rank's parts. The model calls this object's hooks until it is destroyed.
-  DataParallel(Transformer& model, Communicator& dp, double bucket_mb, int zero_stage = 0,
+  DataParallel(Transformer& model, Communicator& group, double bucket_mb, int zero_stage = 0,
                const AdamWConfig& adamw = {});
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
@@ -92,8 +92,8 @@ class DataParallel : public UnitHooks {
   // weights of the embeddings, the unit being computed and the one prefetched. 0 below stage 2.
   static size_t working_set_bytes(const ParameterLayout& layout, DType precision, int ranks, int zero_stage);
 
-  Communicator& group() { return dp_; }
-  const Communicator& group() const { return dp_; }
+  Communicator& group() { return group_; }
+  const Communicator& group() const { return group_; }
   const ParameterLayout& model_layout() const { return model_.layout(); }
   int zero_stage() const { return zero_stage_; }
   // Stage 0's buckets, in launch order.
@@ -143,8 +143,8 @@ class DataParallel : public UnitHooks {
   // Rank r's part of a unit: where it is in the flat buffers, and where in the shard.
   struct Part {
     kernels::FlatRange unit;
-    kernels::FlatRange global;
-    int64_t local = 0;
+    kernels::FlatRange owned;  // this rank's part of the unit, in the layout
+    int64_t shard_offset = 0;  // where the part starts in the shard buffers
   };
   // A reduction in flight, and what to do once it completes: add the staged result into the
   // shard (a later micro-batch under stages 2 and 3), free the unit's gradients (stages 2, 3).
@@ -171,7 +171,7 @@ class DataParallel : public UnitHooks {
   void take_shard(Buffer& shard, Tensor whole);
 
   Transformer& model_;
-  Communicator& dp_;
+  Communicator& group_;
   int zero_stage_;
   std::vector<kernels::FlatRange> buckets_;  // stage 0: from the end of the buffer to its start
   std::vector<Part> parts_;                  // ZeRO: per unit, in layout order

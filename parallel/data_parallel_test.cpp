@@ -60,11 +60,11 @@ double max_relative_difference(const std::vector<double>& a, const std::vector<d
   return worst;
 }
 
-// The largest absolute value among the shown parameters of `params`.
+// The largest absolute value among the unpadded parameters of `params`.
 double largest_parameter(const FlatTensors& params) {
   double largest = 0;
   for (const ParamInfo& p : params.layout().params()) {
-    const Tensor x = params.shown(p);
+    const Tensor x = params.unpadded(p);
     for (int64_t i = 0; i < x.numel(); ++i)
       largest = std::max(largest, static_cast<double>(std::fabs(x.ptr<float>()[i])));
   }
@@ -73,13 +73,13 @@ double largest_parameter(const FlatTensors& params) {
 
 // The largest difference between the elements [range.begin, range.end) of a flat buffer laid out
 // by `layout`, held in `values` (f32, from range.begin on), and the same parameters' elements in
-// `reference`, over the shown elements. The layouts may differ (ZeRO pads its units): elements
+// `reference`, over the unpadded elements. The layouts may differ (ZeRO pads its units): elements
 // are matched by parameter name and index.
 double largest_difference(const FlatTensors& reference, const ParameterLayout& layout, kernels::FlatRange range,
                           const float* values) {
   double largest = 0;
   for (const ParamInfo& p : layout.params()) {
-    const float* expected = reference.shown(p.name).ptr<float>();
+    const float* expected = reference.unpadded(p.name).ptr<float>();
     for (int64_t i = std::max(p.offset, range.begin); i < std::min(p.offset + p.numel(), range.end); ++i)
       largest = std::max(largest, static_cast<double>(std::fabs(values[i - range.begin] - expected[i - p.offset])));
   }
@@ -97,10 +97,10 @@ double parameter_difference(const FlatTensors& reference, const FlatTensors& who
 // The same for the f32 parameters this rank owns under ZeRO: part r of every unit, each unit
 // split into equal parts over the group (README.md), found here from that rule alone, so a part
 // updated or stored at another offset differs from the reference.
-double owned_parameter_difference(const FlatTensors& reference, const DataParallel& dp) {
-  const ParameterLayout& layout = dp.model_layout();
-  const std::vector<Tensor> parts = dp.parameter_parts();
-  const int64_t ranks = dp.group().size(), rank = dp.group().rank();
+double owned_parameter_difference(const FlatTensors& reference, const DataParallel& data_parallel) {
+  const ParameterLayout& layout = data_parallel.model_layout();
+  const std::vector<Tensor> parts = data_parallel.parameter_parts();
+  const int64_t ranks = data_parallel.group().size(), rank = data_parallel.group().rank();
   EXPECT_EQ(parts.size(), layout.units().size());
   double largest = 0;
   for (size_t u = 0; u < parts.size(); ++u) {
@@ -117,27 +117,27 @@ double owned_parameter_difference(const FlatTensors& reference, const DataParall
 // of seed `seed`, and its data parallelism over `group`.
 struct ShardedModel {
   Transformer model;
-  DataParallel dp;
+  DataParallel data_parallel;
   ShardedModel(const ModelConfig& config, Communicator& group, int stage, uint64_t seed, double bucket_mb = 25,
                DType precision = DType::f32)
       : model(config, kB, kT, Recompute::none, precision, Device::cpu, DataParallel::storage(group.size(), stage)),
-        dp(model, group, bucket_mb, stage) {
-    if (!dp.shards_parameters()) {
+        data_parallel(model, group, bucket_mb, stage) {
+    if (!data_parallel.shards_parameters()) {
       init_parameters(model.params(), seed);
-      dp.take_parameters(model.params());
+      data_parallel.take_parameters(model.params());
       return;
     }
     FlatTensors whole(model.layout(), MemTag::workspace);
     init_parameters(whole, seed);
-    dp.take_parameters(whole);
+    data_parallel.take_parameters(whole);
   }
   // The f32 parameters whole, on rank 0 of the group where they are sharded (gathered there;
   // nullopt elsewhere), else nullopt: they are model.params().
   std::optional<FlatTensors> whole_parameters() {
-    if (!dp.shards_parameters()) return std::nullopt;
+    if (!data_parallel.shards_parameters()) return std::nullopt;
     std::optional<FlatTensors> whole;
-    if (dp.group().rank() == 0) whole.emplace(model.layout(), MemTag::workspace);
-    dp.gather_parameters(whole ? &*whole : nullptr);
+    if (data_parallel.group().rank() == 0) whole.emplace(model.layout(), MemTag::workspace);
+    data_parallel.gather_parameters(whole ? &*whole : nullptr);
     return whole;
   }
 };
@@ -215,7 +215,7 @@ void expect_matches_one_process(Communicator* world, const Cell& cell) {
     // Several buckets for a tiny model.
     ShardedModel sharded(config, *world, stage, 7, /*bucket_mb=*/0.05, precision);
     Transformer& mine = sharded.model;
-    DataParallel& dp = sharded.dp;
+    DataParallel& data_parallel = sharded.data_parallel;
     StepSeries reference, parallel;
     for (int step = 0; step < steps(precision); ++step) {
       const GlobalBatch batch(micro_batches * kB, config.vocab_size, step);
@@ -223,7 +223,7 @@ void expect_matches_one_process(Communicator* world, const Cell& cell) {
       for (int m = 0; m < micro_batches; ++m) all.push_back(batch.micro_batch(m));
       for (int m = 0; m < accumulation; ++m) own.push_back(batch.micro_batch(m * ranks + rank));
       const StepStats a = train_step(one, one_opt, all, 1e-3f, 1.0f);
-      const StepStats b = train_step(mine, dp, own, 1e-3f, 1.0f, nullptr, step + 1);
+      const StepStats b = train_step(mine, data_parallel, own, 1e-3f, 1.0f, nullptr, step + 1);
       EXPECT_EQ(a.targets, b.targets);
       reference.losses.push_back(a.loss), reference.norms.push_back(a.grad_norm);
       parallel.losses.push_back(b.loss), parallel.norms.push_back(b.grad_norm);
@@ -232,7 +232,7 @@ void expect_matches_one_process(Communicator* world, const Cell& cell) {
                                  accumulation, " rank ", rank);
     const double loss_diff = max_relative_difference(parallel.losses, reference.losses);
     const double norm_diff = max_relative_difference(parallel.norms, reference.norms);
-    const double parameters = dp.shards_parameters() ? owned_parameter_difference(one.params(), dp)
+    const double parameters = data_parallel.shards_parameters() ? owned_parameter_difference(one.params(), data_parallel)
                                                      : parameter_difference(one.params(), mine.params());
     const Bounds bound = bounds(precision);
     EXPECT_LT(loss_diff, bound.losses) << what;
@@ -290,7 +290,7 @@ const auto kCellName = [](const auto& info) {
 INSTANTIATE_TEST_SUITE_P(Matrix, DataParallelCell, kCells, kCellName);
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiCell, kCells, kCellName);
 
-// ZeRO on one rank is AdamW: the same elementwise update of every shown element (in bf16 of the
+// ZeRO on one rank is AdamW: the same elementwise update of every unpadded element (in bf16 of the
 // f32 master weights, which the sharded run keeps as its parts and rounds into the 16-bit
 // weights itself), so with clipping off (the norm's summation order differs) the parameters are the same bits, at every
 // stage, over two micro-batches. (Stages 2 and 3 add the second micro-batch's reduced gradient to
@@ -310,16 +310,16 @@ TEST(DataParallel, ZeroOnOneRankIsAdamWBitForBit) {
       const GlobalBatch batch(2 * kB, config.vocab_size, step);
       const std::vector<MicroBatch> mbs = {batch.micro_batch(0), batch.micro_batch(1)};
       const StepStats a = train_step(plain, optimizer, mbs, 1e-2f, /*max_grad_norm=*/0);
-      const StepStats b = train_step(sharded.model, sharded.dp, mbs, 1e-2f, 0);
+      const StepStats b = train_step(sharded.model, sharded.data_parallel, mbs, 1e-2f, 0);
       EXPECT_EQ(a.loss, b.loss) << "ZeRO " << stage;
     }
     const std::optional<FlatTensors> gathered = sharded.whole_parameters();
     EXPECT_EQ(parameter_difference(plain.params(), gathered ? *gathered : sharded.model.params()), 0.0) << "ZeRO " << stage;
-    EXPECT_EQ(sharded.dp.optimizer().steps_taken(), 3);
+    EXPECT_EQ(sharded.data_parallel.optimizer().steps_taken(), 3);
     // On one rank the parts are the whole units, and the layouts are the same (the unit multiple
     // is 16): the moments are the plain optimizer's, whose one part is the whole layout.
     for (const AdamW::Moment which : {AdamW::Moment::first, AdamW::Moment::second}) {
-      const std::vector<Tensor> parts = sharded.dp.optimizer().moment_parts(which);
+      const std::vector<Tensor> parts = sharded.data_parallel.optimizer().moment_parts(which);
       const Tensor whole = optimizer.moment_parts(which).at(0);
       ASSERT_EQ(parts.size(), plain.layout().units().size());
       for (size_t u = 0; u < parts.size(); ++u) {
@@ -340,7 +340,7 @@ TEST(DataParallel, ZeroTwoAndThreeHoldNoUnitBetweenSteps) {
     ShardedModel sharded(config, one, stage, 5);
     const GlobalBatch batch(kB, config.vocab_size, 0);
     const std::vector<MicroBatch> mbs = {batch.micro_batch(0)};
-    train_step(sharded.model, sharded.dp, mbs, 1e-2f, 1.0f);
+    train_step(sharded.model, sharded.data_parallel, mbs, 1e-2f, 1.0f);
     const size_t units = sharded.model.layout().units().size();
     for (size_t u = 0; u < units; ++u) {
       EXPECT_FALSE(sharded.model.grads().held(u)) << "gradients of unit " << u << ", ZeRO " << stage;
@@ -407,7 +407,7 @@ void expect_every_stage_holds_its_formula(Communicator& group) {
       reset_peak_memory(Device::cpu);
       const GlobalBatch batch(2 * ranks * kB, config.vocab_size, 0);
       const std::vector<MicroBatch> mbs = {batch.micro_batch(group.rank()), batch.micro_batch(ranks + group.rank())};
-      train_step(sharded.model, sharded.dp, mbs, 1e-3f, 1.0f);
+      train_step(sharded.model, sharded.data_parallel, mbs, 1e-3f, 1.0f);
       const MemoryStats after = memory_stats(Device::cpu);
       EXPECT_EQ(since_before(after, MemTag::parameters), formula.parameters) << what;
       EXPECT_EQ(since_before(after, MemTag::gradients), formula.gradients) << what;
@@ -459,8 +459,8 @@ TEST(DataParallel, BucketsCoverTheBufferAtParameterBoundariesFromTheEnd) {
   const ModelConfig config = model_preset("gpt2-tiny");
   Transformer model(config, 1, 8);
   SingleProcessCommunicator one(Device::cpu, "dp");
-  const DataParallel dp(model, one, 0.05);
-  const auto& buckets = dp.buckets();
+  const DataParallel data_parallel(model, one, 0.05);
+  const auto& buckets = data_parallel.buckets();
   ASSERT_GT(buckets.size(), 2u);
   EXPECT_EQ(buckets.front().end, model.layout().total_elements());
   EXPECT_EQ(buckets.back().begin, 0);

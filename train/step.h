@@ -50,19 +50,20 @@ struct StepStats {
 // Zeroes the gradients, then runs forward and backward of every micro-batch, accumulating the
 // gradient of loss_scale times the global-batch mean loss. Sets loss, loss_scale and targets.
 StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches, float loss_scale = 1,
-                               DataParallel* dp = nullptr);
+                               DataParallel* data_parallel = nullptr);
 // Global norm, clipping coefficient and the AdamW update (optim/adamw.h), or a skipped step when
 // a gradient is not finite. Sets grad_norm, grad_scale, applied and nonfinite. With a scaler,
 // reports the outcome to it (which throws when the run has diverged); `step` is for its
 // messages. With data parallelism the update is the DataParallel's: its optimizer's, then the
 // weights shared over the group.
 void apply_update(AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats, LossScaler* scaler = nullptr,
-                  int64_t step = 0, DataParallel* dp = nullptr);
+                  int64_t step = 0, DataParallel* data_parallel = nullptr);
 // Both: one training step, with the scaler's current scale.
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
-                     float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0, DataParallel* dp = nullptr);
+                     float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0,
+                     DataParallel* data_parallel = nullptr);
 // One training step with data parallelism, at any ZeRO stage: its optimizer's update.
-StepStats train_step(Transformer& model, DataParallel& dp, std::span<const MicroBatch> micro_batches, float lr,
-                     float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0);
+StepStats train_step(Transformer& model, DataParallel& data_parallel, std::span<const MicroBatch> micro_batches,
+                     float lr, float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0);
 
 }  // namespace dt

@@ -108,8 +108,8 @@ TEST(TrainStep, ANonFiniteGradientSkipsTheUpdateAndNamesTheTensor) {
                                   model.params().all().ptr<float>() + model.params().all().numel());
   StepStats stats = accumulate_gradients(model, mb, scaler.scale());
   // Block 0's MLP and block 1's first norm overflowed; backward reaches block 1 first.
-  model.grads().shown("h.0.mlp.fc.bias").ptr<float>()[3] = INFINITY;
-  model.grads().shown("h.1.ln_1.weight").ptr<float>()[0] = NAN;
+  model.grads().unpadded("h.0.mlp.fc.bias").ptr<float>()[3] = INFINITY;
+  model.grads().unpadded("h.1.ln_1.weight").ptr<float>()[0] = NAN;
   apply_update(optimizer, 1e-3f, 1.0f, stats, &scaler, 7);
   EXPECT_FALSE(stats.applied);
   EXPECT_EQ(stats.nonfinite, "h.1.ln_1.weight");
@@ -119,7 +119,7 @@ TEST(TrainStep, ANonFiniteGradientSkipsTheUpdateAndNamesTheTensor) {
   EXPECT_EQ(std::memcmp(model.params().all().data, before.data(), before.size() * sizeof(float)), 0);
   // Without a scaler (fp32, bf16) the step is skipped all the same.
   stats = accumulate_gradients(model, mb);
-  model.grads().shown("wte").ptr<float>()[0] = NAN;
+  model.grads().unpadded("wte").ptr<float>()[0] = NAN;
   apply_update(optimizer, 1e-3f, 1.0f, stats);
   EXPECT_FALSE(stats.applied);
   EXPECT_EQ(stats.nonfinite, "wte");

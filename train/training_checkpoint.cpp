@@ -62,12 +62,12 @@ ModelConfig model_config_of(const ckpt::Checkpoint& checkpoint) {
 
 namespace {
 
-// The name of a piece of parameter `name`: its shown elements [begin, end), row-major.
+// The name of a piece of parameter `name`: its unpadded elements [begin, end), row-major.
 std::string piece_name(const std::string& buffer, const std::string& name, int64_t begin, int64_t end) {
   return str(buffer, ".", name, "[", begin, ":", end, "]");
 }
 
-// Reads the pieces of BUFFER.NAME into `whole` (the parameter's shown elements, flat): every
+// Reads the pieces of BUFFER.NAME into `whole` (the parameter's unpadded elements, flat): every
 // NAME[B:E] the checkpoint holds, which must cover it exactly.
 void read_pieces(const ckpt::Checkpoint& checkpoint, const std::string& prefix, const std::vector<std::string>& names,
                  const ParamInfo& p, Tensor whole) {
@@ -109,9 +109,9 @@ void read_flat(const ckpt::Checkpoint& checkpoint, const std::string& buffer, Fl
     for (const ParamInfo& p : layout.params()) {
       const std::string name = str(buffer, ".", p.name);
       if (whole.count(name))
-        checkpoint.read_into(name, dest.shown(p));
+        checkpoint.read_into(name, dest.unpadded(p));
       else
-        read_pieces(checkpoint, name, names, p, dest.shown(p).reshape({p.numel()}));
+        read_pieces(checkpoint, name, names, p, dest.unpadded(p).reshape({p.numel()}));
     }
     return;
   }
@@ -125,7 +125,7 @@ void read_flat(const ckpt::Checkpoint& checkpoint, const std::string& buffer, Fl
       checkpoint.read_into(part_name(buffer, u, r), whole.all().slice_rows(unit.begin + r * part, part));
   }
   for (const ParamInfo& p : layout.params()) {
-    const Tensor to = dest.shown(p), from = whole.shown(p.name);
+    const Tensor to = dest.unpadded(p), from = whole.unpadded(p.name);
     copy_bytes(to.data, to.device, from.data, from.device, to.bytes());
   }
 }

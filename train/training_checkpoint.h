@@ -9,7 +9,7 @@
 // Every rank writes its share to its own file, in one path for every layout: a buffer that
 // every rank of the group holds whole (the parameters below ZeRO 3 in f32, the moments at ZeRO
 // 0) is written by rank 0 alone; a sharded one by every rank, each its parts. A parameter that
-// a part holds whole is saved under its name; a piece of one as NAME[B:E], its shown elements B
+// a part holds whole is saved under its name; a piece of one as NAME[B:E], its unpadded elements B
 // to E in row-major order. One process is the case where one rank writes every tensor whole.
 // Names are global, independent of the saving run's padding and rank count, so a checkpoint
 // loads under any number of ranks and any ZeRO stage, or in one process, each rank taking its

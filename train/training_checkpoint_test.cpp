@@ -68,7 +68,7 @@ TEST(TrainingCheckpoint, ADifferentModelIsRefusedWithEveryDifferingField) {
     EXPECT_NE(message.find(expected), std::string::npos) << expected << "\n" << message;
 }
 
-// Whole flat tensors of `layout` with every shown element set from `seed`.
+// Whole flat tensors of `layout` with every unpadded element set from `seed`.
 FlatTensors filled(const ParameterLayout& layout, uint64_t seed) {
   FlatTensors t(layout, MemTag::workspace);
   init_parameters(t, seed);
@@ -84,7 +84,7 @@ TEST(TrainingCheckpoint, AnEarlierVersionsUnitShardedCheckpointLoads) {
   const ParameterLayout padded(config, 32), plain(config);
   const FlatTensors params = filled(plain, 1), m = filled(padded, 2), v = filled(padded, 3);
   std::vector<std::pair<std::string, Tensor>> files[2];
-  for (const ParamInfo& p : plain.params()) files[0].emplace_back("model." + p.name, params.shown(p));
+  for (const ParamInfo& p : plain.params()) files[0].emplace_back("model." + p.name, params.unpadded(p));
   for (const auto& [buffer, whole] : {std::pair{"adamw.m", &m}, std::pair{"adamw.v", &v}})
     for (size_t u = 0; u < padded.units().size(); ++u) {
       const kernels::FlatRange unit = padded.units()[u];
@@ -107,9 +107,9 @@ TEST(TrainingCheckpoint, AnEarlierVersionsUnitShardedCheckpointLoads) {
   EXPECT_EQ(progress.step, 7);
   EXPECT_EQ(optimizer.steps_taken(), 7);
   for (const ParamInfo& p : plain.params()) {
-    EXPECT_TRUE(same_bytes(model.params().shown(p), params.shown(p))) << p.name;
-    EXPECT_TRUE(same_bytes(optimizer.moment(AdamW::Moment::first, p), m.shown(p.name))) << p.name;
-    EXPECT_TRUE(same_bytes(optimizer.moment(AdamW::Moment::second, p), v.shown(p.name))) << p.name;
+    EXPECT_TRUE(same_bytes(model.params().unpadded(p), params.unpadded(p))) << p.name;
+    EXPECT_TRUE(same_bytes(optimizer.moment(AdamW::Moment::first, p), m.unpadded(p.name))) << p.name;
+    EXPECT_TRUE(same_bytes(optimizer.moment(AdamW::Moment::second, p), v.unpadded(p.name))) << p.name;
   }
 }
 
@@ -123,14 +123,14 @@ TEST(TrainingCheckpoint, PiecesOfATensorLoadWholeAndAGapIsNamed) {
     testing::TempDir dir;
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (const ParamInfo& p : layout.params()) {
-      tensors.emplace_back("model." + p.name, params.shown(p));
-      tensors.emplace_back("adamw.v." + p.name, moments.shown(p));
+      tensors.emplace_back("model." + p.name, params.unpadded(p));
+      tensors.emplace_back("adamw.v." + p.name, moments.unpadded(p));
       if (&p != &wte) {
-        tensors.emplace_back("adamw.m." + p.name, moments.shown(p));
+        tensors.emplace_back("adamw.m." + p.name, moments.unpadded(p));
         continue;
       }
       // wte's first moments in three pieces, the middle one left out for `gap`.
-      const Tensor flat = moments.shown(p).reshape({p.numel()});
+      const Tensor flat = moments.unpadded(p).reshape({p.numel()});
       const int64_t a = 1000, b = 2000;
       tensors.emplace_back(str("adamw.m.wte[0:", a, "]"), flat.slice_rows(0, a));
       if (!gap) tensors.emplace_back(str("adamw.m.wte[", a, ":", b, "]"), flat.slice_rows(a, b - a));
@@ -153,7 +153,7 @@ TEST(TrainingCheckpoint, PiecesOfATensorLoadWholeAndAGapIsNamed) {
       continue;
     }
     load_training_checkpoint(checkpoint, model.params(), optimizer, nullptr);
-    EXPECT_TRUE(same_bytes(optimizer.moment(AdamW::Moment::first, wte), moments.shown(wte)));
+    EXPECT_TRUE(same_bytes(optimizer.moment(AdamW::Moment::first, wte), moments.unpadded(wte)));
   }
 }
 
