@@ -33,6 +33,7 @@
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "parallel/parallel_dims.h"
 
 namespace dt {
 
@@ -117,7 +118,10 @@ struct RunConfig {
   } sample;
 
   // Micro-batches accumulated per optimizer step on each data-parallel rank.
-  int accumulation_steps() const { return global_batch_size() / (train.micro_batch_size * parallel.dp); }
+  // The parallel layout the parallel.* keys describe: the one source of the sizes that the
+  // process groups are made from (parallel/parallel_dims.h).
+  ParallelDims dims() const { return {.dp = parallel.dp, .cp = parallel.cp, .tp = parallel.tp, .pp = parallel.pp}; }
+  int accumulation_steps() const { return global_batch_size() / (train.micro_batch_size * dims().dp); }
   int global_batch_size() const { return train.global_batch_size; }
   int64_t tokens_per_step() const { return static_cast<int64_t>(train.global_batch_size) * data.seq_len; }
   // checkpoint.dir, else <run_dir>/checkpoints; empty (no checkpoints) when neither is set.

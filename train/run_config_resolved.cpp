@@ -81,7 +81,7 @@ std::string derived_quantities(const RunConfig& config) {
       {"global batch", str(config.global_batch_size(), " sequences x ", T, " tokens = ", grouped(tokens_per_step),
                            " tokens per step")},
       {"micro-batch", str(config.train.micro_batch_size, " sequences x ", config.accumulation_steps(),
-                          " accumulation steps per optimizer step, on each of parallel.dp = ", config.parallel.dp,
+                          " accumulation steps per optimizer step, on each of parallel.dp = ", config.dims().dp,
                           " ranks")},
       {"vocabulary", str(grouped(m.vocab_size), " tokens, stored padded to ", grouped(m.padded_vocab_size()))},
       {"parameters", str(grouped(ParameterLayout(m).num_parameters()), " (", si(ParameterLayout(m).num_parameters()),
@@ -95,12 +95,12 @@ std::string derived_quantities(const RunConfig& config) {
       {"FLOPs per step", scientific(flops.model)},
       {"memory", str(format_bytes(static_cast<double>(
                          plan_memory(m, config.train.micro_batch_size, T, config.train.recompute,
-                                     config.train.precision, config.parallel.dp, config.parallel.zero_stage)
+                                     config.train.precision, config.dims().dp, config.parallel.zero_stage)
                              .total())),
-                     config.parallel.dp > 1 ? " per rank" : "", " on the ", config.train.device,
+                     config.dims().dp > 1 ? " per rank" : "", " on the ", config.train.device,
                      ": parameters, gradients, AdamW moments and one micro-batch's activations",
                      config.parallel.zero_stage > 0 ? str(", ZeRO stage ", config.parallel.zero_stage, " over ",
-                                                          config.parallel.dp, " ranks with its working set")
+                                                          config.dims().dp, " ranks with its working set")
                                                     : "")},
       {"tokens in the run", str(grouped(config.train.steps), " steps x ", grouped(tokens_per_step), " = ",
                                 grouped(run_tokens), " (", si(static_cast<double>(run_tokens)), ")")},

@@ -120,7 +120,7 @@ TrainSummary run_training(const RunConfig& config) {
   set_collective_timeout(config.parallel.timeout_s);
   const ProcessGroups groups = make_process_groups(
       make_world(device, config.parallel.backend, control.get()),
-      {.dp = config.parallel.dp, .cp = config.parallel.cp, .tp = config.parallel.tp, .pp = config.parallel.pp});
+      config.dims());
   const bool lead = groups.world->rank() == 0;  // prints, logs and saves for the job
   DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
 
