@@ -70,12 +70,13 @@ int main(int argc, char** argv) {
     // Under a launcher each rank's error says whose it is; one that every rank meets alike (a
     // wrong configuration) is printed by the first rank only.
     const std::optional<int> rank = dt::launcher_rank();
-    if (rank && *rank != 0 && dynamic_cast<const dt::ConfigError*>(&e) != nullptr) {
+    const bool config_error = dynamic_cast<const dt::ConfigError*>(&e) != nullptr;
+    if (rank && *rank != 0 && config_error) {
       // The launcher ends the job when the first rank exits: the first rank prints before that.
       std::this_thread::sleep_for(std::chrono::seconds(2));
       return 1;
     }
-    const std::string whose = rank && dynamic_cast<const dt::ConfigError*>(&e) == nullptr ? dt::str(" (rank ", *rank, ")") : "";
+    const std::string whose = rank && !config_error ? dt::str(" (", dt::rank_description(), ")") : "";
     std::fprintf(stderr, "dtrain: error%s: %s\n", whose.c_str(), e.what());
     std::fflush(stderr);
     dt::abort_job_if_mpi(1);  // under mpirun: the other ranks stop now instead of waiting for this one

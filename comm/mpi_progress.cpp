@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "comm/world.h"
 #include "core/error.h"
 #include "core/trace.h"
 
@@ -100,7 +101,8 @@ void MpiProgress::fail_watched(const CollectiveInfo& collective, std::exception_
   try {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dtrain: rank %d: %s failed: %s\n", world_rank_, collective.describe().c_str(), e.what());
+    std::fprintf(stderr, "dtrain: %s: %s failed: %s\n", who(world_rank_).c_str(), collective.describe().c_str(),
+                 e.what());
   }
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);

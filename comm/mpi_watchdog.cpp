@@ -6,6 +6,7 @@
 
 #include "comm/mpi.h"
 #include "comm/mpi_progress.h"
+#include "comm/world.h"
 
 namespace dt {
 
@@ -126,9 +127,9 @@ void MpiWatchdog::report_and_abort(const InFlight& stuck) {
     others += str("\n  rank ", r, ":", indented);
   }
   std::fprintf(stderr,
-               "dtrain: rank %d: collective watchdog: %s has waited %.0f s (parallel.timeout_s = %.0f); %s\n"
+               "dtrain: %s: collective watchdog: %s has waited %.0f s (parallel.timeout_s = %.0f); %s\n"
                "  where the other ranks are:%s\n",
-               rank_, c.describe().c_str(), seconds_since(stuck.since), collective_timeout_s(),
+               who(rank_).c_str(), c.describe().c_str(), seconds_since(stuck.since), collective_timeout_s(),
                behind.empty() ? "every rank of its group has started it (a slow or broken network?)"
                               : str("waiting for rank", behind.find(',') == std::string::npos ? " " : "s ", behind,
                                     ", which ha", behind.find(',') == std::string::npos ? "s" : "ve",

@@ -27,4 +27,24 @@ std::optional<int> launcher_rank() {
   return std::nullopt;
 }
 
+namespace {
+std::string& rank_description_set() {
+  static std::string description;
+  return description;
+}
+}  // namespace
+
+std::string rank_description() {
+  if (!rank_description_set().empty()) return rank_description_set();
+  const std::optional<int> rank = launcher_rank();
+  return rank ? str("rank ", *rank) : "";
+}
+
+std::string who(int world_rank) {
+  const std::string description = rank_description();
+  return description.empty() ? str("rank ", world_rank) : description;
+}
+
+void set_rank_description(std::string description) { rank_description_set() = std::move(description); }
+
 }  // namespace dt

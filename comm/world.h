@@ -23,4 +23,12 @@ std::unique_ptr<Communicator> make_world(Device device, std::string_view backend
 // environment before any communicator exists; nullopt without a launcher.
 std::optional<int> launcher_rank();
 
+// How lines printed on this process's behalf name it under a launcher: "rank R" from the
+// launcher until a command knows its parallel layout and sets a fuller one ("rank 5 (dp 1, tp
+// 1)", ParallelDims::rank_description); "" without a launcher.
+std::string rank_description();
+void set_rank_description(std::string description);
+// rank_description(), or "rank R" with the caller's world rank when the launcher's is unknown.
+std::string who(int world_rank);
+
 }  // namespace dt

@@ -17,7 +17,8 @@ CausalSelfAttention::CausalSelfAttention(const ModelConfig& config, int64_t batc
 
 void CausalSelfAttention::forward(Tensor qkv, Tensor atty, Tensor lse) {
   // Rotated in place: attention and its backward need only the rotated q and k.
-  if (cos_.defined()) k::rope_forward(qkv.reshape({B_, T_, qkv.dim(1)}), cos_, sin_, config_.n_head, config_.kv_heads());
+  if (cos_.defined())
+    k::rope_forward(qkv.reshape({B_, T_, qkv.dim(1)}), cos_, sin_, config_.n_head, config_.kv_heads());
   rerun(qkv, atty, lse);
 }
 

@@ -127,7 +127,8 @@ void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
   // Generation keeps no activation past its layer: one set of views serves every layer, and the
   // residual stream x is updated in place.
   const BlockActivations a{.ln1 = rows(ln_), .ln1_mean = rows(mean_), .ln1_rstd = rows(rstd_), .qkv = rows(qkv_),
-                           .atty = rows(atty_), .lse = Tensor{}, .proj_out = rows(proj_out_), .res2 = x, .ln2 = rows(ln_),
+                           .atty = rows(atty_), .lse = Tensor{}, .proj_out = rows(proj_out_), .res2 = x,
+                           .ln2 = rows(ln_),
                            .ln2_mean = rows(mean_), .ln2_rstd = rows(rstd_), .fch = rows(fch_),
                            .fch_act = rows(fch_act_), .res3 = x};
   for (const Block& block : blocks_) {

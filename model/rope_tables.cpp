@@ -19,7 +19,8 @@ RopeTables make_rope_tables(const ModelConfig& config, int rows, Device device) 
                                      .low_freq_factor = config.rope_low_freq_factor,
                                      .high_freq_factor = config.rope_high_freq_factor,
                                      .original_max_seq_len = static_cast<double>(config.rope_original_max_seq_len)};
-  kernels::rope_table(host.cos, host.sin, kernels::rope_inverse_frequencies(config.head_size(), config.rope_theta, scaling));
+  kernels::rope_table(host.cos, host.sin,
+                      kernels::rope_inverse_frequencies(config.head_size(), config.rope_theta, scaling));
   if (device == Device::cpu) return host;
   RopeTables on_device = tables(Buffer(bytes, MemTag::workspace, device, false));
   copy_bytes(on_device.buffer.data(), device, host.buffer.data(), Device::cpu, bytes);

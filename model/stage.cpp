@@ -50,7 +50,8 @@ struct Stage::Regions {
     const auto s = [&](int key, int64_t width) { return region(full, key, width, precision); };
     const auto stat = [&](int key, int64_t width) { return region(full, key, width, DType::f32); };
     for (int l = units.first_block; l < units.end_block; ++l)
-      blocks.push_back({.ln1 = s(0, C), .ln1_mean = stat(1, mean_width), .ln1_rstd = stat(2, 1), .qkv = s(3, c.qkv_width()),
+      blocks.push_back({.ln1 = s(0, C), .ln1_mean = stat(1, mean_width), .ln1_rstd = stat(2, 1),
+                        .qkv = s(3, c.qkv_width()),
                         .atty = region(core, 4, C, precision), .lse = region(core, 5, c.n_head, DType::f32),
                         .res2 = s(6, C), .ln2 = s(7, C), .ln2_mean = stat(8, mean_width), .ln2_rstd = stat(9, 1),
                         .fch = s(10, c.ffn_in_width()), .fch_act = s(11, F),

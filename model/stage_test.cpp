@@ -166,7 +166,10 @@ TEST_P(StageTest, DeferredWeightGradientsEqualTheImmediateOnes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, StageTest, ::testing::Values("gpt2-tiny", "llama-tiny"),
-                         [](const auto& info) { return std::string(info.param).substr(0, std::string(info.param).find('-')); });
+                         [](const auto& info) {
+                           const std::string preset = info.param;
+                           return preset.substr(0, preset.find('-'));
+                         });
 
 }  // namespace
 }  // namespace dt

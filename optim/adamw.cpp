@@ -58,7 +58,8 @@ AdamW::AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig co
            .decayed = clipped(decayed, range),
            .not_decayed = clipped(not_decayed, range),
            .unpadded = clipped(unpadded, range)};
-    for (const kernels::FlatRange& r : p.unpadded) kernels::append_range(unpadded_local_, {p.offset + r.begin, p.offset + r.end});
+    for (const kernels::FlatRange& r : p.unpadded)
+      kernels::append_range(unpadded_local_, {p.offset + r.begin, p.offset + r.end});
     local_elements_ += range.size();
     part_list_.push_back(std::move(p));
   }
@@ -143,7 +144,9 @@ std::vector<Tensor> AdamW::moment_parts(Moment which) const {
 Tensor AdamW::moment(Moment which, const ParamInfo& info) const {
   for (const Part& p : part_list_)
     if (p.range.begin <= info.offset && info.offset + info.numel() <= p.range.end)
-      return part_of(local_moment(which), true, p).slice_rows(info.offset - p.range.begin, info.numel()).reshape(info.shape);
+      return part_of(local_moment(which), true, p)
+          .slice_rows(info.offset - p.range.begin, info.numel())
+          .reshape(info.shape);
   throw Error(str("parameter ", info.name, " is not inside one of this optimizer's parts"));
 }
 

@@ -160,7 +160,8 @@ void DataParallel::share_weights() {
   // Every rank's parts into every rank's weights, unit by unit (in flight together).
   const FlatTensors& weights = model_.weights();
   std::vector<CollectiveHandle> gathers;
-  for (size_t u = 0; u < parts_.size(); ++u) gathers.push_back(group_.all_gather(weights.unit(u), weight_part(parts_[u])));
+  for (size_t u = 0; u < parts_.size(); ++u)
+    gathers.push_back(group_.all_gather(weights.unit(u), weight_part(parts_[u])));
   for (CollectiveHandle& h : gathers) h.wait();
 }
 

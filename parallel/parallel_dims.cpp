@@ -1,5 +1,7 @@
 #include "parallel/parallel_dims.h"
 
+#include <tuple>
+
 namespace dt {
 
 ParallelDims::Coords ParallelDims::coords_of(int rank) const {
@@ -18,6 +20,19 @@ int ParallelDims::rank_of(Coords c) const { return c.tp + tp * (c.cp + cp * (c.d
 std::string ParallelDims::describe() const {
   return str("dp ", dp, " × cp ", cp, " × tp ", tp, " × pp ", pp, " = ", world_size(), " rank",
              world_size() == 1 ? "" : "s");
+}
+
+std::string ParallelDims::rank_description(int rank) const {
+  const Coords c = coords_of(rank);
+  std::string coordinates;
+  int above_one = 0;
+  for (const auto& [name, size, coordinate] : {std::tuple{"dp", dp, c.dp}, std::tuple{"cp", cp, c.cp},
+                                               std::tuple{"tp", tp, c.tp}, std::tuple{"pp", pp, c.pp}}) {
+    if (size == 1) continue;
+    ++above_one;
+    coordinates += str(coordinates.empty() ? "" : ", ", name, " ", coordinate);
+  }
+  return above_one > 1 ? str("rank ", rank, " (", coordinates, ")") : str("rank ", rank);
 }
 
 void ParallelDims::check_world_size(int world_size) const {

@@ -31,6 +31,9 @@ struct ParallelDims {
   int rank_of(Coords c) const;
   // "dp 2 × cp 1 × tp 2 × pp 1 = 4 ranks"
   std::string describe() const;
+  // How a line printed on rank `rank`'s behalf names it: "rank 5", and with more than one
+  // dimension above 1 its coordinates in those: "rank 5 (dp 1, tp 1)".
+  std::string rank_description(int rank) const;
   // Throws dt::Error unless every dimension is at least 1 and their product is the job's
   // world size, naming both and the two ways to fix it.
   void check_world_size(int world_size) const;

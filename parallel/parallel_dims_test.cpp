@@ -27,6 +27,14 @@ TEST(ParallelDims, RanksAreOrderedTpCpDpPp) {
   EXPECT_EQ(seen.size(), 24u);
 }
 
+// A rank names itself with its coordinates once more than one dimension is above 1.
+TEST(ParallelDims, ARankIsNamedWithItsCoordinatesWhereTheyTellMore) {
+  EXPECT_EQ((ParallelDims{.dp = 4}).rank_description(3), "rank 3");
+  EXPECT_EQ((ParallelDims{.dp = 3, .cp = 2, .tp = 2, .pp = 2}).rank_description(13),
+            "rank 13 (dp 0, cp 0, tp 1, pp 1)");
+  EXPECT_EQ((ParallelDims{.dp = 2, .tp = 2}).rank_description(2), "rank 2 (dp 1, tp 0)");
+}
+
 TEST(ParallelDims, AWrongWorldSizeSaysHowToLaunch) {
   const ParallelDims d{.dp = 2, .tp = 2};
   try {

@@ -122,6 +122,7 @@ TrainSummary run_training(const RunConfig& config) {
       make_world(device, config.parallel.backend, control.get()),
       config.dims());
   const bool lead = groups.world->rank() == 0;  // prints, logs and saves for the job
+  if (launched_by_mpi()) set_rank_description(groups.dims.rank_description(groups.world->rank()));
   DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
 
   // ZeRO pads the layout's units to equal parts over the dp ranks and shards the optimizer's

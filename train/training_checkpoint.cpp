@@ -87,7 +87,8 @@ void read_pieces(const ckpt::Checkpoint& checkpoint, const std::string& prefix, 
     covered = e;
   }
   if (covered != p.numel())
-    throw Error(str("tensor '", prefix, "' is missing", pieces.empty() ? "" : str(" elements from ", covered, " of ", p.numel()),
+    throw Error(str("tensor '", prefix, "' is missing",
+                    pieces.empty() ? "" : str(" elements from ", covered, " of ", p.numel()),
                     ": the checkpoint holds neither it whole nor pieces that cover it; was one rank's file lost?"));
 }
 
