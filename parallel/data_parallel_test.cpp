@@ -192,7 +192,7 @@ Bounds bounds(DType precision) {
 // blocks); on 3 none is, and the parts are of odd sizes.
 //
 // Each cell — a family, a precision and a ZeRO stage, on a world of some size — is its own ctest
-// case (CMakeLists.txt: DataParallelCell/... on one rank, MpiCell.npN.... under mpirun), so that
+// case (CMakeLists.txt: Matrix/DataParallelCell... on one rank, MpiCell.npN... under mpirun), so that
 // a failure names its cell; accumulation 1 and 2 run inside it.
 struct Cell {
   const char* preset;
