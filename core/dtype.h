@@ -24,7 +24,7 @@ bool dtype_is_float(DType dtype);
 
 // The precisions a model trains in (how its activations and the weights forward reads are
 // stored): f32; bf16 and f16, with f32 master weights and gradients.
-constexpr std::array kTrainingPrecisions{DType::f32, DType::bf16, DType::f16};
+inline constexpr std::array kTrainingPrecisions{DType::f32, DType::bf16, DType::f16};
 bool is_training_precision(DType dtype);
 // Parses "f32", "bf16" or "f16"; throws dt::Error naming the valid precisions.
 DType precision_from_name(std::string_view name);

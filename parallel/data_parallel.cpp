@@ -122,7 +122,9 @@ DataParallel::DataParallel(Transformer& model, Communicator& group, double bucke
 
 OptimizerParts DataParallel::optimizer_parts() {
   if (zero_stage_ == 0) return OptimizerParts::whole(model_);
-  OptimizerParts o{.grads = grad_shard_.view(DType::f32, {shard_elements_}), .group = &group_};
+  OptimizerParts o;
+  o.grads = grad_shard_.view(DType::f32, {shard_elements_});
+  o.group = &group_;
   for (const Part& p : parts_) o.ranges.push_back(p.owned);
   // The f32 parameters: the master shard where sharded, else the model's whole parameters.
   o.params_local = shards_parameters_;
