@@ -54,7 +54,7 @@ InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
       chunk_rows_(std::min(max_tokens, kPrefillChunk)),
       embedding_(params.layout()),
       ln_f_(params.layout(), "ln_f"),
-      output_(Linear::weight_only(params.layout(), config().tied_embeddings ? "wte" : "lm_head")) {
+      output_(Linear::output_projection(params.layout())) {
   const ModelConfig& c = config();
   const int64_t R = chunk_rows_, C = c.d_model, KV = 2 * int64_t{c.kv_heads()} * c.head_size();
   cache_ = Buffer(static_cast<size_t>(int64_t{c.n_layer} * max_tokens * KV) * sizeof(float), MemTag::activations);

@@ -52,8 +52,8 @@ void Norm::backward(const FlatTensors& weights, const FlatTensors& grads, Tensor
 Linear::Linear(const ParameterLayout& layout, const std::string& prefix)
     : Linear(&layout.find(prefix + ".weight"), family_bias(layout, prefix)) {}
 
-Linear Linear::weight_only(const ParameterLayout& layout, const std::string& weight_name) {
-  return Linear(&layout.find(weight_name), nullptr);
+Linear Linear::output_projection(const ParameterLayout& layout) {
+  return Linear(&layout.find(layout.config().tied_embeddings ? "wte" : "lm_head"), nullptr);
 }
 
 void Linear::forward(const FlatTensors& weights, Tensor out, Tensor inp) const {

@@ -45,9 +45,9 @@ class Norm {
 class Linear {
  public:
   // The layer whose parameters are `prefix`.weight (and .bias for gpt2): "h.3.attn.qkv".
-  // `weight_name` instead names the weight alone (the output projection: wte or lm_head).
   Linear(const ParameterLayout& layout, const std::string& prefix);
-  static Linear weight_only(const ParameterLayout& layout, const std::string& weight_name);
+  // The output projection, without bias: lm_head, or wte when the embeddings are tied.
+  static Linear output_projection(const ParameterLayout& layout);
 
   void forward(const FlatTensors& weights, Tensor out, Tensor inp) const;
   // dinp = dout @ weight (set, not accumulated).

@@ -9,8 +9,6 @@ namespace k = kernels;
 
 namespace {
 
-const char* output_weight_name(const ModelConfig& config) { return config.tied_embeddings ? "wte" : "lm_head"; }
-
 // The sum of per-token losses (f32), in token order on the CPU: the same number on every device.
 double sum_in_order(Tensor losses) {
   double sum = 0;
@@ -71,7 +69,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
     : config_(layout.config()),
       units_(units),
       head_unit_(layout.units().size() - 1),
-      output_unit_(layout.unit_of(layout.find(output_weight_name(layout.config())))),
+      output_unit_(layout.unit_of(Linear::output_projection(layout).weight())),
       regions_(std::make_unique<Regions>(config_, units, recompute, precision, int64_t{batch_size} * seq_len)),
       store_(regions_->bytes.kept, regions_->bytes.shared, regions_->bytes.scratch, device, /*reserved=*/1) {
   DT_CHECK(0 <= units.first_block && units.first_block <= units.end_block && units.end_block <= config_.n_layer,
@@ -80,7 +78,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
   if (units.embeddings) embedding_.emplace(layout);
   if (units.head) {
     ln_f_.emplace(layout, "ln_f");
-    output_ = Linear::weight_only(layout, output_weight_name(config_));
+    output_ = Linear::output_projection(layout);
   }
   if (config_.family == ModelFamily::llama) rope_ = make_rope_tables(config_, seq_len, device);
 }

@@ -67,7 +67,10 @@ class Stage {
   // micro-batch's, when the stage has the embeddings. The returned gradient is valid until the
   // next backward.
   Tensor backward(int k, Tensor dout, Tensor tokens, const FlatTensors& weights, const FlatTensors& grads);
-  void release(int k) { store_.release(k); }
+  void release(int k) {
+    store_.release(k);
+    shapes_.erase(k);
+  }
 
   // Micro-batch k's logits (B*T, Vp) and per-token losses (B, T): the head's.
   Tensor logits(int k) const;
