@@ -17,44 +17,96 @@ Shape ParamInfo::stored_shape() const {
   return s;
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multiple)
-    : config_(config), unit_multiple_(unit_multiple) {
-  validate_model_config(config);
+std::vector<ParamInfo::Run> ParamInfo::runs() const {
+  std::vector<Run> runs;
+  const Shape& whole = slice.whole;
+  const int64_t row = whole.numel() / whole[0];  // elements per row of the whole tensor
+  if (slice.dim == 0) {
+    int64_t local = 0;
+    for (const SlicePiece& p : slice.pieces) {
+      runs.push_back({local, p.range.begin * row, p.range.size() * row, p.owned});
+      local += p.range.size() * row;
+    }
+    return runs;
+  }
+  int64_t local = 0;
+  for (int64_t r = 0; r < whole[0]; ++r)
+    for (const SlicePiece& p : slice.pieces) {
+      runs.push_back({local, r * row + p.range.begin, p.range.size(), p.owned});
+      local += p.range.size();
+    }
+  return runs;
+}
+
+ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multiple, TensorShard shard)
+    : config_(config), unit_multiple_(unit_multiple), shard_(shard), dims_(shard_dims(config, shard)) {
   DT_CHECK(unit_multiple >= 1 && unit_multiple % kParamAlignment == 0, "unit multiple ", unit_multiple,
            " must be a positive multiple of ", kParamAlignment);
-  const int64_t C = config.d_model, L = config.n_layer, F = config.ffn_hidden();
-  const int64_t Vp = config.padded_vocab_size();
+  const int64_t C = config.d_model, L = config.n_layer, F = config.ffn_hidden(), HS = config.head_size();
+  const int64_t NH = config.n_head, NKV = config.kv_heads();
   const bool gpt2 = config.family == ModelFamily::gpt2;
   // N(0, 0.02) for weights, as GPT-2 and Hugging Face's Llama initialise; GPT-2 also scales the
   // residual projections by 1/sqrt(2L) so the residual stream's variance does not grow with
   // depth. Norm weights start at one, biases at zero.
   const float std = 0.02f;
   const float residual_std = gpt2 ? std / std::sqrt(2.0f * static_cast<float>(L)) : std;
+  // What every rank holds whole: owned by rank 0.
+  const bool lead = shard.rank == 0;
+  const auto copy = [&](Shape whole) { return TensorSlice::all(whole, lead); };
+  // Rows or columns `pieces` of a tensor of shape `whole`, owned.
+  const auto rows = [](Shape whole, std::vector<SlicePiece> pieces) { return TensorSlice{whole, 0, std::move(pieces)}; };
+  const auto columns = [](Shape whole, kernels::FlatRange r) { return TensorSlice{whole, 1, {{r, true}}}; };
   const auto norm = [&](const std::string& name) {
-    add(name + ".weight", {C}, ParamInit::ones, 0);
-    if (gpt2) add(name + ".bias", {C}, ParamInit::zeros, 0);
+    add(name + ".weight", copy({C}), ParamInit::ones, 0);
+    if (gpt2) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
   };
-  const auto linear = [&](const std::string& name, int64_t out, int64_t in, float init_std) {
-    add(name + ".weight", {out, in}, ParamInit::normal, init_std);
-    if (gpt2) add(name + ".bias", {out}, ParamInit::zeros, 0);
+  // A column-parallel layer's weight and bias hold its output rows `out`; a row-parallel one's
+  // weight holds its input columns, and its bias is whole (added once, by the owner).
+  const auto column_parallel = [&](const std::string& name, int64_t out_width, int64_t in,
+                                   const std::vector<SlicePiece>& out) {
+    add(name + ".weight", rows({out_width, in}, out), ParamInit::normal, std);
+    if (gpt2) add(name + ".bias", rows({out_width}, out), ParamInit::zeros, 0);
   };
-  add("wte", {config.vocab_size, C}, ParamInit::normal, std, Vp);
-  if (gpt2) add("wpe", {config.max_seq_len, C}, ParamInit::normal, std);
+  const auto row_parallel = [&](const std::string& name, int64_t in_width, kernels::FlatRange in) {
+    add(name + ".weight", columns({C, in_width}, in), ParamInit::normal, residual_std);
+    if (gpt2) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
+  };
+  // The qkv rows of this rank's heads: its query heads, then the key and value heads they read,
+  // each run of key/value heads owned or a copy.
+  const HeadShard& heads = dims_.heads;
+  std::vector<SlicePiece> qkv = {{{heads.q_begin * HS, heads.q_end * HS}, true}};
+  for (const int64_t first : {NH, NH + NKV})
+    for (int j = heads.kv_begin; j < heads.kv_end; ++j) {
+      const SlicePiece head{{(first + j) * HS, (first + j + 1) * HS}, heads.owns_kv(j)};
+      if (j > heads.kv_begin && qkv.back().owned == head.owned)
+        qkv.back().range.end = head.range.end;
+      else
+        qkv.push_back(head);
+    }
+  // The MLP's hidden columns: llama's gate rows, then its up rows.
+  const kernels::FlatRange f = dims_.ffn;
+  std::vector<SlicePiece> fc = {{f, true}};
+  if (!gpt2) fc.push_back({{F + f.begin, F + f.end}, true});
+  const kernels::FlatRange vocab = dims_.vocab;
+
+  add("wte", rows({config.vocab_size, C}, {{vocab, true}}), ParamInit::normal, std, dims_.padded_vocab);
+  if (gpt2) add("wpe", copy({config.max_seq_len, C}), ParamInit::normal, std);
   end_unit(0);
   for (int l = 0; l < L; ++l) {
     const int64_t block_begin = total_elements_;
     const std::string h = str("h.", l, ".");
     norm(h + "ln_1");
-    linear(h + "attn.qkv", config.qkv_width(), C, std);
-    linear(h + "attn.proj", C, C, residual_std);
+    column_parallel(h + "attn.qkv", config.qkv_width(), C, qkv);
+    row_parallel(h + "attn.proj", C, {heads.q_begin * HS, heads.q_end * HS});
     norm(h + "ln_2");
-    linear(h + "mlp.fc", config.ffn_in_width(), C, std);  // llama: gate rows, then up rows
-    linear(h + "mlp.proj", C, F, residual_std);
+    column_parallel(h + "mlp.fc", config.ffn_in_width(), C, fc);  // llama: gate rows, then up rows
+    row_parallel(h + "mlp.proj", F, f);
     end_unit(block_begin);
   }
   const int64_t head_begin = total_elements_;
   norm("ln_f");
-  if (!config.tied_embeddings) add("lm_head", {config.vocab_size, C}, ParamInit::normal, std, Vp);
+  if (!config.tied_embeddings)
+    add("lm_head", rows({config.vocab_size, C}, {{vocab, true}}), ParamInit::normal, std, dims_.padded_vocab);
   end_unit(head_begin);
 }
 
@@ -63,7 +115,11 @@ void ParameterLayout::end_unit(int64_t begin) {
   units_.push_back({begin, total_elements_});
 }
 
-void ParameterLayout::add(std::string name, Shape shape, ParamInit init, float init_std, int64_t stored_rows) {
+void ParameterLayout::add(std::string name, TensorSlice slice, ParamInit init, float init_std, int64_t stored_rows) {
+  int64_t held = 0;  // along the split dimension
+  for (const SlicePiece& piece : slice.pieces) held += piece.range.size();
+  Shape shape;
+  for (int i = 0; i < slice.whole.ndim(); ++i) shape.push_back(i == slice.dim ? held : slice.whole[i]);
   ParamInfo p{.name = std::move(name),
               .shape = shape,
               .stored_rows = stored_rows < 0 ? shape[0] : stored_rows,
@@ -71,7 +127,8 @@ void ParameterLayout::add(std::string name, Shape shape, ParamInit init, float i
               .init = init,
               .init_std = init_std,
               .is_matrix = shape.ndim() == 2,
-              .is_embedding = false};
+              .is_embedding = false,
+              .slice = std::move(slice)};
   // The output projection counts as an embedding whether tied (wte) or not (lm_head), so
   // untying does not change which weights decay.
   p.is_embedding = p.name == "wte" || p.name == "wpe" || p.name == "lm_head";
@@ -94,6 +151,14 @@ std::vector<kernels::FlatRange> ParameterLayout::unpadded_ranges(
   std::vector<kernels::FlatRange> ranges;
   for (const ParamInfo& p : params_)
     if (!include || include(p)) kernels::append_range(ranges, {p.offset, p.offset + p.numel()});
+  return ranges;
+}
+
+std::vector<kernels::FlatRange> ParameterLayout::owned_ranges() const {
+  std::vector<kernels::FlatRange> ranges;
+  for (const ParamInfo& p : params_)
+    for (const ParamInfo::Run& run : p.runs())
+      if (run.owned) kernels::append_range(ranges, {p.offset + run.local, p.offset + run.local + run.count});
   return ranges;
 }
 
@@ -174,7 +239,12 @@ void init_parameters(FlatTensors& params, uint64_t seed) {
     if (p.init == ParamInit::zeros) continue;
     // Filled on the CPU, then copied where the parameters live.
     values.assign(static_cast<size_t>(p.numel()), 1.0f);
-    if (p.init == ParamInit::normal) fill_normal(values.data(), p.numel(), 0, ElementRng(seed, p.name), 0.0f, p.init_std);
+    // Element i of the whole tensor is drawn from index i, so a rank's slice holds the same
+    // values as one process's whole tensor there.
+    const ElementRng rng(seed, p.name);
+    if (p.init == ParamInit::normal)
+      for (const ParamInfo::Run& run : p.runs())
+        fill_normal(values.data() + run.local, run.count, static_cast<uint64_t>(run.global), rng, 0.0f, p.init_std);
     const Tensor unpadded = params.unpadded(p);
     copy_bytes(unpadded.data, unpadded.device, values.data(), Device::cpu, values.size() * sizeof(float));
   }

@@ -14,6 +14,11 @@
 // may be stored with more rows than it shows (the padded vocabulary): `stored_rows` rows are
 // in the buffer, the first `shape[0]` are the parameter. Only the unpadded part counts as a
 // parameter, is saved, or is compared.
+//
+// Under tensor parallelism a rank's layout holds its shard of the model (model/tensor_shard.h):
+// the same names, each tensor this rank's rows or columns of the model's, and each parameter
+// says where they lie in the whole tensor — what initialisation, checkpoints and the gradient
+// norm read.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +29,30 @@
 #include "core/buffer.h"
 #include "kernels/flat_ranges.h"
 #include "model/config.h"
+#include "model/tensor_shard.h"
 
 namespace dt {
 
 enum class ParamInit { normal, ones, zeros };
+
+// Rows (or columns) [range.begin, range.end) of a whole tensor that a tensor-parallel rank
+// holds; owned unless the rank holds a copy of another's (a replicated norm on ranks above 0, a
+// copied key/value head).
+struct SlicePiece {
+  kernels::FlatRange range;
+  bool owned = true;
+};
+
+// Where a rank's tensor lies in the model's: pieces of the whole tensor's dimension `dim` (0:
+// rows, 1: columns), one after another in the rank's tensor.
+struct TensorSlice {
+  Shape whole;
+  int dim = 0;
+  std::vector<SlicePiece> pieces;
+
+  // All of a tensor of shape `whole`, owned or a copy.
+  static TensorSlice all(Shape whole, bool owned = true) { return {whole, 0, {{{0, whole[0]}, owned}}}; }
+};
 
 struct ParamInfo {
   std::string name;
@@ -38,6 +63,17 @@ struct ParamInfo {
   float init_std = 0;
   bool is_matrix = false;     // 2-D weights get weight decay
   bool is_embedding = false;  // token/position embeddings: weight decay only if configured
+  TensorSlice slice;          // the whole tensor on one rank
+
+  // Elements [local, local + count) of this tensor are the whole tensor's [global, global + count)
+  // (both row-major, unpadded).
+  struct Run {
+    int64_t local = 0, global = 0, count = 0;
+    bool owned = true;
+  };
+  // Every element of the tensor in runs, in local order: a run per piece of rows, or per row and
+  // piece of columns.
+  std::vector<Run> runs() const;
 
   int64_t numel() const { return shape.numel(); }
   int64_t stored_numel() const { return shape[0] == 0 ? 0 : numel() / shape[0] * stored_rows; }
@@ -48,10 +84,14 @@ constexpr int64_t kParamAlignment = 16;  // elements: 64 bytes of fp32, one cach
 
 class ParameterLayout {
  public:
-  // Validates config first.
-  explicit ParameterLayout(const ModelConfig& config, int64_t unit_multiple = kParamAlignment);
+  // Validates config first. `shard`: the tensor-parallel rank whose part of the model this lays
+  // out (the whole model by default).
+  explicit ParameterLayout(const ModelConfig& config, int64_t unit_multiple = kParamAlignment, TensorShard shard = {});
 
   const ModelConfig& config() const { return config_; }
+  const TensorShard& shard() const { return shard_; }
+  // This rank's heads, MLP columns and vocabulary rows (the model's own on one rank).
+  const ShardDims& dims() const { return dims_; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(std::string_view name) const;  // throws dt::Error naming close matches
   int64_t num_parameters() const;   // unpadded elements only: the published count
@@ -64,13 +104,20 @@ class ParameterLayout {
   // The unpadded elements of the parameters `include` selects (all without it), as increasing
   // ranges of the flat buffer with touching ones merged: what the multi-tensor ops run over.
   std::vector<kernels::FlatRange> unpadded_ranges(const std::function<bool(const ParamInfo&)>& include = {}) const;
+  // The unpadded elements this rank owns (every one on one rank), as such ranges: what its share
+  // of the gradient norm counts, so that a tensor held by several tensor-parallel ranks counts once.
+  std::vector<kernels::FlatRange> owned_ranges() const;
 
  private:
-  void add(std::string name, Shape shape, ParamInit init, float init_std, int64_t stored_rows = -1);
+  // A parameter of this rank: its slice of the model's tensor, stored with `stored_rows` rows
+  // (its own rows when -1).
+  void add(std::string name, TensorSlice slice, ParamInit init, float init_std, int64_t stored_rows = -1);
   // Ends the unit that began at `begin`, padding it to a multiple of unit_multiple_.
   void end_unit(int64_t begin);
   ModelConfig config_;
   int64_t unit_multiple_;
+  TensorShard shard_;
+  ShardDims dims_;
   std::vector<ParamInfo> params_;
   std::vector<kernels::FlatRange> units_;
   int64_t total_elements_ = 0;

@@ -1,0 +1,55 @@
+#include "model/tensor_shard.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace dt {
+
+kernels::FlatRange even_part(int64_t count, int parts, int index) {
+  const int64_t base = count / parts, larger = count % parts;
+  const int64_t begin = index * base + std::min<int64_t>(index, larger);
+  return {begin, begin + base + (index < larger ? 1 : 0)};
+}
+
+void check_tensor_parallel(const ModelConfig& config, int tp) {
+  validate_model_config(config);
+  if (tp < 1) throw ConfigError(str("parallel.tp = ", tp, " must be at least 1"));
+  // The query heads bound it: the MLP and the vocabulary are wider than the model's head count.
+  if (tp > config.n_head)
+    throw ConfigError(str("parallel.tp = ", tp, " is more ranks than the model's ", config.n_head,
+                          " attention heads (model.n_head), and each tensor-parallel rank needs at least one; use "
+                          "parallel.tp <= ",
+                          config.n_head));
+  if (tp > config.ffn_hidden() || tp > config.vocab_size)
+    throw ConfigError(str("parallel.tp = ", tp, " is more ranks than the model's MLP width (", config.ffn_hidden(),
+                          ") or vocabulary (", config.vocab_size, "); use parallel.tp <= ",
+                          std::min(config.ffn_hidden(), config.vocab_size)));
+}
+
+ShardDims shard_dims(const ModelConfig& config, TensorShard shard) {
+  check_tensor_parallel(config, shard.size);
+  DT_CHECK(shard.rank >= 0 && shard.rank < shard.size, "tensor-parallel rank ", shard.rank, " of ", shard.size);
+  ShardDims d;
+  const int NH = config.n_head, NKV = config.kv_heads(), group = NH / NKV;
+  HeadShard& h = d.heads;
+  h.group = group;
+  h.kv_split = NKV >= shard.size;
+  if (h.kv_split) {
+    const kernels::FlatRange kv = even_part(NKV, shard.size, shard.rank);
+    h.kv_begin = static_cast<int>(kv.begin), h.kv_end = static_cast<int>(kv.end);
+    h.q_begin = h.kv_begin * group, h.q_end = h.kv_end * group;
+  } else {
+    const kernels::FlatRange q = even_part(NH, shard.size, shard.rank);
+    h.q_begin = static_cast<int>(q.begin), h.q_end = static_cast<int>(q.end);
+    h.kv_begin = h.q_begin / group, h.kv_end = (h.q_end - 1) / group + 1;
+  }
+  d.ffn = even_part(config.ffn_hidden(), shard.size, shard.rank);
+  d.vocab = even_part(config.vocab_size, shard.size, shard.rank);
+  const int64_t pad = config.vocab_pad_multiple;
+  d.padded_vocab = (d.vocab.size() + pad - 1) / pad * pad;
+  d.head_size = config.head_size();
+  return d;
+}
+
+}  // namespace dt

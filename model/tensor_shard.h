@@ -1,0 +1,68 @@
+// Which part of the model one rank of a tensor-parallel group holds: its attention heads, its
+// columns of the MLP and its rows of the vocabulary. Every split is as even as possible (6
+// heads over 4 ranks: 2, 2, 1, 1; a vocabulary of 997 over 4: 250, 249, 249, 249), so no size
+// has to divide the group's.
+//
+// Attention heads. With at least as many key/value heads as ranks, the key/value heads are split
+// and each rank takes the query heads that read them (whole groups of grouped-query attention).
+// With fewer, the query heads are split and each rank holds a copy of every key/value head its
+// query heads read; the copies' gradients are summed over the ranks holding them
+// (parallel/tensor/tensor_parallel.h). A copy is owned — counted once in the gradient norm,
+// written once to a checkpoint — by the lowest rank holding it: the one holding its group's
+// first query head.
+//
+// One rank (size 1) holds the whole model, and every size here is the model's own.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/flat_ranges.h"
+#include "model/config.h"
+
+namespace dt {
+
+struct TensorShard {
+  int rank = 0;
+  int size = 1;
+};
+
+// Part `index` of `count` items split over `parts`: the first count % parts parts one larger.
+kernels::FlatRange even_part(int64_t count, int parts, int index);
+
+struct HeadShard {
+  int q_begin = 0, q_end = 0;    // the model's query heads [q_begin, q_end)
+  int kv_begin = 0, kv_end = 0;  // the key/value heads they read
+  int group = 1;                 // query heads per key/value head, the model's
+  bool kv_split = true;          // key/value heads split over the ranks (else copied)
+
+  int n_head() const { return q_end - q_begin; }
+  int n_kv_head() const { return kv_end - kv_begin; }
+  // Local query head i reads local key/value head (i + phase) / group (kernels/attention.h).
+  int phase() const { return q_begin % group; }
+  // Whether this rank owns key/value head j (of the model's): it holds the group's first query head.
+  bool owns_kv(int j) const { return q_begin <= j * group && j * group < q_end; }
+};
+
+// One rank's sizes: what its parameters' shapes and activations' widths follow.
+struct ShardDims {
+  HeadShard heads;
+  kernels::FlatRange ffn;    // the MLP's hidden columns, of F
+  kernels::FlatRange vocab;  // the vocabulary's rows, of V
+  int64_t padded_vocab = 0;  // rows stored: the vocabulary's rows rounded up to vocab_pad_multiple
+  int64_t head_size = 0;
+
+  int64_t qkv_width() const { return (heads.n_head() + 2 * heads.n_kv_head()) * head_size; }
+  int64_t attention_width() const { return heads.n_head() * head_size; }  // atty: the rows' heads
+  int64_t ffn_hidden() const { return ffn.size(); }
+  int64_t ffn_in_width(const ModelConfig& config) const {
+    return config.family == ModelFamily::llama ? 2 * ffn.size() : ffn.size();
+  }
+};
+
+// Checks that `config` splits over `tp` ranks (at least one query head, MLP column and
+// vocabulary row each), throwing dt::ConfigError naming parallel.tp, the value and the largest
+// size that works.
+void check_tensor_parallel(const ModelConfig& config, int tp);
+ShardDims shard_dims(const ModelConfig& config, TensorShard shard);
+
+}  // namespace dt
