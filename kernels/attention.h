@@ -2,7 +2,7 @@
 //
 // qkv (B, T, (NH + 2*NKV) * HS): at each position, NH query heads, then NKV key heads, then NKV
 // value heads, each HS wide (GPT-2's c_attn output is this with NKV = NH). Query head h reads
-// key/value head h / (NH / NKV); NH must be a multiple of NKV.
+// key/value head kv(h) = (h + phase) / group (AttentionHeads): h / (NH / NKV) for a whole model.
 //
 //   S[b, h, i, j] = q[b, i, h] . k[b, j, kv(h)] / sqrt(HS)      for j <= i (causal)
 //   P = softmax_j(S)
@@ -28,17 +28,36 @@
 
 namespace dt::kernels {
 
-void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head);
-void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head);
+// The heads of a call and which key/value head each query head reads: query head h reads
+// (h + phase) / group. A whole model's heads ({NH, NKV}): group NH / NKV, phase 0, NH a
+// multiple of NKV. A tensor-parallel rank holding the model's query heads [first, first + NH),
+// G of which read each key/value head, and the NKV key/value heads they read: group G, phase
+// first % G (model/tensor_shard.h) — 2 query heads reading 2 key/value heads of 3 each, say.
+struct AttentionHeads {
+  int n_head = 0, n_kv_head = 0;
+  int group = 1, phase = 0;
+
+  AttentionHeads(int n_head, int n_kv_head)
+      : n_head(n_head), n_kv_head(n_kv_head), group(n_kv_head > 0 ? n_head / n_kv_head : 1) {}
+  AttentionHeads(int n_head, int n_kv_head, int group, int phase)
+      : n_head(n_head), n_kv_head(n_kv_head), group(group), phase(phase) {}
+  int kv_of(int h) const { return (h + phase) / group; }
+  // The query heads [first_query(g), end_query(g)) that read key/value head g.
+  int first_query(int g) const { return g * group - phase > 0 ? g * group - phase : 0; }
+  int end_query(int g) const { return (g + 1) * group - phase < n_head ? (g + 1) * group - phase : n_head; }
+};
+
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads);
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads);
 
 namespace cpu {
-void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head);
-void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head);
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads);
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads);
 }  // namespace cpu
 
 namespace cuda {
-void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head);
-void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head);
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads);
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads);
 }  // namespace cuda
 
 }  // namespace dt::kernels

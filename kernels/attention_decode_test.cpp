@@ -68,7 +68,7 @@ TEST_P(AttentionDecodeVsForward, LastRowsMatchF64AttentionForward) {
   const testing::OwnedTensor qkv = testing::random_normal(DType::f64, {1, c.T, c.qkv_width()}, 7, c.input_std);
   const testing::OwnedTensor full = testing::zeros(DType::f64, {1, c.T, C});
   const testing::OwnedTensor lse = testing::zeros(DType::f64, {1, c.NH, c.T});
-  attention_forward(full.t, lse.t, qkv.t, c.NH, c.NKV);
+  attention_forward(full.t, lse.t, qkv.t, {c.NH, c.NKV});
   const Tensor expected = full.t.reshape({c.T, C}).slice_rows(c.T - c.M, c.M);
 
   const DecodeInputs in64 = split(c, qkv.t);

@@ -21,11 +21,15 @@ struct Case {
   const char* name;
   int B, T, NH, NKV, HS;
   double input_std = 1;  // std of q, k, v; larger makes the softmax peakier
+  // A tensor-parallel rank's heads (kernels/attention.h) when group > 0, else a whole model's.
+  int group = 0, phase = 0;
   int qkv_width() const { return (NH + 2 * NKV) * HS; }
+  AttentionHeads heads() const { return group > 0 ? AttentionHeads(NH, NKV, group, phase) : AttentionHeads(NH, NKV); }
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.name << " B=" << c.B << " T=" << c.T << " NH=" << c.NH << " NKV=" << c.NKV << " HS=" << c.HS;
+  *os << c.name << " B=" << c.B << " T=" << c.T << " NH=" << c.NH << " NKV=" << c.NKV << " HS=" << c.HS
+      << " group=" << c.heads().group << " phase=" << c.phase;
 }
 
 // Storage for the op's arguments: the tests own plain vectors and pass views of them.
@@ -64,7 +68,7 @@ Naive naive_attention(const Case& c, const std::vector<double>& qkv, const std::
   std::vector<double> P(size_t(T) * T), dS(size_t(T) * T);
   for (int b = 0; b < c.B; ++b) {
     for (int h = 0; h < c.NH; ++h) {
-      const int g = h / (c.NH / c.NKV);
+      const int g = c.heads().kv_of(h);
       auto q = [&](int i) { return &qkv[(size_t(b) * T + i) * R + h * c.HS]; };
       auto k = [&](int j) { return &qkv[(size_t(b) * T + j) * R + (c.NH + g) * c.HS]; };
       auto v = [&](int j) { return &qkv[(size_t(b) * T + j) * R + (c.NH + c.NKV + g) * c.HS]; };
@@ -131,9 +135,9 @@ OpResult<T> run_op(const Case& c, std::vector<T> qkv, std::vector<T> dout) {
   // NaN everywhere first: the op must set every element it owns.
   OpResult<T> r{std::vector<T>(size_t(B) * S * C, NAN), std::vector<T>(size_t(B) * c.NH * S, NAN),
            std::vector<T>(qkv.size(), NAN)};
-  attention_forward(view(r.out, {B, S, C}), view(r.lse, {B, c.NH, S}), view(qkv, {B, S, c.qkv_width()}), c.NH, c.NKV);
+  attention_forward(view(r.out, {B, S, C}), view(r.lse, {B, c.NH, S}), view(qkv, {B, S, c.qkv_width()}), c.heads());
   attention_backward(view(r.dqkv, {B, S, c.qkv_width()}), view(dout, {B, S, C}), view(qkv, {B, S, c.qkv_width()}),
-                     view(r.out, {B, S, C}), view(r.lse, {B, c.NH, S}), c.NH, c.NKV);
+                     view(r.out, {B, S, C}), view(r.lse, {B, c.NH, S}), c.heads());
   return r;
 }
 
@@ -169,7 +173,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"head_size_one", 1, 65, 2, 2, 1}, Case{"exact_tiles", 2, 128, 2, 1, 20},
                       Case{"gpt2_head", 1, 256, 2, 2, 64},
                       // Scores of std ~9: the running max moves between key tiles.
-                      Case{"peaked", 2, 140, 3, 1, 32, 3.0}),
+                      Case{"peaked", 2, 140, 3, 1, 32, 3.0},
+                      // Tensor-parallel ranks' heads: query heads 2-3 of a model reading 3 per
+                      // key/value head (llama-tiny over 3 ranks), and 3 query heads of 4 per
+                      // key/value head starting mid-group.
+                      Case{"tp_rank_two_groups", 2, 70, 2, 2, 8, 1.0, 3, 2},
+                      Case{"tp_rank_uneven_groups", 1, 130, 3, 2, 16, 1.0, 4, 2}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Gradients against central finite differences of L = sum(w * out), all in f64 through the
@@ -185,7 +194,7 @@ TEST(AttentionGradient, MatchesFiniteDifferences) {
     auto loss = [&] {
       std::vector<double> out(w.size()), lse(size_t(c.B) * c.NH * c.T);
       attention_forward(view(out, {c.B, c.T, C}), view(lse, {c.B, c.NH, c.T}), view(qkv, {c.B, c.T, c.qkv_width()}),
-                        c.NH, c.NKV);
+                        c.heads());
       double sum = 0;
       for (size_t i = 0; i < out.size(); ++i) sum += w[i] * out[i];
       return sum;
@@ -257,11 +266,9 @@ OpResult16<S> run_op16(const Case& c, std::vector<S> qkv, std::vector<S> dout) {
   // All ones (a NaN in both formats) first: the op must set every element it owns.
   OpResult16<S> r{std::vector<S>(size_t(B) * T * C, S{0xffff}), std::vector<S>(qkv.size(), S{0xffff}),
                   std::vector<float>(size_t(B) * c.NH * T, NAN)};
-  attention_forward(view16(r.out, {B, T, C}), view(r.lse, {B, c.NH, T}), view16(qkv, {B, T, c.qkv_width()}), c.NH,
-                    c.NKV);
+  attention_forward(view16(r.out, {B, T, C}), view(r.lse, {B, c.NH, T}), view16(qkv, {B, T, c.qkv_width()}), c.heads());
   attention_backward(view16(r.dqkv, {B, T, c.qkv_width()}), view16(dout, {B, T, C}),
-                     view16(qkv, {B, T, c.qkv_width()}), view16(r.out, {B, T, C}), view(r.lse, {B, c.NH, T}), c.NH,
-                     c.NKV);
+                     view16(qkv, {B, T, c.qkv_width()}), view16(r.out, {B, T, C}), view(r.lse, {B, c.NH, T}), c.heads());
   return r;
 }
 
@@ -349,29 +356,29 @@ TEST(AttentionArguments, RejectMixedDtypes) {
   std::vector<float> lse(2 * 4 * 3), out32(2 * 3 * 12);
   std::vector<cpu::bf16_t> lse16(2 * 4 * 3);
   const Tensor q = view16(qkv, {2, 3, 24}), o = view16(out, {2, 3, 12}), l = view(lse, {2, 4, 3});
-  EXPECT_NO_THROW(attention_forward(o, l, q, 4, 2));
-  EXPECT_NO_THROW(attention_backward(view16(dqkv, {2, 3, 24}), view16(dout, {2, 3, 12}), q, o, l, 4, 2));
-  testing::expect_error_naming([&] { attention_forward(view(out32, {2, 3, 12}), l, q, 4, 2); }, "attention_forward", "out");
-  testing::expect_error_naming([&] { attention_forward(view16(out_f16, {2, 3, 12}), l, q, 4, 2); }, "attention_forward",
+  EXPECT_NO_THROW(attention_forward(o, l, q, {4, 2}));
+  EXPECT_NO_THROW(attention_backward(view16(dqkv, {2, 3, 24}), view16(dout, {2, 3, 12}), q, o, l, {4, 2}));
+  testing::expect_error_naming([&] { attention_forward(view(out32, {2, 3, 12}), l, q, {4, 2}); }, "attention_forward", "out");
+  testing::expect_error_naming([&] { attention_forward(view16(out_f16, {2, 3, 12}), l, q, {4, 2}); }, "attention_forward",
                       "out");
-  testing::expect_error_naming([&] { attention_forward(o, view16(lse16, {2, 4, 3}), q, 4, 2); }, "attention_forward", "lse");
+  testing::expect_error_naming([&] { attention_forward(o, view16(lse16, {2, 4, 3}), q, {4, 2}); }, "attention_forward", "lse");
   testing::expect_error_naming(
-      [&] { attention_backward(view16(dqkv, {2, 3, 24}), view16(out_f16, {2, 3, 12}), q, o, l, 4, 2); },
+      [&] { attention_backward(view16(dqkv, {2, 3, 24}), view16(out_f16, {2, 3, 12}), q, o, l, {4, 2}); },
       "attention_backward", "dout");
   const Tensor dq = view16(dqkv, {2, 3, 24}), lse_bf16 = view16(lse16, {2, 4, 3});
-  testing::expect_error_naming([&] { attention_backward(dq, view16(dout, {2, 3, 12}), q, o, lse_bf16, 4, 2); },
+  testing::expect_error_naming([&] { attention_backward(dq, view16(dout, {2, 3, 12}), q, o, lse_bf16, {4, 2}); },
                       "attention_backward", "lse");
 }
 
 TEST(AttentionArguments, RejectBadHeadsAndShapes) {
   std::vector<float> qkv(2 * 3 * 24), out(2 * 3 * 12), lse(2 * 4 * 3);
   // NH = 4, NKV = 2, HS = 3 is valid; the rest are not.
-  EXPECT_NO_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), 4, 2));
-  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), 4, 3), Error);
-  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), 5, 1), Error);
-  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 3, 4}), view(qkv, {2, 3, 24}), 4, 2), Error);
-  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {6, 24}), 4, 2), Error);
-  EXPECT_THROW(attention_forward(view(qkv, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), 4, 2), Error);
+  EXPECT_NO_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), {4, 2}));
+  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), {4, 3}), Error);
+  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), {5, 1}), Error);
+  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 3, 4}), view(qkv, {2, 3, 24}), {4, 2}), Error);
+  EXPECT_THROW(attention_forward(view(out, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {6, 24}), {4, 2}), Error);
+  EXPECT_THROW(attention_forward(view(qkv, {2, 3, 12}), view(lse, {2, 4, 3}), view(qkv, {2, 3, 24}), {4, 2}), Error);
 }
 
 }  // namespace

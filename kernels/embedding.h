@@ -1,7 +1,7 @@
 // Token and learned position embeddings.
 //
-//   embedding_forward:            out[n, :] = table[ids[n], :]                 (sets out)
-//   embedding_backward:           dtable[ids[n], :] += dout[n, :]               (accumulates)
+//   embedding_forward:            out[n, :] = table[ids[n] - first_id, :]      (sets out)
+//   embedding_backward:           dtable[ids[n] - first_id, :] += dout[n, :]   (accumulates)
 //   position_embedding_forward:   out[b, t, :] += wpe[t, :]                    (accumulates into out)
 //   position_embedding_backward:  dwpe[t, :] += sum_b dout[b, t, :]            (accumulates)
 //
@@ -21,21 +21,21 @@
 
 namespace dt::kernels {
 
-void embedding_forward(Tensor out, Tensor ids, Tensor table);
-void embedding_backward(Tensor dtable, Tensor ids, Tensor dout);
+void embedding_forward(Tensor out, Tensor ids, Tensor table, int64_t first_id = 0);
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, int64_t first_id = 0);
 void position_embedding_forward(Tensor out, Tensor wpe);
 void position_embedding_backward(Tensor dwpe, Tensor dout);
 
 namespace cpu {
-void embedding_forward(Tensor out, Tensor ids, Tensor table);
-void embedding_backward(Tensor dtable, Tensor ids, Tensor dout);
+void embedding_forward(Tensor out, Tensor ids, Tensor table, int64_t first_id);
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, int64_t first_id);
 void position_embedding_forward(Tensor out, Tensor wpe);
 void position_embedding_backward(Tensor dwpe, Tensor dout);
 }  // namespace cpu
 
 namespace cuda {
-void embedding_forward(Tensor out, Tensor ids, Tensor table);
-void embedding_backward(Tensor dtable, Tensor ids, Tensor dout);
+void embedding_forward(Tensor out, Tensor ids, Tensor table, int64_t first_id);
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, int64_t first_id);
 void position_embedding_forward(Tensor out, Tensor wpe);
 void position_embedding_backward(Tensor dwpe, Tensor dout);
 }  // namespace cuda

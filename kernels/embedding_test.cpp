@@ -86,6 +86,30 @@ TEST(Embedding, SixteenBitStorageIsTheF32KernelOnWidenedInputs) {
   }
 }
 
+// A tensor-parallel rank's slice of the table, ids [4, 8): its rows are the whole table's, an id
+// outside gives zeros, and backward adds into its rows only, the whole table's gradient there.
+TEST(Embedding, ASliceOfTheTableLooksUpAndLearnsItsOwnRows) {
+  auto some_ids = zeros(DType::i32, {B * T});
+  for (int64_t i = 0; i < B * T; ++i) some_ids.ptr<int32_t>()[i] = static_cast<int32_t>((i * 5) % V);
+  constexpr int64_t first = 4, rows = 4;
+  const auto wte = random_normal(DType::f32, {V, C}, 6), dout = random_normal(DType::f32, {B * T, C}, 7);
+  const Tensor slice = wte.t.slice_rows(first, rows);
+  auto out = random_normal(DType::f32, {B * T, C}, 8), whole_out = zeros(DType::f32, {B * T, C});
+  embedding_forward(out.t, some_ids.t, slice, first);
+  embedding_forward(whole_out.t, some_ids.t, wte.t);
+  auto dwte = zeros(DType::f32, {V, C}), dslice = zeros(DType::f32, {rows, C});
+  embedding_backward(dwte.t, some_ids.t, dout.t);
+  embedding_backward(dslice.t, some_ids.t, dout.t, first);
+  for (int64_t n = 0; n < B * T; ++n) {
+    const int32_t id = some_ids.ptr<int32_t>()[n];
+    const bool held = id >= first && id < first + rows;
+    for (int64_t c = 0; c < C; ++c)
+      EXPECT_EQ(element(out.t, n * C + c), held ? element(whole_out.t, n * C + c) : 0.0) << n;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) EXPECT_EQ(element(dslice.t, r * C + c), element(dwte.t, (first + r) * C + c));
+}
+
 TEST(Embedding, WrongStorageCombinationsAreRejectedByName) {
   const auto ids = repeating_ids();
   const auto wte = zeros(DType::bf16, {V, C}), wpe = zeros(DType::bf16, {L, C}), dout = zeros(DType::bf16, {B * T, C});

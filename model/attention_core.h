@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "model/config.h"
+#include "kernels/attention.h"
 
 namespace dt {
 
@@ -32,18 +32,20 @@ class TrainingAttention : public AttentionCore {
   virtual void backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) = 0;
 };
 
-// Causal self-attention over a micro-batch of B sequences of T tokens on one rank
-// (kernels/attention.h), positions 0..T-1; llama rotates q and k with the tables' first T rows.
+// Causal self-attention over a micro-batch of B sequences of T tokens (kernels/attention.h), of
+// the heads this rank holds (all of them on one rank; model/tensor_shard.h), positions 0..T-1;
+// llama rotates q and k with the tables' first T rows.
 class CausalSelfAttention final : public TrainingAttention {
  public:
   // rope_cos, rope_sin: (>= T, HS/2) f32 (model/rope_tables.h), or undefined for gpt2.
-  CausalSelfAttention(const ModelConfig& config, int64_t batch, int64_t seq_len, Tensor rope_cos, Tensor rope_sin);
+  CausalSelfAttention(kernels::AttentionHeads heads, int64_t batch, int64_t seq_len, Tensor rope_cos,
+                      Tensor rope_sin);
   void forward(Tensor qkv, Tensor atty, Tensor lse) override;
   void rerun(Tensor qkv, Tensor atty, Tensor lse) override;
   void backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) override;
 
  private:
-  const ModelConfig& config_;
+  kernels::AttentionHeads heads_;
   int64_t B_, T_;
   Tensor cos_, sin_;  // rows [0, T)
 };

@@ -7,6 +7,8 @@
 // with LayerNorm, biases and GELU for gpt2, RMSNorm, no biases and SwiGLU for llama; attention
 // (with llama's rotary embedding) is an AttentionCore (model/attention_core.h), and every linear
 // layer's input and output pass through the block's ParallelRegions (model/parallel_regions.h).
+// Under tensor parallelism the block holds this rank's heads and MLP columns (model/tensor_shard.h):
+// qkv, atty, lse, fch and fch_act are this rank's widths; the rest are the model's.
 // The block holds its layers (model/layers.h), resolved once from the layout, and its
 // recomputation policy; it owns no memory: activations and gradients are views its caller
 // passes (model/activation_store.h for training, the session's buffers for generation).
@@ -32,18 +34,21 @@ struct BlockActivations {
 };
 
 // One block's gradients for N rows in backward. dout is the output's gradient (given); dres2 the
-// gradient of x' and din the input's (set). dtmp, dact, dfch and dqkv are working space.
+// gradient of x' and din the input's (set). dtmp, datty, dact, dfch and dqkv are working space;
+// datty (N, this rank's attention width) may share dtmp's memory.
 // When the weights' gradients are taken at once (backward_input with weights_now), dres2 and din
 // may be dout itself: the residual stream's gradient is then updated in place. When they are
 // deferred to backward_weight, dout, dres2, dfch and dqkv are what it reads: they must be
 // distinct and kept, with the activations, until then.
 struct BlockGradients {
-  Tensor dout, dres2, din, dtmp, dact, dfch, dqkv;
+  Tensor dout, dres2, din, dtmp, datty, dact, dfch, dqkv;
 };
 
 class Block {
  public:
-  Block(const ParameterLayout& layout, int layer, Recompute recompute);
+  // The block's communication goes through `regions` (which must outlive it).
+  Block(const ParameterLayout& layout, int layer, Recompute recompute,
+        ParallelRegions& regions = ParallelRegions::single_rank());
 
   int layer() const { return layer_; }
   // The block's unit of the layout (model/parameters.h): 1 + layer.
@@ -73,7 +78,7 @@ class Block {
   bool gelu_;  // gpt2's GELU, else llama's SwiGLU
   Norm ln_1_, ln_2_;
   Linear attn_qkv_, attn_proj_, mlp_fc_, mlp_proj_;
-  ParallelRegions regions_;
+  ParallelRegions* regions_;
 };
 
 }  // namespace dt

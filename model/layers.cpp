@@ -52,12 +52,17 @@ void Norm::backward(const FlatTensors& weights, const FlatTensors& grads, Tensor
 Linear::Linear(const ParameterLayout& layout, const std::string& prefix)
     : Linear(&layout.find(prefix + ".weight"), family_bias(layout, prefix)) {}
 
+Linear::Linear(const ParamInfo* weight, const ParamInfo* bias)
+    : weight_(weight),
+      bias_(bias),
+      adds_bias_(bias != nullptr && (weight->slice.dim == 0 || bias->slice.pieces.front().owned)) {}
+
 Linear Linear::output_projection(const ParameterLayout& layout) {
   return Linear(&layout.find(layout.config().tied_embeddings ? "wte" : "lm_head"), nullptr);
 }
 
 void Linear::forward(const FlatTensors& weights, Tensor out, Tensor inp) const {
-  k::linear_forward(out, inp, weights.stored(*weight_), view(weights, bias_));
+  k::linear_forward(out, inp, weights.stored(*weight_), adds_bias_ ? weights.stored(*bias_) : Tensor{});
 }
 
 void Linear::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const {
@@ -69,19 +74,23 @@ void Linear::backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) 
 }
 
 Embedding::Embedding(const ParameterLayout& layout)
-    : wte_(&layout.find("wte")), wpe_(layout.config().family == ModelFamily::gpt2 ? &layout.find("wpe") : nullptr) {}
+    : wte_(&layout.find("wte")),
+      wpe_(layout.config().family == ModelFamily::gpt2 ? &layout.find("wpe") : nullptr),
+      first_id_(layout.dims().vocab.begin),
+      adds_positions_(wpe_ != nullptr && wpe_->slice.pieces.front().owned) {}
 
 void Embedding::forward(const FlatTensors& weights, Tensor x, Tensor tokens, int64_t first_position) const {
   const int64_t B = tokens.dim(0), T = tokens.dim(1);
-  k::embedding_forward(x, tokens.reshape({B * T}), weights.stored(*wte_));
-  if (wpe_ != nullptr)
+  // The unpadded rows: the ids of the padding rows are another rank's.
+  k::embedding_forward(x, tokens.reshape({B * T}), weights.unpadded(*wte_), first_id_);
+  if (adds_positions_)
     k::position_embedding_forward(x.reshape({B, T, x.dim(1)}), weights.stored(*wpe_).slice_rows(first_position, T));
 }
 
 void Embedding::backward(const FlatTensors& grads, Tensor tokens, Tensor dx) const {
   const int64_t B = tokens.dim(0), T = tokens.dim(1);
   if (wpe_ != nullptr) k::position_embedding_backward(grads.stored(*wpe_), dx.reshape({B, T, dx.dim(1)}));
-  k::embedding_backward(grads.stored(*wte_), tokens.reshape({B * T}), dx);
+  k::embedding_backward(grads.unpadded(*wte_), tokens.reshape({B * T}), dx, first_id_);
 }
 
 }  // namespace dt

@@ -8,6 +8,13 @@
 //   Norm:    gpt2's LayerNorm (weight and bias) or llama's RMSNorm (weight), with the model's eps.
 //   Linear:  out = inp @ weight^T + bias; the bias in gpt2 only.
 //   Embedding: x = wte[tokens], + wpe[positions] for gpt2.
+//
+// Under tensor parallelism (model/tensor_shard.h) each layer computes with this rank's slice of
+// its parameters: a column-parallel Linear its rows of the output, a row-parallel one (the
+// weight's columns split) its part of the sum, to which only the bias's owner adds the bias; the
+// Embedding looks up this rank's vocabulary rows (zeros for the others' ids), and only the
+// position table's owner adds the positions. The sums over the group are the caller's
+// (model/parallel_regions.h). Every rank computes every gradient it holds.
 #pragma once
 
 #include <string>
@@ -57,9 +64,10 @@ class Linear {
   const ParamInfo& weight() const { return *weight_; }
 
  private:
-  Linear(const ParamInfo* weight, const ParamInfo* bias) : weight_(weight), bias_(bias) {}
+  Linear(const ParamInfo* weight, const ParamInfo* bias);
   const ParamInfo* weight_;
   const ParamInfo* bias_;  // gpt2 only
+  bool adds_bias_;         // forward adds the bias: it has one, and the output is not a partial sum or the bias is owned
 };
 
 class Embedding {
@@ -75,6 +83,8 @@ class Embedding {
  private:
   const ParamInfo* wte_;
   const ParamInfo* wpe_;  // gpt2 only
+  int64_t first_id_;      // of the vocabulary rows wte holds
+  bool adds_positions_;   // the position table is owned here
 };
 
 }  // namespace dt

@@ -1,7 +1,6 @@
 #include "model/stage.h"
 
 #include "core/device.h"
-#include "kernels/cross_entropy.h"
 
 namespace dt {
 
@@ -30,10 +29,13 @@ struct Stage::Regions {
   ActivationRegion dres, dtmp, dqkv, dfch, dact;             // backward's, in scratch
   ActivationBytes bytes;
 
-  Regions(const ModelConfig& c, StageUnits units, Recompute recompute, DType precision, int64_t max_rows) {
+  // `d`: this rank's widths (the model's on one rank).
+  Regions(const ModelConfig& c, const ShardDims& d, StageUnits units, Recompute recompute, DType precision,
+          int64_t max_rows) {
     RegionLayout kept(ActivationPart::kept, max_rows), shared(ActivationPart::shared, max_rows),
         scratch(ActivationPart::scratch, max_rows);
-    const int64_t C = c.d_model, F = c.ffn_hidden();
+    const int64_t C = c.d_model, F = d.ffn_hidden(), QKV = d.qkv_width(), A = d.attention_width();
+    const int64_t F_in = d.ffn_in_width(c);
     const int64_t mean_width = c.family == ModelFamily::gpt2 ? 1 : 0;  // RMSNorm keeps no mean
     input = kept.add(C, precision);
     // A recomputed activation has one shared region that every block uses: backward rebuilds it
@@ -49,32 +51,38 @@ struct Stage::Regions {
     const auto stat = [&](int key, int64_t width) { return region(full, key, width, DType::f32); };
     for (int l = units.first_block; l < units.end_block; ++l)
       blocks.push_back({.ln1 = s(0, C), .ln1_mean = stat(1, mean_width), .ln1_rstd = stat(2, 1),
-                        .qkv = s(3, c.qkv_width()),
-                        .atty = region(core, 4, C, precision), .lse = region(core, 5, c.n_head, DType::f32),
+                        .qkv = s(3, QKV),
+                        .atty = region(core, 4, A, precision), .lse = region(core, 5, d.heads.n_head(), DType::f32),
                         .res2 = s(6, C), .ln2 = s(7, C), .ln2_mean = stat(8, mean_width), .ln2_rstd = stat(9, 1),
-                        .fch = s(10, c.ffn_in_width()), .fch_act = s(11, F),
+                        .fch = s(10, F_in), .fch_act = s(11, F),
                         .res3 = kept.add(C, precision)});  // the next block's input: always kept
     if (units.head) {
       lnf = kept.add(C, precision), lnf_mean = kept.add(mean_width, DType::f32), lnf_rstd = kept.add(1, DType::f32);
-      logits = kept.add(c.padded_vocab_size(), precision), losses = kept.add(1, DType::f32);
+      logits = kept.add(d.padded_vocab, precision), losses = kept.add(1, DType::f32);
     }
-    dres = scratch.add(C, precision), dtmp = scratch.add(C, precision), dqkv = scratch.add(c.qkv_width(), precision);
-    dfch = scratch.add(c.ffn_in_width(), precision), dact = scratch.add(F, precision);
+    // dtmp holds the attention output's gradient too (A <= C).
+    dres = scratch.add(C, precision), dtmp = scratch.add(C, precision), dqkv = scratch.add(QKV, precision);
+    dfch = scratch.add(F_in, precision), dact = scratch.add(F, precision);
     bytes = {.kept = kept.bytes(), .shared = shared.bytes(), .scratch = scratch.bytes()};
   }
 };
 
 Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
-             int batch_size, int seq_len)
+             int batch_size, int seq_len, ParallelRegions& regions)
     : config_(layout.config()),
+      dims_(layout.dims()),
       units_(units),
+      parallel_(regions),
       head_unit_(layout.units().size() - 1),
       output_unit_(layout.unit_of(Linear::output_projection(layout).weight())),
-      regions_(std::make_unique<Regions>(config_, units, recompute, precision, int64_t{batch_size} * seq_len)),
+      regions_(std::make_unique<Regions>(config_, dims_, units, recompute, precision, int64_t{batch_size} * seq_len)),
       store_(regions_->bytes.kept, regions_->bytes.shared, regions_->bytes.scratch, device, /*reserved=*/1) {
   DT_CHECK(0 <= units.first_block && units.first_block <= units.end_block && units.end_block <= config_.n_layer,
            "stage blocks [", units.first_block, ", ", units.end_block, ") outside the model's ", config_.n_layer);
-  for (int l = units.first_block; l < units.end_block; ++l) blocks_.emplace_back(layout, l, recompute);
+  DT_CHECK(regions.shard().rank == layout.shard().rank && regions.shard().size == layout.shard().size,
+           "a stage of tensor-parallel rank ", layout.shard().rank, " of ", layout.shard().size,
+           " communicating as rank ", regions.shard().rank, " of ", regions.shard().size);
+  for (int l = units.first_block; l < units.end_block; ++l) blocks_.emplace_back(layout, l, recompute, regions);
   if (units.embeddings) embedding_.emplace(layout);
   if (units.head) {
     ln_f_.emplace(layout, "ln_f");
@@ -86,8 +94,8 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
 Stage::~Stage() = default;
 
 ActivationBytes Stage::activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
-                                        DType precision, int batch_size, int seq_len) {
-  return Regions(config, units, recompute, precision, int64_t{batch_size} * seq_len).bytes;
+                                        DType precision, int batch_size, int seq_len, TensorShard shard) {
+  return Regions(config, shard_dims(config, shard), units, recompute, precision, int64_t{batch_size} * seq_len).bytes;
 }
 
 Tensor Stage::rows(int k, const ActivationRegion& r, int64_t N) const {
@@ -142,11 +150,12 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
   if (units_.embeddings) {
     weights_needed(0, forward_next(0));
     embedding_->forward(weights, x, in);
+    parallel_.row_output(x);  // this rank's vocabulary rows: the sum over the group is the lookup
     if (!tied_here) weights_done(0);
   } else {
     copy_bytes(x.data, x.device, in.data, in.device, x.bytes());
   }
-  CausalSelfAttention attention(config_, B, T, rope_.cos, rope_.sin);
+  CausalSelfAttention attention(dims_.heads.attention(), B, T, rope_.cos, rope_.sin);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const size_t u = blocks_[i].unit();
     weights_needed(u, forward_next(u));
@@ -161,7 +170,7 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
   ln_f_->forward(weights, lnf, rows(k, r.lnf_mean, N), rows(k, r.lnf_rstd, N), out);
   // Padding rows of the output weight are zero, so padding columns of the logits are zero; the
   // loss never reads them and sets their gradient to zero.
-  output_->forward(weights, logits, lnf);
+  output_->forward(weights, logits, parallel_.column_input(lnf));
   if (backward_follows) return logits;  // it starts with the head
   weights_done(head_unit_);
   if (tied_here) weights_done(0);
@@ -172,10 +181,7 @@ double Stage::loss(int k, Tensor targets, float loss_scale, bool with_gradient) 
   DT_CHECK(units_.head, "the loss is computed by the stage with the head");
   const int64_t N = targets.numel();
   const Tensor losses = rows(k, regions_->losses, N), logits = region(k, regions_->logits, N);
-  if (with_gradient)
-    k::cross_entropy_forward_backward(losses, logits, targets.reshape({N}), config_.vocab_size, loss_scale);
-  else
-    k::cross_entropy_forward(losses, logits, targets.reshape({N}), config_.vocab_size);
+  parallel_.cross_entropy(losses, logits, targets.reshape({N}), dims_.vocab, with_gradient, loss_scale);
   return sum_in_order(losses);
 }
 
@@ -195,7 +201,9 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
     gradients_needed(head_unit_);
     gradients_needed(output_unit_);
     output_->backward_input(weights, dtmp, dlogits);
+    CollectiveHandle summed = parallel_.column_input_gradient(dtmp);
     output_->backward_weight(grads, dlogits, region(k, r.lnf, N));
+    summed.wait();
     if (output_unit_ != head_unit_) weights_done(output_unit_);  // the lookup's backward reads no weights
     zero_bytes(dres.data, dres.device, dres.bytes());
     ln_f_->backward(weights, grads, dres, dtmp, out, rows(k, r.lnf_mean, N), rows(k, r.lnf_rstd, N));
@@ -204,8 +212,10 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   } else {
     copy_bytes(dres.data, dres.device, dout.data, dout.device, dres.bytes());
   }
-  CausalSelfAttention attention(config_, B, T, rope_.cos, rope_.sin);
-  const BlockGradients d{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .dact = scratch(r.dact),
+  CausalSelfAttention attention(dims_.heads.attention(), B, T, rope_.cos, rope_.sin);
+  const Tensor datty = dtmp.reshape({dtmp.numel()}).slice_rows(0, N * dims_.attention_width()).reshape(
+      {N, dims_.attention_width()});
+  const BlockGradients d{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .datty = datty, .dact = scratch(r.dact),
                          .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv)};
   for (size_t i = blocks_.size(); i-- > 0;) {
     const size_t u = blocks_[i].unit();
@@ -218,7 +228,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   }
   if (!units_.embeddings) return dres.reshape({B, T, C});
   gradients_needed(0);
-  embedding_->backward(grads, tokens, dres);
+  embedding_->backward(grads, tokens, parallel_.row_output_gradient(dres));
   gradients_final(0);
   return Tensor{};
 }

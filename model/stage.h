@@ -17,7 +17,9 @@
 // from its forward until release(k): several micro-batches may be held at once. The stage calls
 // the unit hooks (model/unit_hooks.h) for each of its units as the passes reach them.
 // Weights are read from `weights` and gradients added into `grads`, flat buffers of the layout
-// the stage was made with.
+// the stage was made with. Under tensor parallelism that layout is this rank's shard
+// (model/tensor_shard.h), the logits are this rank's vocabulary rows, and the stage's blocks,
+// embeddings and head communicate through `regions` (model/parallel_regions.h).
 #pragma once
 
 #include <map>
@@ -51,12 +53,14 @@ struct ActivationBytes {
 class Stage {
  public:
   // Micro-batches of at most (batch_size, seq_len) tokens, activations in `precision` on `device`.
+  // `regions` must outlive the stage.
   Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
-        int batch_size, int seq_len);
+        int batch_size, int seq_len, ParallelRegions& regions = ParallelRegions::single_rank());
   ~Stage();
-  // The activation memory such a stage lays out, without making one.
+  // The activation memory such a stage lays out, without making one, on tensor-parallel rank
+  // `shard`.
   static ActivationBytes activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
-                                          DType precision, int batch_size, int seq_len);
+                                          DType precision, int batch_size, int seq_len, TensorShard shard = {});
 
   const StageUnits& units() const { return units_; }
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
@@ -72,7 +76,8 @@ class Stage {
     shapes_.erase(k);
   }
 
-  // Micro-batch k's logits (B*T, Vp) and per-token losses (B, T): the head's.
+  // Micro-batch k's logits (B*T, this rank's stored vocabulary rows) and per-token losses (B, T):
+  // the head's.
   Tensor logits(int k) const;
   Tensor losses(int k) const;
 
@@ -96,7 +101,9 @@ class Stage {
   void gradients_final(size_t u) const;
 
   const ModelConfig& config_;
+  const ShardDims& dims_;
   StageUnits units_;
+  ParallelRegions& parallel_;
   std::vector<Block> blocks_;
   std::optional<Embedding> embedding_;
   std::optional<Norm> ln_f_;

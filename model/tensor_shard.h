@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/flat_ranges.h"
 #include "model/config.h"
 
@@ -39,6 +40,8 @@ struct HeadShard {
   int n_kv_head() const { return kv_end - kv_begin; }
   // Local query head i reads local key/value head (i + phase) / group (kernels/attention.h).
   int phase() const { return q_begin % group; }
+  // The heads as the attention kernels take them.
+  kernels::AttentionHeads attention() const { return {n_head(), n_kv_head(), group, phase()}; }
   // Whether this rank owns key/value head j (of the model's): it holds the group's first query head.
   bool owns_kv(int j) const { return q_begin <= j * group && j * group < q_end; }
 };

@@ -13,9 +13,9 @@ namespace k = kernels;
 
 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                         DType precision, Device device, const ParameterStorage& storage)
+                         DType precision, Device device, const ParameterStorage& storage, ParallelRegions* regions)
     : layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating
-              storage.unit_multiple),
+              storage.unit_multiple, regions != nullptr ? regions->shard() : TensorShard{}),
       params_(layout_, parameter_buffers(precision, storage).params.tag, device, DType::f32,
               parameter_buffers(precision, storage).params.storage),
       grads_(layout_, MemTag::gradients, device, DType::f32, parameter_buffers(precision, storage).grads.storage),
@@ -24,7 +24,8 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
       device_(device),
       batch_size_(batch_size),
       seq_len_(seq_len),
-      stage_(layout_, StageUnits::whole(config), recompute, precision, device, batch_size, seq_len) {
+      stage_(layout_, StageUnits::whole(config), recompute, precision, device, batch_size, seq_len,
+             regions != nullptr ? *regions : ParallelRegions::single_rank()) {
   if (const auto weights = parameter_buffers(precision, storage).weights)
     compute_weights_.emplace(layout_, weights->tag, device, weights->dtype, weights->storage);
   master_weights_ = precision != DType::f32 && storage.master_weights;
@@ -100,6 +101,8 @@ double Transformer::forward_backward(Tensor tokens, Tensor targets, float loss_s
 }
 
 void Transformer::copy_logits(Tensor out) const {
+  DT_CHECK(layout_.shard().size == 1, "copy_logits of tensor-parallel rank ", layout_.shard().rank,
+           ": its logits are a slice of the vocabulary");
   const Tensor logits = stage_.logits(0);
   const int64_t N = logits.dim(0), V = config().vocab_size, Vp = config().padded_vocab_size();
   DT_CHECK(out.dtype == DType::f32 && out.device == Device::cpu && out.numel() == N * V, "logits out ",

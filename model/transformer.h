@@ -52,8 +52,12 @@ class Transformer {
   // storage: the parameter layout's unit multiple and how parameters and gradients are held
   // (model/parameters.h): DataParallel::storage under ZeRO, else one process's.
   // A run checks its memory before it makes the model (plan/memory.h).
+  // regions: how the model communicates under tensor parallelism (model/parallel_regions.h;
+  // parallel/tensor/tensor_parallel.h), which must outlive it: the model is then this rank's
+  // shard (regions->shard(), model/tensor_shard.h). None: one rank's, the whole model.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
-              DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {});
+              DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {},
+              ParallelRegions* regions = nullptr);
   ~Transformer();
 
   // The flat buffers such a model makes, each with its tag, dtype and storage: the f32
@@ -100,7 +104,7 @@ class Transformer {
   void set_unit_hooks(UnitHooks* hooks) { stage_.set_unit_hooks(hooks); }
 
   // Copies the last forward's logits, without vocabulary padding, into out (B, T, V) f32 on
-  // the CPU.
+  // the CPU. One rank's model only.
   void copy_logits(Tensor out) const;
   // Per-token losses of the last forward, (B, T) f32.
   Tensor losses() const;

@@ -61,16 +61,19 @@ struct Dims {
   int64_t B, T;
   int NH, NKV, HS;
   int64_t qkv_row, out_row;  // elements per position of qkv and of out
+  AttentionHeads heads;
 
-  int group() const { return NH / NKV; }
+  // The most query heads that read one key/value head.
+  int group() const { return heads.group; }
   int64_t q_col(int h) const { return int64_t{h} * HS; }
   int64_t k_col(int g) const { return int64_t{NH + g} * HS; }
   int64_t v_col(int g) const { return int64_t{NH + NKV + g} * HS; }
 };
 
-Dims dims_of(const Tensor& qkv, int n_head, int n_kv_head) {
+Dims dims_of(const Tensor& qkv, AttentionHeads heads) {
+  const int n_head = heads.n_head, n_kv_head = heads.n_kv_head;
   Dims d{.B = qkv.dim(0), .T = qkv.dim(1), .NH = n_head, .NKV = n_kv_head, .HS = 0, .qkv_row = qkv.dim(2),
-         .out_row = 0};
+         .out_row = 0, .heads = heads};
   d.HS = static_cast<int>(d.qkv_row / (n_head + 2 * n_kv_head));
   d.out_row = int64_t{n_head} * d.HS;
   return d;
@@ -177,7 +180,7 @@ void forward_impl(const Dims& d, S* out, compute_t<S>* lse, const S* qkv) {
     for (int64_t unit = 0; unit < d.B * d.NH * n_qtiles; ++unit) {
       const int64_t i0 = unit % n_qtiles * kQueryTile;
       const int64_t b = unit / n_qtiles / d.NH;
-      const int h = static_cast<int>(unit / n_qtiles % d.NH), g = h / d.group();
+      const int h = static_cast<int>(unit / n_qtiles % d.NH), g = d.heads.kv_of(h);
       const int M = static_cast<int>(std::min<int64_t>(kQueryTile, d.T - i0));
       transpose(qkv + (b * d.T + i0) * d.qkv_row + d.q_col(h), M, d.HS, d.qkv_row, qt, kQueryTile);
       std::fill_n(row_max, M, kMinusInf);
@@ -254,7 +257,10 @@ void backward_impl(const Dims& d, S* dqkv, const S* dout, const S* qkv, const S*
 #pragma omp for schedule(dynamic)
     for (int64_t unit = 0; unit < d.B * d.NKV; ++unit) {
       const int64_t b = unit / d.NKV;
-      const int g = static_cast<int>(unit % d.NKV), h0 = g * group;
+      const int g = static_cast<int>(unit % d.NKV);
+      // The query heads [h0, h0 + heads) read key/value head g: `group` of them, fewer at the
+      // ends of a tensor-parallel rank's heads.
+      const int h0 = d.heads.first_query(g), heads = d.heads.end_query(g) - h0;
       const S* qkv_b = qkv + b * d.T * d.qkv_row;
       S* dqkv_b = dqkv + b * d.T * d.qkv_row;
       const S* dout_b = dout + b * d.T * d.out_row;
@@ -262,7 +268,7 @@ void backward_impl(const Dims& d, S* dqkv, const S* dout, const S* qkv, const S*
       // The unit's gradients (its query heads, then k and v; in dqkv, or in the f32
       // accumulators for 16-bit storage) start at zero: every gradient below accumulates.
       for (int64_t i = 0; i < d.T; ++i) {
-        for (int hh = 0; hh < group; ++hh) {
+        for (int hh = 0; hh < heads; ++hh) {
           const S* dout_row = dout_b + i * d.out_row + d.q_col(h0 + hh);
           const S* out_row = out + (b * d.T + i) * d.out_row + d.q_col(h0 + hh);
           T dot = 0;
@@ -272,12 +278,12 @@ void backward_impl(const Dims& d, S* dqkv, const S* dout, const S* qkv, const S*
         }
         if constexpr (!k16) {
           T* dqkv_row = dqkv_b + i * d.qkv_row;
-          std::fill_n(dqkv_row + d.q_col(h0), int64_t{group} * d.HS, T(0));
+          std::fill_n(dqkv_row + d.q_col(h0), int64_t{heads} * d.HS, T(0));
           std::fill_n(dqkv_row + d.k_col(g), d.HS, T(0));
           std::fill_n(dqkv_row + d.v_col(g), d.HS, T(0));
         }
       }
-      if constexpr (k16) std::fill_n(dq_acc, group * d.T * d.HS, T(0));
+      if constexpr (k16) std::fill_n(dq_acc, heads * d.T * d.HS, T(0));
       for (int64_t j0 = 0; j0 < d.T; j0 += kKeyTile) {
         const int N = static_cast<int>(std::min<int64_t>(kKeyTile, d.T - j0));
         const TileView<S> k = tile_of(qkv_b + j0 * d.qkv_row + d.k_col(g), N, d.HS, d.qkv_row, kw);
@@ -293,7 +299,7 @@ void backward_impl(const Dims& d, S* dqkv, const S* dout, const S* qkv, const S*
         }
         transpose(qkv_b + j0 * d.qkv_row + d.k_col(g), N, d.HS, d.qkv_row, kt, kKeyTile);
         transpose(qkv_b + j0 * d.qkv_row + d.v_col(g), N, d.HS, d.qkv_row, vt, kKeyTile);
-        for (int hh = 0; hh < group; ++hh) {
+        for (int hh = 0; hh < heads; ++hh) {
           const int h = h0 + hh;
           // Query tiles wholly above this key tile see none of it.
           for (int64_t i0 = j0 / kQueryTile * kQueryTile; i0 < d.T; i0 += kQueryTile) {
@@ -340,7 +346,7 @@ void backward_impl(const Dims& d, S* dqkv, const S* dout, const S* qkv, const S*
         }
       }
       if constexpr (k16)
-        for (int hh = 0; hh < group; ++hh)
+        for (int hh = 0; hh < heads; ++hh)
           store_tile(dq_acc + hh * d.T * d.HS, d.T, d.HS, d.HS, dqkv_b + d.q_col(h0 + hh), d.qkv_row);
     }
   }
@@ -348,15 +354,15 @@ void backward_impl(const Dims& d, S* dqkv, const S* dout, const S* qkv, const S*
 
 }  // namespace
 
-void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) {
-  const Dims d = dims_of(qkv, n_head, n_kv_head);
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads) {
+  const Dims d = dims_of(qkv, heads);
   dispatch_storage(qkv.dtype, [&]<typename S>() {
     forward_impl<S>(d, storage_ptr<S>(out), lse.ptr<compute_t<S>>(), storage_ptr<S>(qkv));
   });
 }
 
-void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head) {
-  const Dims d = dims_of(qkv, n_head, n_kv_head);
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads) {
+  const Dims d = dims_of(qkv, heads);
   dispatch_storage(qkv.dtype, [&]<typename S>() {
     backward_impl<S>(d, storage_ptr<S>(dqkv), storage_ptr<S>(dout), storage_ptr<S>(qkv), storage_ptr<S>(out),
                      lse.ptr<compute_t<S>>());

@@ -12,22 +12,28 @@ namespace dt::kernels::cpu {
 // 16-bit rows are widened to f32 into a per-thread buffer and go through the f32 loops; the
 // gradients dtable and dwpe are f32 (f64 with f64) whatever the storage.
 
-void embedding_forward(Tensor out, Tensor ids, Tensor table) {
+void embedding_forward(Tensor out, Tensor ids, Tensor table, int64_t first_id) {
   dispatch_storage(table.dtype, [&]<typename S>() {
-    const int64_t C = table.dim(1), N = ids.numel();
+    const int64_t C = table.dim(1), N = ids.numel(), rows = table.dim(0);
     const int32_t* id = ids.ptr<int32_t>();
     const S* w = storage_ptr<S>(table);
     S* o = storage_ptr<S>(out);
     // A copy of stored values: no rounding, whatever the storage.
 #pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) std::copy_n(w + id[n] * C, C, o + n * C);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t row = id[n] - first_id;
+      if (row >= 0 && row < rows)
+        std::copy_n(w + row * C, C, o + n * C);
+      else
+        std::fill_n(o + n * C, C, S{});  // all bits zero: +0 in every storage type
+    }
   });
 }
 
-void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) {
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, int64_t first_id) {
   dispatch_storage(dout.dtype, [&]<typename S>() {
     using T = compute_t<S>;
-    const int64_t C = dtable.dim(1), N = ids.numel();
+    const int64_t C = dtable.dim(1), N = ids.numel(), rows = dtable.dim(0);
     const int32_t* id = ids.ptr<int32_t>();
     const S* dy = storage_ptr<S>(dout);
     T* dw = dtable.ptr<T>();
@@ -40,7 +46,9 @@ void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) {
       const int64_t width = cols.end - cols.begin;
       std::vector<T> buf(is_16bit<S> ? static_cast<size_t>(width) : 0);
       for (int64_t n = 0; n < N; ++n) {
-        T* row = dw + id[n] * C + cols.begin;
+        const int64_t r = id[n] - first_id;
+        if (r < 0 || r >= rows) continue;
+        T* row = dw + r * C + cols.begin;
         const T* src;
         if constexpr (is_16bit<S>) {
           load_row(dy + n * C + cols.begin, buf.data(), width);

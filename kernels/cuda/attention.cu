@@ -60,7 +60,7 @@ constexpr int64_t kSmemLimitBytes = 163 * 1024;
 // Shapes of one call and where each head sits in a qkv row (as in kernels/cpu/attention.cpp).
 struct Dims {
   int64_t B, T;
-  int NH, NKV, HS, group;
+  int NH, NKV, HS, group, phase;  // query head h reads key/value head (h + phase) / group
   int64_t qkv_row, out_row;  // elements per position of qkv and of out
   __host__ __device__ int64_t q_col(int h) const { return int64_t{h} * HS; }
   __host__ __device__ int64_t k_col(int g) const { return int64_t{NH + g} * HS; }
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kThreads)
   T* p_tile = kv_tile + kKeys * ld;
 
   const int64_t i0 = int64_t{gridDim.x - 1 - blockIdx.x} * kRows;  // longest tiles first
-  const int h = blockIdx.y, g = h / d.group;
+  const int h = blockIdx.y, g = (h + d.phase) / d.group;
   const int64_t b = blockIdx.z;
   const int ty = thread_row(), tx = thread_col();
   const int valid_rows = static_cast<int>(smaller(kRows, d.T - i0));
@@ -379,7 +379,10 @@ __global__ void __launch_bounds__(kThreads)
 
   T dk[RK][RC] = {}, dv[RK][RC] = {};
   for (int hh = 0; hh < d.group; ++hh) {
-    const int h = g * d.group + hh;
+    // The query heads reading key/value head g; fewer than `group` at the ends of a
+    // tensor-parallel rank's heads (the same for the whole block: no thread skips a barrier alone).
+    const int h = g * d.group - d.phase + hh;
+    if (h < 0 || h >= d.NH) continue;
     // Query tiles wholly above this key tile see none of it.
     for (int64_t i0 = j0 / kRows * kRows; i0 < d.T; i0 += kRows) {
       const int valid_rows = static_cast<int>(smaller(kRows, d.T - i0));
@@ -422,7 +425,7 @@ __global__ void __launch_bounds__(kThreads)
   T* delta_rows = lse_rows + kRows;
 
   const int64_t i0 = int64_t{gridDim.x - 1 - blockIdx.x} * kRows;  // longest tiles first
-  const int h = blockIdx.y, g = h / d.group;
+  const int h = blockIdx.y, g = (h + d.phase) / d.group;
   const int64_t b = blockIdx.z;
   const int valid_rows = static_cast<int>(smaller(kRows, d.T - i0));
   const S* qkv_b = qkv + b * d.T * d.qkv_row;
@@ -453,9 +456,10 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- host side ----
 
-Dims dims_of(const Tensor& qkv, int n_head, int n_kv_head) {
-  Dims d{.B = qkv.dim(0), .T = qkv.dim(1), .NH = n_head, .NKV = n_kv_head, .HS = 0, .group = n_head / n_kv_head,
-         .qkv_row = qkv.dim(2), .out_row = 0};
+Dims dims_of(const Tensor& qkv, AttentionHeads heads) {
+  const int n_head = heads.n_head, n_kv_head = heads.n_kv_head;
+  Dims d{.B = qkv.dim(0), .T = qkv.dim(1), .NH = n_head, .NKV = n_kv_head, .HS = 0, .group = heads.group,
+         .phase = heads.phase, .qkv_row = qkv.dim(2), .out_row = 0};
   d.HS = static_cast<int>(d.qkv_row / (n_head + 2 * n_kv_head));
   d.out_row = int64_t{n_head} * d.HS;
   return d;
@@ -502,9 +506,9 @@ unsigned tiles_along(int64_t length, int tile) { return static_cast<unsigned>((l
 
 }  // namespace
 
-void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) {
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads) {
   constexpr std::string_view op = "attention_forward";
-  const Dims d = dims_of(qkv, n_head, n_kv_head);
+  const Dims d = dims_of(qkv, heads);
   if (d.B == 0 || d.T == 0) return;
   check_grid(op, d, d.NH);
   dispatch_storage(qkv.dtype, [&]<typename S>() {
@@ -524,9 +528,9 @@ void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_
   });
 }
 
-void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head, int n_kv_head) {
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads) {
   constexpr std::string_view op = "attention_backward";
-  const Dims d = dims_of(qkv, n_head, n_kv_head);
+  const Dims d = dims_of(qkv, heads);
   if (d.B == 0 || d.T == 0) return;
   check_grid(op, d, d.NH);
   dispatch_storage(qkv.dtype, [&]<typename S>() {

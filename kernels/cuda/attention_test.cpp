@@ -26,7 +26,10 @@ struct Case {
   const char* name;
   int B, T, NH, NKV, HS;
   double input_std = 1;  // std of q, k, v; larger makes the softmax peakier
+  // A tensor-parallel rank's heads (kernels/attention.h) when group > 0, else a whole model's.
+  int group = 0, phase = 0;
   int qkv_width() const { return (NH + 2 * NKV) * HS; }
+  AttentionHeads heads() const { return group > 0 ? AttentionHeads(NH, NKV, group, phase) : AttentionHeads(NH, NKV); }
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -65,8 +68,8 @@ AttentionResult run_attention(const Case& c, const Tensor& qkv, const Tensor& do
   const OwnedTensor out = nan_filled(qkv.dtype, {c.B, c.T, c.NH * c.HS}, device);
   const OwnedTensor lse = nan_filled(stats, {c.B, c.NH, c.T}, device);
   const OwnedTensor dqkv = nan_filled(qkv.dtype, qkv.shape, device);
-  attention_forward(out.t, lse.t, qkv_on.t, c.NH, c.NKV);
-  attention_backward(dqkv.t, dout_on.t, qkv_on.t, out.t, lse.t, c.NH, c.NKV);
+  attention_forward(out.t, lse.t, qkv_on.t, c.heads());
+  attention_backward(dqkv.t, dout_on.t, qkv_on.t, out.t, lse.t, c.heads());
   return {testing::copy_to(out.t, Device::cpu), testing::copy_to(lse.t, Device::cpu),
           testing::copy_to(dqkv.t, Device::cpu)};
 }
@@ -150,7 +153,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"odd_head", 2, 33, 3, 1, 13}, Case{"head_20", 1, 65, 2, 1, 20},
                       Case{"one_position", 3, 1, 2, 1, 64}, Case{"exact_tiles", 1, 256, 2, 2, 64},
                       // Scores of std ~9: the running max moves between key tiles.
-                      Case{"peaked", 2, 140, 3, 1, 32, 3.0}),
+                      Case{"peaked", 2, 140, 3, 1, 32, 3.0},
+                      // Tensor-parallel ranks' heads (as in kernels/attention_test.cpp).
+                      Case{"tp_rank_two_groups", 2, 70, 2, 2, 64, 1.0, 3, 2},
+                      Case{"tp_rank_uneven_groups", 1, 130, 3, 2, 64, 1.0, 4, 2}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // No atomics: two runs give the same bits, in f32 and in bf16.
@@ -182,9 +188,9 @@ TEST(CudaAttentionArguments, HeadSizeAbove256IsANamedError) {
   const OwnedTensor kv = nan_filled(DType::f32, {c.T, 2 * c.NKV * c.HS}, Device::cuda);
   const OwnedTensor decode_out = nan_filled(DType::f32, {1, c.NH * c.HS}, Device::cuda);
   const std::pair<std::string, std::string> errors[] = {
-      {"attention_forward", testing::error_message([&] { attention_forward(out.t, lse.t, qkv.t, c.NH, c.NKV); })},
+      {"attention_forward", testing::error_message([&] { attention_forward(out.t, lse.t, qkv.t, {c.NH, c.NKV}); })},
       {"attention_backward", testing::error_message([&] {
-         attention_backward(dqkv.t, dout.t, qkv.t, out.t, lse.t, c.NH, c.NKV);
+         attention_backward(dqkv.t, dout.t, qkv.t, out.t, lse.t, {c.NH, c.NKV});
        })},
       {"attention_decode", testing::error_message([&] { attention_decode(decode_out.t, q.t, kv.t, c.NH, c.NKV); })}};
   for (const auto& [op, message] : errors) {

@@ -22,129 +22,22 @@
 // outside [0, V) that is not the ignore index cannot happen after the dispatch's checks; were
 // one to reach the kernel it would get a NaN loss and a NaN gradient row instead of an
 // out-of-bounds read, so the loss scaler's all_finite check stops the step.
-#include <cmath>
 #include <cstdint>
 #include <limits>
 
-#include "core/buffer.h"
-#include "core/device.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/cuda/storage.cuh"
+#include "kernels/cuda/softmax_rows.cuh"
 
 namespace dt::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
-
-template <typename T>
-__device__ __forceinline__ T exp_of(T x) {
-  if constexpr (std::is_same_v<T, float>)
-    return expf(x);
-  else
-    return exp(x);
-}
-template <typename T>
-__device__ __forceinline__ T log_of(T x) {
-  if constexpr (std::is_same_v<T, float>)
-    return logf(x);
-  else
-    return log(x);
-}
-// a * b - c with both roundings, never contracted into a fused multiply-add (the CPU rounds
-// the product first).
-template <typename T>
-__device__ __forceinline__ T mul_sub_rn(T a, T b, T c) {
-  if constexpr (std::is_same_v<T, float>)
-    return __fsub_rn(__fmul_rn(a, b), c);
-  else
-    return __dsub_rn(__dmul_rn(a, b), c);
-}
-template <typename T>
-__device__ __forceinline__ T mul_rn(T a, T b) {
-  if constexpr (std::is_same_v<T, float>)
-    return __fmul_rn(a, b);
-  else
-    return __dmul_rn(a, b);
-}
-
-// The running maximum m of the values seen and s = sum of exp(x - m) over them.
-template <typename T>
-struct SoftmaxState {
-  T m = -std::numeric_limits<T>::infinity();
-  T s = 0;
-
-  // Adds `count` values: one rescale at most for the group.
-  __device__ __forceinline__ void add(const T* x, int count) {
-    // A NaN logit must make the loss NaN, as on the CPU: fmax would drop it, so the max
-    // propagates NaN and the comparison lets it through.
-    T group_max = x[0];
-    for (int i = 1; i < count; ++i) group_max = (x[i] > group_max || x[i] != x[i]) ? x[i] : group_max;
-    if (!(group_max <= m)) {
-      s *= exp_of(m - group_max);  // s = 0 while m = -inf: 0 * exp(-inf) = 0
-      m = group_max;
-    }
-    if (m == -std::numeric_limits<T>::infinity()) return;  // every value so far is -inf
-    for (int i = 0; i < count; ++i) s += exp_of(x[i] - m);
-  }
-
-  __device__ __forceinline__ void merge(T other_m, T other_s) {
-    const T new_m = fmax(m, other_m);
-    if (new_m == -std::numeric_limits<T>::infinity()) return;  // both empty
-    s = s * exp_of(m - new_m) + other_s * exp_of(other_m - new_m);
-    m = new_m;
-  }
-};
-
-// The block's (max, sum) in a fixed merge order, returned to every thread.
-template <typename T>
-__device__ SoftmaxState<T> block_merge(SoftmaxState<T> state) {
-  __shared__ T warp_m[kWarps], warp_s[kWarps];
-  __shared__ T block_m, block_s;
-  for (int offset = 16; offset > 0; offset /= 2)
-    state.merge(__shfl_down_sync(0xffffffffu, state.m, offset), __shfl_down_sync(0xffffffffu, state.s, offset));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) {
-    warp_m[warp] = state.m;
-    warp_s[warp] = state.s;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    SoftmaxState<T> total;
-    if (lane < kWarps) total = {warp_m[lane], warp_s[lane]};
-    for (int offset = 16; offset > 0; offset /= 2)
-      total.merge(__shfl_down_sync(0xffffffffu, total.m, offset), __shfl_down_sync(0xffffffffu, total.s, offset));
-    if (lane == 0) {
-      block_m = total.m;
-      block_s = total.s;
-    }
-  }
-  __syncthreads();
-  return {block_m, block_s};
-}
-
-// Writes `value` (zero or NaN) over row[0, Vp).
-template <typename S, bool vectorized>
-__device__ void fill_row(S* row, int64_t Vp, compute_t<S> value) {
-  if constexpr (vectorized) {
-    using P = Pack<S, kPackWidth<S>>;
-    P pack;
-    for (int k = 0; k < P::width; ++k) store(&pack.v[k], value);
-    P* rp = reinterpret_cast<P*>(row);
-    for (int64_t i = threadIdx.x; i < Vp / P::width; i += blockDim.x) rp[i] = pack;
-  } else {
-    for (int64_t v = threadIdx.x; v < Vp; v += blockDim.x) store(row + v, value);
-  }
-}
-
 // One block per row n. `loss_scale` null: forward only.
 template <typename S, bool vectorized>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kRowThreads)
     cross_entropy_rows(compute_t<S>* __restrict__ losses, S* __restrict__ logits, const int32_t* __restrict__ targets,
                        int64_t V, int64_t Vp, int32_t ignore_index, bool with_gradient, compute_t<S> loss_scale) {
   using T = compute_t<S>;
-  using P = Pack<S, kPackWidth<S>>;
   const int64_t n = blockIdx.x;
   S* row = logits + n * Vp;
   const int32_t target = targets[n];
@@ -159,24 +52,7 @@ __global__ void __launch_bounds__(kThreads)
   // Read before any thread overwrites the row.
   const T target_logit = threadIdx.x == 0 ? load(row[target]) : T{0};
 
-  SoftmaxState<T> state;
-  int64_t tail_begin = 0;
-  if constexpr (vectorized) {
-    const P* rp = reinterpret_cast<const P*>(row);
-    const int64_t packs = V / P::width;
-    for (int64_t i = threadIdx.x; i < packs; i += blockDim.x) {
-      const P pack = rp[i];
-      T x[P::width];
-      for (int k = 0; k < P::width; ++k) x[k] = load(pack.v[k]);
-      state.add(x, P::width);
-    }
-    tail_begin = packs * P::width;
-  }
-  for (int64_t v = tail_begin + threadIdx.x; v < V; v += blockDim.x) {
-    const T x = load(row[v]);
-    state.add(&x, 1);
-  }
-  const SoftmaxState<T> total = block_merge(state);  // synchronizes: the row is read
+  const SoftmaxState<T> total = block_merge(row_softmax_state<S, vectorized>(row, V));  // the row is read
 
   if (threadIdx.x == 0) losses[n] = log_of(total.s) + total.m - target_logit;
   if (!with_gradient) return;
@@ -187,19 +63,7 @@ __global__ void __launch_bounds__(kThreads)
     const T e = exp_of(x - total.m);
     return v == target ? mul_sub_rn(e, factor, loss_scale) : mul_rn(e, factor);
   };
-  if constexpr (vectorized) {
-    P* rp = reinterpret_cast<P*>(row);
-    for (int64_t i = threadIdx.x; i < Vp / P::width; i += blockDim.x) {
-      P pack = rp[i];
-      for (int k = 0; k < P::width; ++k) {
-        const int64_t v = i * P::width + k;
-        store(&pack.v[k], v < V ? gradient(v, load(pack.v[k])) : T{0});
-      }
-      rp[i] = pack;
-    }
-  } else {
-    for (int64_t v = threadIdx.x; v < Vp; v += blockDim.x) store(row + v, v < V ? gradient(v, load(row[v])) : T{0});
-  }
+  write_row_gradient<S, vectorized>(row, V, Vp, gradient);
 }
 
 template <typename S>
@@ -207,20 +71,13 @@ void launch(Tensor losses, Tensor logits, Tensor targets, int64_t V, int32_t ign
   using T = compute_t<S>;
   const int64_t N = logits.dim(0), Vp = logits.dim(1);
   if (N == 0) return;
-  // Targets may come from the host (the data loader's batch); the kernel reads them on the GPU.
   Buffer staged;
-  const int32_t* device_targets = static_cast<const int32_t*>(targets.data);
-  if (targets.device != Device::cuda) {
-    staged = Buffer(targets.bytes(), MemTag::workspace, Device::cuda, /*zero=*/false);
-    copy_bytes(staged.data(), Device::cuda, targets.data, targets.device, targets.bytes());
-    device_targets = static_cast<const int32_t*>(staged.data());
-  }
+  const int32_t* on_gpu = device_targets(targets, staged);
   const bool vectorized = can_pack<S>(Vp, {logits.data});
   const T scale = loss_scale ? static_cast<T>(*loss_scale) : T{0};
   const auto kernel = vectorized ? cross_entropy_rows<S, true> : cross_entropy_rows<S, false>;
-  kernel<<<static_cast<unsigned>(N), kThreads, 0, compute_stream()>>>(static_cast<T*>(losses.data),
-                                                                      storage_ptr<S>(logits), device_targets, V, Vp,
-                                                                      ignore_index, loss_scale != nullptr, scale);
+  kernel<<<static_cast<unsigned>(N), kRowThreads, 0, compute_stream()>>>(
+      static_cast<T*>(losses.data), storage_ptr<S>(logits), on_gpu, V, Vp, ignore_index, loss_scale != nullptr, scale);
   DT_CUDA_CHECK_LAUNCH();
 }
 

@@ -54,15 +54,23 @@ const int32_t* device_ids(const Tensor& ids, Buffer& staging) {
   return static_cast<const int32_t*>(staging.data());
 }
 
-// out[n, :] = table[ids[n], :], pack by pack.
+// out[n, :] = table[ids[n] - first_id, :], pack by pack; zeros for an id the table does not hold.
 template <typename S, int V>
-__global__ void embedding_forward_kernel(S* out, const int32_t* ids, const S* table, int64_t N, int64_t C) {
+__global__ void embedding_forward_kernel(S* out, const int32_t* ids, const S* table, int64_t first_id, int64_t rows,
+                                         int64_t N, int64_t C) {
   using P = Pack<S, V>;
   const int64_t packs_per_row = C / V, total = N * packs_per_row;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = i / packs_per_row, p = i % packs_per_row;
-    reinterpret_cast<P*>(out + n * C)[p] = reinterpret_cast<const P*>(table + ids[n] * C)[p];
+    const int64_t n = i / packs_per_row, p = i % packs_per_row, row = ids[n] - first_id;
+    P value;
+    if (row >= 0 && row < rows) {
+      value = reinterpret_cast<const P*>(table + row * C)[p];
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) store(&value.v[k], compute_t<S>(0));
+    }
+    reinterpret_cast<P*>(out + n * C)[p] = value;
   }
 }
 
@@ -106,18 +114,29 @@ __global__ void iota_kernel(int32_t* out, int64_t n) {
     out[i] = static_cast<int32_t>(i);
 }
 
-// Warp w (over blockIdx.x) looks at sorted entry i = w; if it starts a run of equal ids, the
-// warp adds that run's dout rows, in position order, into dtable[id] for the 32 packs of
-// columns of blockIdx.y.
+// The sort's keys: each id's row of the table, or `rows` for an id the table does not hold (one
+// run, sorted last, that adds nothing).
+__global__ void table_rows_kernel(uint32_t* keys, const int32_t* ids, int64_t first_id, int64_t rows, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = ids[i] - first_id;
+    keys[i] = static_cast<uint32_t>(row >= 0 && row < rows ? row : rows);
+  }
+}
+
+// Warp w (over blockIdx.x) looks at sorted entry i = w; if it starts a run of equal rows below
+// `rows`, the warp adds that run's dout rows, in position order, into dtable[row] for the 32
+// packs of columns of blockIdx.y.
 template <typename S, int V>
 __global__ void embedding_backward_kernel(compute_t<S>* dtable, const S* dout, const uint32_t* sorted_ids,
-                                          const int32_t* sorted_positions, int64_t N, int64_t C) {
+                                          const int32_t* sorted_positions, int64_t rows, int64_t N, int64_t C) {
   using T = compute_t<S>;
   constexpr unsigned kFullMask = 0xffffffffu;
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (i >= N) return;  // whole warps return together: i is the same for every lane
   const uint32_t id = sorted_ids[i];
+  if (id == rows) return;                         // ids the table does not hold
   if (i > 0 && sorted_ids[i - 1] == id) return;  // not the first of its run
   // The run's end: 32 entries at a time, the first that differs found by a ballot.
   int64_t end = i + 1;
@@ -143,7 +162,7 @@ __global__ void embedding_backward_kernel(compute_t<S>* dtable, const S* dout, c
   reinterpret_cast<Pack<T, V>*>(row)[p] = acc;
 }
 
-// Bits that distinguish ids below `rows`: the radix sort looks at no more.
+// Bits that distinguish keys below `rows`: the radix sort looks at no more.
 int id_bits(int64_t rows) {
   int bits = 1;
   while (bits < 31 && (int64_t{1} << bits) < rows) ++bits;
@@ -152,8 +171,8 @@ int id_bits(int64_t rows) {
 
 }  // namespace
 
-void embedding_forward(Tensor out, Tensor ids, Tensor table) {
-  const int64_t N = ids.numel(), C = table.dim(1);
+void embedding_forward(Tensor out, Tensor ids, Tensor table, int64_t first_id) {
+  const int64_t N = ids.numel(), C = table.dim(1), rows = table.dim(0);
   if (N == 0 || C == 0) return;
   Buffer staging;
   const int32_t* id = device_ids(ids, staging);
@@ -162,36 +181,40 @@ void embedding_forward(Tensor out, Tensor ids, Tensor table) {
     const S* w = storage_ptr<S>(table);
     if (can_pack<S>(C, {o, w})) {
       constexpr int V = kPackWidth<S>;
-      embedding_forward_kernel<S, V><<<grid_for(N * (C / V)), kThreads, 0, compute_stream()>>>(o, id, w, N, C);
+      embedding_forward_kernel<S, V><<<grid_for(N * (C / V)), kThreads, 0, compute_stream()>>>(o, id, w, first_id, rows,
+                                                                                         N, C);
     } else {
-      embedding_forward_kernel<S, 1><<<grid_for(N * C), kThreads, 0, compute_stream()>>>(o, id, w, N, C);
+      embedding_forward_kernel<S, 1><<<grid_for(N * C), kThreads, 0, compute_stream()>>>(o, id, w, first_id, rows, N,
+                                                                                     C);
     }
     DT_CUDA_CHECK_LAUNCH();
   });
 }
 
-void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) {
-  const int64_t N = ids.numel(), C = dtable.dim(1);
+void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, int64_t first_id) {
+  const int64_t N = ids.numel(), C = dtable.dim(1), rows = dtable.dim(0);
   if (N == 0 || C == 0) return;
   DT_CHECK(N <= INT_MAX, "embedding_backward: ", N, " tokens; the sort takes at most ", INT_MAX);
   Buffer staging;
   const int32_t* id = device_ids(ids, staging);
   const cudaStream_t stream = compute_stream();
 
-  // Token positions sorted by id; stable, so equal ids keep position order. Valid ids are
-  // non-negative, so their bits sort the same as unsigned keys.
+  // Token positions sorted by their row of the table; stable, so equal ids keep position order.
   const auto count = static_cast<int>(N);
   const auto index_bytes = static_cast<size_t>(N) * sizeof(int32_t);
+  Buffer keys(index_bytes, MemTag::workspace, Device::cuda, false);
+  table_rows_kernel<<<grid_for(N), kThreads, 0, stream>>>(static_cast<uint32_t*>(keys.data()), id, first_id, rows, N);
+  DT_CUDA_CHECK_LAUNCH();
   Buffer positions(index_bytes, MemTag::workspace, Device::cuda, false);
   Buffer sorted_ids(index_bytes, MemTag::workspace, Device::cuda, false);
   Buffer sorted_positions(index_bytes, MemTag::workspace, Device::cuda, false);
   iota_kernel<<<grid_for(N), kThreads, 0, stream>>>(static_cast<int32_t*>(positions.data()), N);
   DT_CUDA_CHECK_LAUNCH();
-  const auto* keys_in = reinterpret_cast<const uint32_t*>(id);
+  const auto* keys_in = static_cast<const uint32_t*>(keys.data());
   auto* keys_out = static_cast<uint32_t*>(sorted_ids.data());
   const auto* values_in = static_cast<const int32_t*>(positions.data());
   auto* values_out = static_cast<int32_t*>(sorted_positions.data());
-  const int end_bit = id_bits(dtable.dim(0));
+  const int end_bit = id_bits(rows + 1);
   size_t temp_bytes = 0;
   DT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_out, values_in, values_out, count,
                                                 0, end_bit, stream));
@@ -208,10 +231,10 @@ void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) {
     if (can_pack_with_gradient<S>(C, {dy}, dw)) {
       constexpr int V = kPackWidth<S>;
       const dim3 grid(row_groups, static_cast<unsigned>((C / V + 31) / 32));
-      embedding_backward_kernel<S, V><<<grid, kThreads, 0, stream>>>(dw, dy, keys_out, values_out, N, C);
+      embedding_backward_kernel<S, V><<<grid, kThreads, 0, stream>>>(dw, dy, keys_out, values_out, rows, N, C);
     } else {
       const dim3 grid(row_groups, static_cast<unsigned>((C + 31) / 32));
-      embedding_backward_kernel<S, 1><<<grid, kThreads, 0, stream>>>(dw, dy, keys_out, values_out, N, C);
+      embedding_backward_kernel<S, 1><<<grid, kThreads, 0, stream>>>(dw, dy, keys_out, values_out, rows, N, C);
     }
     DT_CUDA_CHECK_LAUNCH();
   });

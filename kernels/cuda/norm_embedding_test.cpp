@@ -286,23 +286,27 @@ TEST(CudaEmbedding, TokenEmbeddingMatchesTheCpuBitForBit) {
   const OwnedTensor ids = token_ids(N, Vp);
   for (const DType dtype : kAllStorage)
     for (const int64_t C : {37, 64})
-      for (const int64_t offset : {0, 1}) {
-        SCOPED_TRACE(std::string(dtype_name(dtype)) + " C " + std::to_string(C) + " offset " + std::to_string(offset));
-        const DType grad_dtype = accumulation_dtype(dtype);
-        const OwnedTensor table = random_values(dtype, {Vp, C}, 21), dy = random_values(dtype, {N, C}, 22);
-        const OwnedTensor out = testing::zeros(dtype, {N, C});
-        embedding_forward(out.t, ids.t, table.t);
-        const OwnedTensor gtable = to_gpu(table.t, offset), gout = to_gpu(testing::zeros(dtype, {N, C}).t, offset);
-        embedding_forward(gout.t, ids.t, gtable.t);
-        EXPECT_TRUE(same_bits(to_host(gout.t).t, out.t));
+      for (const int64_t offset : {0, 1})
+        // The whole table, and a tensor-parallel rank's slice: ids [20, 40), the others outside it.
+        for (const int64_t first_id : {0, 20}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " C " + std::to_string(C) + " offset " + std::to_string(offset) +
+                       " first id " + std::to_string(first_id));
+          const int64_t rows = first_id == 0 ? Vp : 20;
+          const DType grad_dtype = accumulation_dtype(dtype);
+          const OwnedTensor table = random_values(dtype, {rows, C}, 21), dy = random_values(dtype, {N, C}, 22);
+          const OwnedTensor out = testing::zeros(dtype, {N, C});
+          embedding_forward(out.t, ids.t, table.t, first_id);
+          const OwnedTensor gtable = to_gpu(table.t, offset), gout = to_gpu(testing::zeros(dtype, {N, C}).t, offset);
+          embedding_forward(gout.t, ids.t, gtable.t, first_id);
+          EXPECT_TRUE(same_bits(to_host(gout.t).t, out.t));
 
-        const OwnedTensor dtable0 = random_values(grad_dtype, {Vp, C}, 23);  // accumulates: start nonzero
-        const OwnedTensor dtable = to_host(dtable0.t);
-        embedding_backward(dtable.t, ids.t, dy.t);
-        const OwnedTensor gdtable = to_gpu(dtable0.t, offset), gdy = to_gpu(dy.t, offset);
-        embedding_backward(gdtable.t, ids.t, gdy.t);
-        EXPECT_TRUE(same_bits(to_host(gdtable.t).t, dtable.t));
-      }
+          const OwnedTensor dtable0 = random_values(grad_dtype, {rows, C}, 23);  // accumulates: start nonzero
+          const OwnedTensor dtable = to_host(dtable0.t);
+          embedding_backward(dtable.t, ids.t, dy.t, first_id);
+          const OwnedTensor gdtable = to_gpu(dtable0.t, offset), gdy = to_gpu(dy.t, offset);
+          embedding_backward(gdtable.t, ids.t, gdy.t, first_id);
+          EXPECT_TRUE(same_bits(to_host(gdtable.t).t, dtable.t));
+        }
 }
 
 TEST(CudaEmbedding, PositionEmbeddingMatchesTheCpuBitForBit) {
