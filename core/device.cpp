@@ -121,6 +121,22 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 #endif
 }
 
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
+               Device device) {
+  if (row_bytes == 0 || rows == 0) return;
+  if (device == Device::cpu) {
+    for (size_t i = 0; i < rows; ++i)
+      std::memcpy(static_cast<char*>(dst) + i * dst_pitch, static_cast<const char*>(src) + i * src_pitch, row_bytes);
+    return;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  DT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice,
+                                  cuda::compute_stream()));
+#else
+  require_device(device);
+#endif
+}
+
 void zero_bytes(void* dst, Device device, size_t bytes) {
   if (bytes == 0) return;
   if (device == Device::cpu) {

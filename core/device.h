@@ -59,6 +59,11 @@ std::vector<T> host_values(const Tensor& t) {
   return values;
 }
 
+// Copies `rows` rows of row_bytes each within one device, row i from src + i * src_pitch to
+// dst + i * dst_pitch (columns of a matrix into another's), in order with the kernels queued on
+// the device.
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
+               Device device);
 // Sets bytes to zero, in order with the kernels queued on the device.
 void zero_bytes(void* dst, Device device, size_t bytes);
 // Waits for everything queued on the device (nothing to wait for on the CPU).

@@ -27,6 +27,8 @@ class ParallelRegions {
 
   // The part of the model this rank holds.
   virtual TensorShard shard() const { return {}; }
+  // The tensor-parallel group, or none on one rank: the gradient norm is completed over it.
+  virtual Communicator* group() const { return nullptr; }
   // f, forward: the input a column-parallel layer reads.
   virtual Tensor column_input(Tensor x) { return x; }
   // f, backward: starts summing the layer's input gradient dx over the group, in place; read dx

@@ -14,8 +14,9 @@ namespace k = kernels;
 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                          DType precision, Device device, const ParameterStorage& storage, ParallelRegions* regions)
-    : layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating
-              storage.unit_multiple, regions != nullptr ? regions->shard() : TensorShard{}),
+    : regions_(regions != nullptr ? *regions : ParallelRegions::single_rank()),
+      layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating
+              storage.unit_multiple, regions_.shard()),
       params_(layout_, parameter_buffers(precision, storage).params.tag, device, DType::f32,
               parameter_buffers(precision, storage).params.storage),
       grads_(layout_, MemTag::gradients, device, DType::f32, parameter_buffers(precision, storage).grads.storage),
@@ -24,8 +25,7 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
       device_(device),
       batch_size_(batch_size),
       seq_len_(seq_len),
-      stage_(layout_, StageUnits::whole(config), recompute, precision, device, batch_size, seq_len,
-             regions != nullptr ? *regions : ParallelRegions::single_rank()) {
+      stage_(layout_, StageUnits::whole(config), recompute, precision, device, batch_size, seq_len, regions_) {
   if (const auto weights = parameter_buffers(precision, storage).weights)
     compute_weights_.emplace(layout_, weights->tag, device, weights->dtype, weights->storage);
   master_weights_ = precision != DType::f32 && storage.master_weights;

@@ -77,6 +77,8 @@ class Transformer {
 
   const ModelConfig& config() const { return layout_.config(); }
   const ParameterLayout& layout() const { return layout_; }
+  // How the model communicates: ParallelRegions::single_rank() unless tensor-parallel.
+  ParallelRegions& regions() const { return regions_; }
   FlatTensors& params() { return params_; }
   FlatTensors& grads() { return grads_; }
   // The weights the kernels read: the 16-bit compute copy, or the f32 parameters themselves.
@@ -117,6 +119,7 @@ class Transformer {
                                       Device device);
   void check_inputs(Tensor tokens, Tensor targets) const;
 
+  ParallelRegions& regions_;
   ParameterLayout layout_;
   FlatTensors params_;
   FlatTensors grads_;

@@ -40,7 +40,8 @@ OptimizerParts OptimizerParts::whole(Transformer& model) {
   return {.ranges = {{0, total}},
           .grads = model.grads().all(),
           .params = model.params().all(),
-          .weights = model.precision() == DType::f32 ? Tensor{} : model.weights().all()};
+          .weights = model.precision() == DType::f32 ? Tensor{} : model.weights().all(),
+          .tensor_parallel = model.regions().group()};
 }
 
 // The config is validated before the moments are allocated.
@@ -48,7 +49,7 @@ AdamW::AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig co
     : config_((config.validate(), config)), layout_(layout), parts_(std::move(parts)) {
   const auto decayed = layout.unpadded_ranges([this](const ParamInfo& p) { return decays(p); });
   const auto not_decayed = layout.unpadded_ranges([this](const ParamInfo& p) { return !decays(p); });
-  const auto unpadded = layout.unpadded_ranges();
+  const auto owned = layout.owned_ranges();
   for (const kernels::FlatRange& range : parts_.ranges) {
     DT_CHECK(range.begin >= 0 && range.end <= layout.total_elements() &&
                  (part_list_.empty() || part_list_.back().range.end <= range.begin),
@@ -57,9 +58,8 @@ AdamW::AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig co
            .offset = local_elements_,
            .decayed = clipped(decayed, range),
            .not_decayed = clipped(not_decayed, range),
-           .unpadded = clipped(unpadded, range)};
-    for (const kernels::FlatRange& r : p.unpadded)
-      kernels::append_range(unpadded_local_, {p.offset + r.begin, p.offset + r.end});
+           .owned = clipped(owned, range)};
+    for (const kernels::FlatRange& r : p.owned) kernels::append_range(owned_local_, {p.offset + r.begin, p.offset + r.end});
     local_elements_ += range.size();
     part_list_.push_back(std::move(p));
   }
@@ -84,9 +84,20 @@ Tensor AdamW::local_moment(Moment which) const {
   return (which == Moment::first ? m_ : v_).view(DType::f32, {local_elements_});
 }
 
+namespace {
+
+// value reduced over each group there is, in turn.
+double reduced(double value, ReduceOp op, std::initializer_list<Communicator*> groups) {
+  for (Communicator* group : groups)
+    if (group != nullptr) value = all_reduce_value(*group, value, op);
+  return value;
+}
+
+}  // namespace
+
 double AdamW::global_grad_norm() const {
-  const double mine = kernels::sum_of_squares(parts_.grads, unpadded_local_);
-  return std::sqrt(parts_.group != nullptr ? all_reduce_value(*parts_.group, mine, ReduceOp::sum) : mine);
+  const double mine = kernels::sum_of_squares(parts_.grads, owned_local_);
+  return std::sqrt(reduced(mine, ReduceOp::sum, {parts_.group, parts_.tensor_parallel}));
 }
 
 std::string AdamW::first_nonfinite_gradient() const {
@@ -102,7 +113,7 @@ std::string AdamW::first_nonfinite_gradient() const {
         highest = static_cast<double>(i);
     }
   }
-  if (parts_.group != nullptr) highest = all_reduce_value(*parts_.group, highest, ReduceOp::max);
+  highest = reduced(highest, ReduceOp::max, {parts_.group, parts_.tensor_parallel});
   return highest < 0 ? "" : params[static_cast<size_t>(highest)].name;
 }
 

@@ -6,8 +6,11 @@
 // The parts are ranges of the parameter layout (model/parameters.h). One process updates one
 // part, the whole buffer. Under ZeRO a rank updates its part of every unit, and the norm and the
 // search are completed over the group of ranks that hold the other parts
-// (parallel/data_parallel.h). The gradients and the moments are local: the parts one after
-// another. The f32 parameters (a 16-bit run's master weights) and the 16-bit weights are either
+// (parallel/data_parallel.h). Under tensor parallelism each rank's layout is its shard of the
+// model (model/tensor_shard.h); the norm and the search are completed over the tensor-parallel
+// group too, each rank counting only the elements it owns, so that a tensor several ranks hold
+// (a norm's weight, a copied key/value head) counts once. The gradients and the moments are
+// local: the parts one after another. The f32 parameters (a 16-bit run's master weights) and the 16-bit weights are either
 // local too or the model's whole buffers, read at each part's range of the layout.
 //
 // Weight decay applies to matrices; never to biases or norm gains; to the token and position
@@ -47,8 +50,11 @@ struct OptimizerParts {
   bool weights_local = false;
   // The ranks holding the other parts of the layout, or none: these parts are all of it.
   Communicator* group = nullptr;
+  // The ranks holding the other shards of the model (tensor parallelism), or none.
+  Communicator* tensor_parallel = nullptr;
 
-  // One process's: the whole layout of the model's parameters, gradients and 16-bit weights.
+  // One process's (or one tensor-parallel rank's): the whole layout of the model's parameters,
+  // gradients and 16-bit weights.
   static OptimizerParts whole(Transformer& model);
 };
 
@@ -62,12 +68,13 @@ class AdamW {
   // constructor allocates two such buffers, plan/memory.h counts them.
   static size_t bytes_per_moment(int64_t local_elements) { return static_cast<size_t>(local_elements) * sizeof(float); }
 
-  // sqrt of the sum of squares of every unpadded gradient of the layout, each counted once (the tied
-  // input/output embedding is one tensor). Not finite when any gradient is not. A collective
-  // over the group.
+  // sqrt of the sum of squares of every unpadded gradient of the model, each counted once (the tied
+  // input/output embedding is one tensor; a tensor tensor-parallel ranks share, by its owner).
+  // Not finite when any gradient is not. A collective over the groups.
   double global_grad_norm() const;
   // The name of the first parameter, in the order backward computes them (the reverse of the
-  // layout), whose gradient holds inf or NaN in any part, or "" when none does. A collective.
+  // layout), whose gradient holds inf or NaN in any part on any rank, or "" when none does. A
+  // collective over the groups.
   std::string first_nonfinite_gradient() const;
   // One update with learning rate lr, every gradient multiplied by grad_scale first (the clipping
   // coefficient and the loss scale folded in), then round_weights().
@@ -97,7 +104,7 @@ class AdamW {
   struct Part {
     kernels::FlatRange range;    // of the layout
     int64_t offset = 0;  // in the local buffers
-    std::vector<kernels::FlatRange> decayed, not_decayed, unpadded;  // relative to the part
+    std::vector<kernels::FlatRange> decayed, not_decayed, owned;  // relative to the part
   };
   // Part p of a buffer that holds the parts (local) or the whole layout.
   static Tensor part_of(Tensor buffer, bool local, const Part& p);
@@ -107,7 +114,7 @@ class AdamW {
   const ParameterLayout& layout_;
   OptimizerParts parts_;
   std::vector<Part> part_list_;
-  std::vector<kernels::FlatRange> unpadded_local_;  // every part's unpadded elements, in local positions
+  std::vector<kernels::FlatRange> owned_local_;  // every part's owned elements, in local positions
   int64_t local_elements_ = 0;
   Buffer m_, v_;
   int64_t steps_taken_ = 0;

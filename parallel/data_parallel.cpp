@@ -125,6 +125,7 @@ OptimizerParts DataParallel::optimizer_parts() {
   OptimizerParts o;
   o.grads = grad_shard_.view(DType::f32, {shard_elements_});
   o.group = &group_;
+  o.tensor_parallel = model_.regions().group();
   for (const Part& p : parts_) o.ranges.push_back(p.owned);
   // The f32 parameters: the master shard where sharded, else the model's whole parameters.
   o.params_local = shards_parameters_;

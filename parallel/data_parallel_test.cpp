@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "kernels/cross_entropy.h"
 #include "tests/gpt2_sizes.h"
+#include "tests/training_batches.h"
 #include "train/step.h"
 
 namespace dt {
@@ -26,39 +27,17 @@ namespace {
 
 constexpr int kB = 2, kT = 16, kSteps = 3;
 
-// `sequences` x kT tokens and targets; a third of the targets ignored, unevenly, so that the
-// global target count differs from any rank's.
-struct GlobalBatch {
-  Buffer tokens_memory, targets_memory;
-  Tensor tokens, targets;
-  GlobalBatch(int sequences, int vocab_size, int step)
-      : tokens_memory(static_cast<size_t>(sequences) * kT * sizeof(int32_t), MemTag::workspace),
-        targets_memory(static_cast<size_t>(sequences) * kT * sizeof(int32_t), MemTag::workspace),
-        tokens(tokens_memory.view(DType::i32, {sequences, kT})),
-        targets(targets_memory.view(DType::i32, {sequences, kT})) {
-    const ElementRng rng(static_cast<uint64_t>(step), "data_parallel_test");
-    for (int64_t i = 0; i < tokens.numel(); ++i) {
-      const double ignore_share = (i / kT) % 3 == 0 ? 0.7 : 0.1;
-      tokens.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(3 * i) * vocab_size);
-      targets.ptr<int32_t>()[i] = rng.uniform(3 * i + 1) < ignore_share
-                                      ? kernels::kIgnoreIndex
-                                      : static_cast<int32_t>(rng.uniform(3 * i + 2) * vocab_size);
-    }
-  }
-  MicroBatch micro_batch(int index) const {
-    return {tokens.slice_rows(int64_t{index} * kB, kB), targets.slice_rows(int64_t{index} * kB, kB)};
-  }
+// kB sequences of kT tokens per micro-batch.
+struct GlobalBatch : testing::GlobalBatch {
+  GlobalBatch(int sequences, int vocab_size, int step) : testing::GlobalBatch(sequences, kT, vocab_size, step) {}
+  MicroBatch micro_batch(int index) const { return testing::GlobalBatch::micro_batch(index, kB); }
 };
 
 struct StepSeries {
   std::vector<double> losses, norms;
 };
 
-double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]) / std::fabs(b[i]));
-  return worst;
-}
+using testing::max_relative_difference;
 
 // The largest absolute value among the unpadded parameters of `params`.
 double largest_parameter(const FlatTensors& params) {

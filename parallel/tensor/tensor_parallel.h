@@ -1,0 +1,59 @@
+// Tensor parallelism (Shoeybi et al., Megatron-LM, 2019): the ranks of a tp group each hold a
+// slice of every block — attention heads, MLP columns — and of the vocabulary (model/tensor_shard.h),
+// and meet twice per block and pass:
+//
+//   attention  qkv = f(x) @ Wqkv_r^T  (column-parallel: this rank's heads)
+//              y   = g(attn_r @ Wproj_r^T)  (row-parallel: this rank's part of the sum)
+//   MLP        h   = act(f(x) @ Wfc_r^T),  y = g(h @ Wproj_r^T)
+//
+// f is the identity forward and an all-reduce of the input's gradient backward; g an all-reduce
+// forward and the identity backward: one all-reduce per branch each way. The embedding is
+// row-parallel over the vocabulary (each rank looks up its ids, g sums), the output projection
+// column-parallel (each rank its vocabulary's logits), and the loss is computed from the slices
+// without gathering the logits (kernels/vocab_parallel_cross_entropy.h). Backward sums the input's
+// gradient while the weight's gradient is computed (model/block.cpp): the all-reduce overlaps the
+// weight-gradient GEMM.
+//
+// The sums of 16-bit activations and their gradients are taken in f32 — widened, summed, rounded
+// once — so that a row-parallel layer's output is rounded once, as one rank's GEMM rounds it (and
+// because MPI has no 16-bit sum). That moves twice the bytes of a 16-bit all-reduce.
+//
+// Key/value heads that several ranks hold copies of (fewer key/value heads than ranks) get the
+// sum of the copies' gradients: each holder's part of dqkv is all-reduced over the group (the
+// others contribute zeros) after the input's gradient has used the rank's own, so every holder
+// computes the complete weight gradient, the same on each.
+//
+// The model is made with this object as its regions (model/transformer.h), and it is the
+// model's ParallelRegions from then on.
+#pragma once
+
+#include "comm/communicator.h"
+#include "model/config.h"
+#include "model/parallel_regions.h"
+#include "model/tensor_shard.h"
+
+namespace dt {
+
+class TensorParallel final : public ParallelRegions {
+ public:
+  // Over `group`, the tp group of this rank, for a model of `config` (checked to split over it).
+  TensorParallel(Communicator& group, const ModelConfig& config);
+
+  TensorShard shard() const override { return {group_.rank(), group_.size()}; }
+  Communicator* group() const override { return &group_; }
+  CollectiveHandle column_input_gradient(Tensor dx) override;
+  Tensor row_output(Tensor y) override;
+  void sum_copied_head_gradients(Tensor dqkv) override;
+  void cross_entropy(Tensor losses, Tensor logits, Tensor targets, kernels::FlatRange vocab, bool with_gradient,
+                     float loss_scale) override;
+
+ private:
+  // Starts summing t over the group in place (in f32: see above).
+  CollectiveHandle sum(Tensor t);
+
+  Communicator& group_;
+  ModelConfig config_;
+  ShardDims dims_;
+};
+
+}  // namespace dt
