@@ -2,10 +2,10 @@
 
 namespace dt {
 
-ActivationRegion RegionLayout::add(int64_t width, DType dtype) {
+ActivationRegion RegionLayout::add(int64_t width, DType dtype, int64_t rows) {
   const ActivationRegion r{.part = part_, .offset = bytes_, .width = width, .dtype = dtype};
   // Each region starts on a cache line so that no two regions share one.
-  bytes_ += (max_rows_ * width * static_cast<int64_t>(dtype_size(dtype)) + 63) / 64 * 64;
+  bytes_ += ((rows < 0 ? max_rows_ : rows) * width * static_cast<int64_t>(dtype_size(dtype)) + 63) / 64 * 64;
   return r;
 }
 

@@ -9,9 +9,10 @@
 //            recomputation policy reruns in backward (tag activations).
 //   scratch  backward's working gradients, shared by every block (tag workspace).
 //
-// Each part is a list of regions laid out once for the largest micro-batch (max_rows rows),
-// each a (rows, width) matrix of one dtype starting on a cache line, viewed with the current
-// micro-batch's rows. The same layout gives the bytes a plan predicts and the bytes allocated.
+// Each part is a list of regions laid out once for the largest micro-batch (max_rows rows, or
+// fewer for a region that holds a part of the rows: sequence parallelism's share of the
+// sequence), each a (rows, width) matrix of one dtype starting on a cache line, viewed with the
+// current micro-batch's rows. The same layout gives the bytes a plan predicts and the bytes allocated.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +35,8 @@ struct ActivationRegion {
 class RegionLayout {
  public:
   RegionLayout(ActivationPart part, int64_t max_rows) : part_(part), max_rows_(max_rows) {}
-  // A new region of `width` elements per row.
-  ActivationRegion add(int64_t width, DType dtype);
+  // A new region of `width` elements per row, for max_rows rows or `rows` when given.
+  ActivationRegion add(int64_t width, DType dtype, int64_t rows = -1);
   int64_t bytes() const { return bytes_; }
 
  private:

@@ -130,7 +130,7 @@ void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
                            .atty = rows(atty_), .lse = Tensor{}, .proj_out = rows(proj_out_), .res2 = x,
                            .ln2 = rows(ln_),
                            .ln2_mean = rows(mean_), .ln2_rstd = rows(rstd_), .fch = rows(fch_),
-                           .fch_act = rows(fch_act_), .res3 = x};
+                           .fch_act = rows(fch_act_), .res3 = x, .branch = Tensor{}, .gathered = Tensor{}};
   for (const Block& block : blocks_) {
     CachedAttention attention(*this, block.layer(), first, M);
     block.forward(params_, x, a, attention);

@@ -1,5 +1,7 @@
 #include "model/layers.h"
 
+#include "core/buffer.h"
+#include "kernels/add.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
@@ -41,12 +43,29 @@ void Norm::add_forward(const FlatTensors& weights, Tensor res, Tensor out, Tenso
 }
 
 void Norm::backward(const FlatTensors& weights, const FlatTensors& grads, Tensor dinp, Tensor dout, Tensor inp,
-                    Tensor mean, Tensor rstd) const {
+                    Tensor mean, Tensor rstd, ParallelRegions& regions) const {
+  Tensor dweight = grads.stored(*weight_), dbias = view(grads, bias_);
+  // With a part of the rows here, this rank's rows' share goes into a zeroed buffer first, is
+  // summed over the group, then added: every rank adds the whole rows' gradient, the same bits.
+  Buffer partial;
+  const int64_t C = dweight.numel();
+  if (regions.sequence_parallel()) {
+    partial = Buffer(static_cast<size_t>(2 * C) * sizeof(float), MemTag::workspace, dinp.device);
+    dweight = partial.view(DType::f32, {C});
+    if (has_mean()) dbias = partial.view(DType::f32, {C}, static_cast<size_t>(C) * sizeof(float));
+  }
   if (has_mean())
-    k::layernorm_backward(dinp, grads.stored(*weight_), grads.stored(*bias_), dout, inp, weights.stored(*weight_),
-                          mean, rstd);
+    k::layernorm_backward(dinp, dweight, dbias, dout, inp, weights.stored(*weight_), mean, rstd);
   else
-    k::rmsnorm_backward(dinp, grads.stored(*weight_), dout, inp, weights.stored(*weight_), rstd);
+    k::rmsnorm_backward(dinp, dweight, dout, inp, weights.stored(*weight_), rstd);
+  if (partial.data() == nullptr) return;
+  regions.sum_partial_gradients(partial.view(DType::f32, {has_mean() ? 2 * C : C}));
+  const Tensor w = grads.stored(*weight_);
+  k::add_forward(w, w, dweight);
+  if (has_mean()) {
+    const Tensor b = grads.stored(*bias_);
+    k::add_forward(b, b, dbias);
+  }
 }
 
 Linear::Linear(const ParameterLayout& layout, const std::string& prefix)

@@ -21,6 +21,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/parallel_regions.h"
 #include "model/parameters.h"
 
 namespace dt {
@@ -37,9 +38,10 @@ class Norm {
   // bits of the two ops one after the other (kernels/layernorm.h). res may be a or b.
   void add_forward(const FlatTensors& weights, Tensor res, Tensor out, Tensor mean, Tensor rstd, Tensor a,
                    Tensor b) const;
-  // dinp += the input's gradient; the parameters' gradients += theirs.
+  // dinp += the input's gradient; the parameters' gradients += theirs, summed over the group
+  // where the rows are a part of the micro-batch's (sequence parallelism: `regions`).
   void backward(const FlatTensors& weights, const FlatTensors& grads, Tensor dinp, Tensor dout, Tensor inp,
-                Tensor mean, Tensor rstd) const;
+                Tensor mean, Tensor rstd, ParallelRegions& regions) const;
   // Whether the norm keeps a per-row mean (LayerNorm).
   bool has_mean() const { return bias_ != nullptr; }
 

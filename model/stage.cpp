@@ -18,7 +18,9 @@ double sum_in_order(Tensor losses) {
 }  // namespace
 
 // Where each activation lives. Activations are in the model's precision; per-row statistics
-// (norm mean and rstd, attention lse, losses) in f32.
+// (norm mean and rstd, attention lse, losses) in f32. With sequence parallelism the stage's
+// input, the norms' activations and the residual stream hold this rank's part of the rows
+// (part_rows of them at most); everything else holds all of them.
 struct Stage::Regions {
   struct Block {
     ActivationRegion ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
@@ -27,45 +29,61 @@ struct Stage::Regions {
   std::vector<Block> blocks;
   ActivationRegion lnf, lnf_mean, lnf_rstd, logits, losses;  // the head's
   ActivationRegion dres, dtmp, dqkv, dfch, dact;             // backward's, in scratch
+  // Sequence parallelism's, in scratch (no width without it): a column-parallel layer's whole
+  // input, and a part of the rows for a row-parallel layer's output or its input's gradient.
+  ActivationRegion gathered, part;
   ActivationBytes bytes;
 
   // `d`: this rank's widths (the model's on one rank).
   Regions(const ModelConfig& c, const ShardDims& d, StageUnits units, Recompute recompute, DType precision,
-          int64_t max_rows) {
+          int64_t max_rows, int64_t part_rows, bool sequence_parallel) {
     RegionLayout kept(ActivationPart::kept, max_rows), shared(ActivationPart::shared, max_rows),
         scratch(ActivationPart::scratch, max_rows);
     const int64_t C = c.d_model, F = d.ffn_hidden(), QKV = d.qkv_width(), A = d.attention_width();
     const int64_t F_in = d.ffn_in_width(c);
     const int64_t mean_width = c.family == ModelFamily::gpt2 ? 1 : 0;  // RMSNorm keeps no mean
-    input = kept.add(C, precision);
+    input = kept.add(C, precision, part_rows);
     // A recomputed activation has one shared region that every block uses: backward rebuilds it
     // for the block at hand. A kept one has a region per block and micro-batch.
     std::map<int, ActivationRegion> once;
-    const auto region = [&](bool recomputed, int key, int64_t width, DType dtype) {
-      if (!recomputed) return kept.add(width, dtype);
-      if (!once.count(key)) once[key] = shared.add(width, dtype);
+    const auto region = [&](bool recomputed, int key, int64_t width, DType dtype, int64_t rows) {
+      if (!recomputed) return kept.add(width, dtype, rows);
+      if (!once.count(key)) once[key] = shared.add(width, dtype, rows);
       return once[key];
     };
     const bool full = recompute == Recompute::full, core = recompute != Recompute::none;
-    const auto s = [&](int key, int64_t width) { return region(full, key, width, precision); };
-    const auto stat = [&](int key, int64_t width) { return region(full, key, width, DType::f32); };
+    const auto s = [&](int key, int64_t width) { return region(full, key, width, precision, max_rows); };
+    // Of this rank's part of the rows: the norms' outputs and statistics.
+    const auto p = [&](int key, int64_t width) { return region(full, key, width, precision, part_rows); };
+    const auto stat = [&](int key, int64_t width) { return region(full, key, width, DType::f32, part_rows); };
     for (int l = units.first_block; l < units.end_block; ++l)
-      blocks.push_back({.ln1 = s(0, C), .ln1_mean = stat(1, mean_width), .ln1_rstd = stat(2, 1),
+      blocks.push_back({.ln1 = p(0, C), .ln1_mean = stat(1, mean_width), .ln1_rstd = stat(2, 1),
                         .qkv = s(3, QKV),
-                        .atty = region(core, 4, A, precision), .lse = region(core, 5, d.heads.n_head(), DType::f32),
-                        .res2 = s(6, C), .ln2 = s(7, C), .ln2_mean = stat(8, mean_width), .ln2_rstd = stat(9, 1),
+                        .atty = region(core, 4, A, precision, max_rows),
+                        .lse = region(core, 5, d.heads.n_head(), DType::f32, max_rows),
+                        .res2 = p(6, C), .ln2 = p(7, C), .ln2_mean = stat(8, mean_width), .ln2_rstd = stat(9, 1),
                         .fch = s(10, F_in), .fch_act = s(11, F),
-                        .res3 = kept.add(C, precision)});  // the next block's input: always kept
+                        .res3 = kept.add(C, precision, part_rows)});  // the next block's input: always kept
     if (units.head) {
-      lnf = kept.add(C, precision), lnf_mean = kept.add(mean_width, DType::f32), lnf_rstd = kept.add(1, DType::f32);
+      lnf = kept.add(C, precision, part_rows), lnf_mean = kept.add(mean_width, DType::f32, part_rows),
+      lnf_rstd = kept.add(1, DType::f32, part_rows);
       logits = kept.add(d.padded_vocab, precision), losses = kept.add(1, DType::f32);
     }
-    // dtmp holds the attention output's gradient too (A <= C).
-    dres = scratch.add(C, precision), dtmp = scratch.add(C, precision), dqkv = scratch.add(QKV, precision);
-    dfch = scratch.add(F_in, precision), dact = scratch.add(F, precision);
+    // dtmp holds the attention output's gradient too (A <= C), and the embeddings' lookup.
+    dres = scratch.add(C, precision, part_rows), dtmp = scratch.add(C, precision);
+    dqkv = scratch.add(QKV, precision), dfch = scratch.add(F_in, precision), dact = scratch.add(F, precision);
+    gathered = scratch.add(sequence_parallel ? C : 0, precision);
+    part = scratch.add(sequence_parallel ? C : 0, precision, part_rows);
     bytes = {.kept = kept.bytes(), .shared = shared.bytes(), .scratch = scratch.bytes()};
   }
 };
+
+namespace {
+
+// The most rows a rank holds of `max_rows` split over `ranks` (even_part's first part).
+int64_t largest_part(int64_t max_rows, int ranks) { return (max_rows + ranks - 1) / ranks; }
+
+}  // namespace
 
 Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
              int batch_size, int seq_len, ParallelRegions& regions)
@@ -75,13 +93,20 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
       parallel_(regions),
       head_unit_(layout.units().size() - 1),
       output_unit_(layout.unit_of(Linear::output_projection(layout).weight())),
-      regions_(std::make_unique<Regions>(config_, dims_, units, recompute, precision, int64_t{batch_size} * seq_len)),
+      regions_(std::make_unique<Regions>(
+          config_, dims_, units, recompute, precision, int64_t{batch_size} * seq_len,
+          regions.sequence_parallel() ? largest_part(int64_t{batch_size} * seq_len, layout.shard().size)
+                                      : int64_t{batch_size} * seq_len,
+          regions.sequence_parallel())),
       store_(regions_->bytes.kept, regions_->bytes.shared, regions_->bytes.scratch, device, /*reserved=*/1) {
   DT_CHECK(0 <= units.first_block && units.first_block <= units.end_block && units.end_block <= config_.n_layer,
            "stage blocks [", units.first_block, ", ", units.end_block, ") outside the model's ", config_.n_layer);
   DT_CHECK(regions.shard().rank == layout.shard().rank && regions.shard().size == layout.shard().size,
            "a stage of tensor-parallel rank ", layout.shard().rank, " of ", layout.shard().size,
            " communicating as rank ", regions.shard().rank, " of ", regions.shard().size);
+  // Between pipeline stages the activations are whole rows for now.
+  DT_CHECK(!regions.sequence_parallel() || (units.embeddings && units.head),
+           "sequence parallelism runs stages with the embeddings and the head");
   for (int l = units.first_block; l < units.end_block; ++l) blocks_.emplace_back(layout, l, recompute, regions);
   if (units.embeddings) embedding_.emplace(layout);
   if (units.head) {
@@ -94,8 +119,12 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
 Stage::~Stage() = default;
 
 ActivationBytes Stage::activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
-                                        DType precision, int batch_size, int seq_len, TensorShard shard) {
-  return Regions(config, shard_dims(config, shard), units, recompute, precision, int64_t{batch_size} * seq_len).bytes;
+                                        DType precision, int batch_size, int seq_len, TensorShard shard,
+                                        bool sequence_parallel) {
+  const int64_t rows = int64_t{batch_size} * seq_len;
+  return Regions(config, shard_dims(config, shard), units, recompute, precision, rows,
+                 sequence_parallel ? largest_part(rows, shard.size) : rows, sequence_parallel)
+      .bytes;
 }
 
 Tensor Stage::rows(int k, const ActivationRegion& r, int64_t N) const {
@@ -104,17 +133,20 @@ Tensor Stage::rows(int k, const ActivationRegion& r, int64_t N) const {
 
 BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
   const Regions::Block& b = regions_->blocks[i];
-  const auto act = [&](const ActivationRegion& r) { return region(k, r, N); };
-  // The branch outputs go through dtmp: free in forward, and in backward when full recomputation
-  // reruns a block (the block above has consumed it; dres is kept).
-  return {.ln1 = act(b.ln1), .ln1_mean = rows(k, b.ln1_mean, N), .ln1_rstd = rows(k, b.ln1_rstd, N),
-          .qkv = act(b.qkv), .atty = act(b.atty), .lse = act(b.lse), .proj_out = act(regions_->dtmp),
-          .res2 = act(b.res2), .ln2 = act(b.ln2), .ln2_mean = rows(k, b.ln2_mean, N),
-          .ln2_rstd = rows(k, b.ln2_rstd, N), .fch = act(b.fch), .fch_act = act(b.fch_act), .res3 = act(b.res3)};
+  const int64_t P = parallel_.rows(N).size();  // this rank's rows of the norms and the residual stream
+  const auto all = [&](const ActivationRegion& r) { return region(k, r, N); };
+  const auto part = [&](const ActivationRegion& r) { return region(k, r, P); };
+  // The branch outputs go through dtmp (and part): free in forward, and in backward when full
+  // recomputation reruns a block (the block above has consumed it; dres is kept).
+  return {.ln1 = part(b.ln1), .ln1_mean = rows(k, b.ln1_mean, P), .ln1_rstd = rows(k, b.ln1_rstd, P),
+          .qkv = all(b.qkv), .atty = all(b.atty), .lse = all(b.lse), .proj_out = all(regions_->dtmp),
+          .res2 = part(b.res2), .ln2 = part(b.ln2), .ln2_mean = rows(k, b.ln2_mean, P),
+          .ln2_rstd = rows(k, b.ln2_rstd, P), .fch = all(b.fch), .fch_act = all(b.fch_act), .res3 = part(b.res3),
+          .branch = part(regions_->part), .gathered = all(regions_->gathered)};
 }
 
 Tensor Stage::block_input(int k, size_t i, int64_t N) const {
-  return region(k, i == 0 ? regions_->input : regions_->blocks[i - 1].res3, N);
+  return region(k, i == 0 ? regions_->input : regions_->blocks[i - 1].res3, parallel_.rows(N).size());
 }
 
 std::optional<size_t> Stage::forward_next(size_t u) const {
@@ -144,13 +176,16 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
   const int64_t B = in.dim(0), T = in.dim(1), N = B * T, C = config_.d_model;
   if (!store_.held(k)) store_.hold(k);
   shapes_[k] = {B, T};
-  const Tensor x = region(k, regions_->input, N);
+  const Tensor x = block_input(k, 0, N);
   // A tied wte is read again by the output projection.
   const bool tied_here = units_.embeddings && units_.head && output_unit_ == 0;
   if (units_.embeddings) {
     weights_needed(0, forward_next(0));
-    embedding_->forward(weights, x, in);
-    parallel_.row_output(x);  // this rank's vocabulary rows: the sum over the group is the lookup
+    // This rank's vocabulary rows looked up: the sum over the group is the lookup, of this rank's
+    // rows with sequence parallelism (the whole lookup then goes through dtmp).
+    const Tensor lookup = parallel_.sequence_parallel() ? region(k, regions_->dtmp, N) : x;
+    embedding_->forward(weights, lookup, in);
+    parallel_.row_output(lookup, x);
     if (!tied_here) weights_done(0);
   } else {
     copy_bytes(x.data, x.device, in.data, in.device, x.bytes());
@@ -165,12 +200,13 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
   const Tensor out = block_input(k, blocks_.size(), N);
   if (!units_.head) return out.reshape({B, T, C});
   const Regions& r = *regions_;
+  const int64_t P = out.dim(0);
   weights_needed(head_unit_, std::nullopt);
-  const Tensor lnf = region(k, r.lnf, N), logits = region(k, r.logits, N);
-  ln_f_->forward(weights, lnf, rows(k, r.lnf_mean, N), rows(k, r.lnf_rstd, N), out);
+  const Tensor lnf = region(k, r.lnf, P), logits = region(k, r.logits, N);
+  ln_f_->forward(weights, lnf, rows(k, r.lnf_mean, P), rows(k, r.lnf_rstd, P), out);
   // Padding rows of the output weight are zero, so padding columns of the logits are zero; the
   // loss never reads them and sets their gradient to zero.
-  output_->forward(weights, logits, parallel_.column_input(lnf));
+  output_->forward(weights, logits, parallel_.column_input(lnf, region(k, r.gathered, N)));
   if (backward_follows) return logits;  // it starts with the head
   weights_done(head_unit_);
   if (tied_here) weights_done(0);
@@ -189,10 +225,13 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   const auto [B, T] = shapes_.at(k);
   const int64_t N = B * T, C = config_.d_model;
   const Regions& r = *regions_;
+  const int64_t P = parallel_.rows(N).size();
   const auto scratch = [&](const ActivationRegion& region) { return store_.view(k, region, N); };
-  // dres carries the gradient of the residual stream down through the blocks, updated in place:
-  // each branch's norm backward adds into it (kernels/layernorm.h and rmsnorm.h accumulate dinp).
-  const Tensor dres = scratch(r.dres), dtmp = scratch(r.dtmp);
+  // dres carries the gradient of the residual stream (this rank's rows) down through the blocks,
+  // updated in place: each branch's norm backward adds into it (kernels/layernorm.h and
+  // rmsnorm.h accumulate dinp).
+  const Tensor dres = store_.view(k, r.dres, P), dtmp = scratch(r.dtmp), dpart = store_.view(k, r.part, P);
+  const Tensor gathered = scratch(r.gathered);
   const Tensor out = block_input(k, blocks_.size(), N);
   if (units_.head) {
     const Tensor dlogits = region(k, r.logits, N);
@@ -201,12 +240,13 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
     gradients_needed(head_unit_);
     gradients_needed(output_unit_);
     output_->backward_input(weights, dtmp, dlogits);
-    CollectiveHandle summed = parallel_.column_input_gradient(dtmp);
-    output_->backward_weight(grads, dlogits, region(k, r.lnf, N));
-    summed.wait();
+    PendingSum dlnf = parallel_.column_input_gradient(dtmp, dpart);
+    output_->backward_weight(grads, dlogits, parallel_.column_input(region(k, r.lnf, P), gathered));
+    dlnf.done.wait();
     if (output_unit_ != head_unit_) weights_done(output_unit_);  // the lookup's backward reads no weights
     zero_bytes(dres.data, dres.device, dres.bytes());
-    ln_f_->backward(weights, grads, dres, dtmp, out, rows(k, r.lnf_mean, N), rows(k, r.lnf_rstd, N));
+    ln_f_->backward(weights, grads, dres, dlnf.value, out, rows(k, r.lnf_mean, P), rows(k, r.lnf_rstd, P),
+                    parallel_);
     weights_done(head_unit_);
     gradients_final(head_unit_);
   } else {
@@ -215,8 +255,8 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   CausalSelfAttention attention(dims_.heads.attention(), B, T, rope_.cos, rope_.sin);
   const Tensor datty = dtmp.reshape({dtmp.numel()}).slice_rows(0, N * dims_.attention_width()).reshape(
       {N, dims_.attention_width()});
-  const BlockGradients d{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .datty = datty, .dact = scratch(r.dact),
-                         .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv)};
+  const BlockGradients d{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .datty = datty,
+                         .dact = scratch(r.dact), .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv), .dpart = dpart};
   for (size_t i = blocks_.size(); i-- > 0;) {
     const size_t u = blocks_[i].unit();
     weights_needed(u, backward_next(u));
@@ -228,7 +268,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   }
   if (!units_.embeddings) return dres.reshape({B, T, C});
   gradients_needed(0);
-  embedding_->backward(grads, tokens, parallel_.row_output_gradient(dres));
+  embedding_->backward(grads, tokens, parallel_.row_output_gradient(dres, gathered));
   gradients_final(0);
   return Tensor{};
 }

@@ -58,9 +58,10 @@ class Stage {
         int batch_size, int seq_len, ParallelRegions& regions = ParallelRegions::single_rank());
   ~Stage();
   // The activation memory such a stage lays out, without making one, on tensor-parallel rank
-  // `shard`.
+  // `shard`, with or without sequence parallelism.
   static ActivationBytes activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
-                                          DType precision, int batch_size, int seq_len, TensorShard shard = {});
+                                          DType precision, int batch_size, int seq_len, TensorShard shard = {},
+                                          bool sequence_parallel = false);
 
   const StageUnits& units() const { return units_; }
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }

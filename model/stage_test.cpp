@@ -135,7 +135,8 @@ TEST_P(StageTest, DeferredWeightGradientsEqualTheImmediateOnes) {
   const BlockActivations a{.ln1 = ln1.t, .ln1_mean = gpt2 ? ln1_mean.t : Tensor{}, .ln1_rstd = ln1_rstd.t,
                            .qkv = qkv.t, .atty = atty.t, .lse = lse.t, .proj_out = proj_out.t, .res2 = res2.t,
                            .ln2 = ln2.t, .ln2_mean = gpt2 ? ln2_mean.t : Tensor{}, .ln2_rstd = ln2_rstd.t,
-                           .fch = fch.t, .fch_act = fch_act.t, .res3 = res3.t};
+                           .fch = fch.t, .fch_act = fch_act.t, .res3 = res3.t, .branch = Tensor{},
+                           .gathered = Tensor{}};
   const RopeTables rope = config.family == ModelFamily::llama ? make_rope_tables(config, T) : RopeTables{};
   CausalSelfAttention attention(layout.dims().heads.attention(), B, T, rope.cos, rope.sin);
   const OwnedTensor x = random_normal(DType::f32, {N, C}, 11), dout = random_normal(DType::f32, {N, C}, 12);
@@ -151,13 +152,13 @@ TEST_P(StageTest, DeferredWeightGradientsEqualTheImmediateOnes) {
               dqkv = act(config.qkv_width());
   block.backward_input(weights, now_grads, x.t, a,
                        {.dout = dres.t, .dres2 = dres.t, .din = dres.t, .dtmp = dtmp.t, .datty = dtmp.t, .dact = dact.t,
-                        .dfch = dfch.t, .dqkv = dqkv.t},
+                        .dfch = dfch.t, .dqkv = dqkv.t, .dpart = Tensor{}},
                        attention, /*weights_now=*/true);
   // Deferred: distinct gradients that backward_weight reads later.
   OwnedTensor dres2 = act(C), din = act(C), dtmp2 = act(C), dact2 = act(config.ffn_hidden()),
               dfch2 = act(config.ffn_in_width()), dqkv2 = act(config.qkv_width());
   const BlockGradients deferred{.dout = dout.t, .dres2 = dres2.t, .din = din.t, .dtmp = dtmp2.t, .datty = dtmp2.t, .dact = dact2.t,
-                                .dfch = dfch2.t, .dqkv = dqkv2.t};
+                                .dfch = dfch2.t, .dqkv = dqkv2.t, .dpart = Tensor{}};
   block.backward_input(weights, later_grads, x.t, a, deferred, attention, /*weights_now=*/false);
   EXPECT_EQ(bytes_of(din.t), bytes_of(dres.t));
   EXPECT_NE(bytes_of(later_grads.all()), bytes_of(now_grads.all())) << "the linear layers' gradients wait";

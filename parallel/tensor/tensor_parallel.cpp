@@ -1,5 +1,7 @@
 #include "parallel/tensor/tensor_parallel.h"
 
+#include <functional>
+
 #include "core/buffer.h"
 #include "core/device.h"
 #include "kernels/convert.h"
@@ -9,46 +11,116 @@ namespace dt {
 
 namespace {
 
-// A sum of 16-bit values taken in f32: waiting rounds the f32 sum back into them.
-class WidenedSum final : public Work {
+// A collective followed by a step on the host's side of it (rounding an f32 sum back into 16-bit
+// values, moving rows out of padded parts), run by wait(). The buffers the collective works on
+// live as long as it.
+class Finished final : public Work {
  public:
-  WidenedSum(Tensor values, Buffer widened, CollectiveHandle sum)
-      : values_(values), widened_(std::move(widened)), sum_(std::move(sum)) {}
+  Finished(CollectiveHandle collective, std::function<void()> finish, std::vector<Buffer> buffers)
+      : collective_(std::move(collective)), finish_(std::move(finish)), buffers_(std::move(buffers)) {}
   void wait() override {
-    if (!widened_.data()) return;
-    sum_.wait();
-    kernels::convert(values_, widened_.view(DType::f32, values_.shape));
-    widened_ = Buffer();
+    if (!finish_) return;
+    collective_.wait();
+    finish_();
+    finish_ = nullptr;
+    buffers_.clear();
   }
-  bool done() override { return !widened_.data() || sum_.done(); }
+  bool done() override { return !finish_ || collective_.done(); }
 
  private:
-  Tensor values_;
-  Buffer widened_;
-  CollectiveHandle sum_;
+  CollectiveHandle collective_;
+  std::function<void()> finish_;
+  std::vector<Buffer> buffers_;
 };
+
+CollectiveHandle finished(CollectiveHandle collective, std::function<void()> finish, std::vector<Buffer> buffers) {
+  CollectiveInfo info = collective.info();
+  return {std::make_unique<Finished>(std::move(collective), std::move(finish), std::move(buffers)), std::move(info)};
+}
+
+// Rows [begin, begin + count) of a (rows, width) tensor.
+Tensor row_block(Tensor t, int64_t begin, int64_t count) { return t.slice_rows(begin, count); }
 
 }  // namespace
 
-TensorParallel::TensorParallel(Communicator& group, const ModelConfig& config)
-    : group_(group), config_(config), dims_(shard_dims(config, {group.rank(), group.size()})) {}
+TensorParallel::TensorParallel(Communicator& group, const ModelConfig& config, bool sequence_parallel)
+    : group_(group),
+      config_(config),
+      dims_(shard_dims(config, {group.rank(), group.size()})),
+      sequence_parallel_(sequence_parallel) {}
+
+kernels::FlatRange TensorParallel::rows(int64_t n) const {
+  return sequence_parallel_ ? even_part(n, group_.size(), group_.rank()) : kernels::FlatRange{0, n};
+}
 
 CollectiveHandle TensorParallel::sum(Tensor t) {
   if (t.dtype == DType::f32) return group_.all_reduce(t, ReduceOp::sum);
-  Buffer widened(t.bytes() / dtype_size(t.dtype) * sizeof(float), MemTag::communication, t.device, false);
+  Buffer widened(static_cast<size_t>(t.numel()) * sizeof(float), MemTag::communication, t.device, false);
   const Tensor f32 = widened.view(DType::f32, t.shape);
   kernels::convert(f32, t);
-  CollectiveHandle summing = group_.all_reduce(f32, ReduceOp::sum);
-  CollectiveInfo info = summing.info();
-  return {std::make_unique<WidenedSum>(t, std::move(widened), std::move(summing)), std::move(info)};
+  std::vector<Buffer> buffers;
+  buffers.push_back(std::move(widened));
+  return finished(group_.all_reduce(f32, ReduceOp::sum), [t, f32] { kernels::convert(t, f32); }, std::move(buffers));
 }
 
-CollectiveHandle TensorParallel::column_input_gradient(Tensor dx) { return sum(dx); }
-
-Tensor TensorParallel::row_output(Tensor y) {
-  sum(y).wait();
-  return y;
+CollectiveHandle TensorParallel::scatter_sum(Tensor whole, Tensor part) {
+  const int64_t R = group_.size(), N = whole.dim(0), C = whole.dim(1), P = (N + R - 1) / R;
+  if (whole.dtype == DType::f32 && N == P * R) return group_.reduce_scatter(part, whole, ReduceOp::sum);
+  // Each rank's rows at the start of an equal, zero-padded part, in f32.
+  Buffer in(static_cast<size_t>(R * P * C) * sizeof(float), MemTag::communication, whole.device);
+  Buffer out(static_cast<size_t>(P * C) * sizeof(float), MemTag::communication, whole.device, false);
+  const Tensor padded = in.view(DType::f32, {R * P, C}), mine = out.view(DType::f32, {P, C});
+  for (int r = 0; r < R; ++r) {
+    const kernels::FlatRange rows = even_part(N, static_cast<int>(R), r);
+    kernels::convert(row_block(padded, r * P, rows.size()), row_block(whole, rows.begin, rows.size()));
+  }
+  std::vector<Buffer> buffers;
+  buffers.push_back(std::move(in));
+  buffers.push_back(std::move(out));
+  return finished(group_.reduce_scatter(mine, padded, ReduceOp::sum),
+                  [part, mine] { kernels::convert(part, row_block(mine, 0, part.dim(0))); }, std::move(buffers));
 }
+
+void TensorParallel::gather(Tensor whole, Tensor part) {
+  const int64_t R = group_.size(), N = whole.dim(0), C = whole.dim(1), P = (N + R - 1) / R;
+  if (N == P * R) return group_.all_gather(whole, part).wait();
+  // Equal parts, each rank's rows at the start of its part; then the rows moved together.
+  const size_t element = dtype_size(whole.dtype);
+  Buffer in(static_cast<size_t>(P * C) * element, MemTag::communication, whole.device);
+  Buffer out(static_cast<size_t>(R * P * C) * element, MemTag::communication, whole.device, false);
+  const Tensor mine = in.view(whole.dtype, {P, C}), all = out.view(whole.dtype, {R * P, C});
+  copy_bytes(mine.data, mine.device, part.data, part.device, part.bytes());
+  group_.all_gather(all, mine).wait();
+  for (int r = 0; r < R; ++r) {
+    const kernels::FlatRange rows = even_part(N, static_cast<int>(R), r);
+    const Tensor from = row_block(all, r * P, rows.size()), to = row_block(whole, rows.begin, rows.size());
+    copy_bytes(to.data, to.device, from.data, from.device, to.bytes());
+  }
+}
+
+Tensor TensorParallel::column_input(Tensor x, Tensor whole) {
+  if (!sequence_parallel_) return x;
+  gather(whole, x);
+  return whole;
+}
+
+PendingSum TensorParallel::column_input_gradient(Tensor dx, Tensor part) {
+  if (!sequence_parallel_) return {dx, sum(dx)};
+  return {part, scatter_sum(dx, part)};
+}
+
+Tensor TensorParallel::row_output(Tensor y, Tensor part) {
+  if (!sequence_parallel_) {
+    sum(y).wait();
+    return y;
+  }
+  scatter_sum(y, part).wait();
+  return part;
+}
+
+Tensor TensorParallel::row_output_gradient(Tensor dy, Tensor whole) { return column_input(dy, whole); }
+
+void TensorParallel::sum_partial_gradients(Tensor grads) { sum(grads).wait(); }
 
 void TensorParallel::sum_copied_head_gradients(Tensor dqkv) {
   const HeadShard& h = dims_.heads;
@@ -61,17 +133,15 @@ void TensorParallel::sum_copied_head_gradients(Tensor dqkv) {
   const Buffer all(static_cast<size_t>(N) * model_row, MemTag::communication, dqkv.device);
   auto* local = static_cast<char*>(dqkv.data);
   auto* model = static_cast<char*>(all.data());
-  for (const int which : {0, 1}) {  // keys, then values
-    const size_t local_at = static_cast<size_t>((h.n_head() + which * h.n_kv_head()) * HS) * element;
-    const size_t model_at = static_cast<size_t>((which * NKV + h.kv_begin) * HS) * element;
-    copy_rows(model + model_at, model_row, local + local_at, row, held, static_cast<size_t>(N), dqkv.device);
-  }
+  const auto local_at = [&](int which) { return static_cast<size_t>((h.n_head() + which * h.n_kv_head()) * HS) * element; };
+  const auto model_at = [&](int which) { return static_cast<size_t>((which * NKV + h.kv_begin) * HS) * element; };
+  for (const int which : {0, 1})  // keys, then values
+    copy_rows(model + model_at(which), model_row, local + local_at(which), row, held, static_cast<size_t>(N),
+              dqkv.device);
   sum(all.view(dqkv.dtype, {N * 2 * NKV * HS})).wait();
-  for (const int which : {0, 1}) {
-    const size_t local_at = static_cast<size_t>((h.n_head() + which * h.n_kv_head()) * HS) * element;
-    const size_t model_at = static_cast<size_t>((which * NKV + h.kv_begin) * HS) * element;
-    copy_rows(local + local_at, row, model + model_at, model_row, held, static_cast<size_t>(N), dqkv.device);
-  }
+  for (const int which : {0, 1})
+    copy_rows(local + local_at(which), row, model + model_at(which), model_row, held, static_cast<size_t>(N),
+              dqkv.device);
 }
 
 void TensorParallel::cross_entropy(Tensor losses, Tensor logits, Tensor targets, kernels::FlatRange vocab,

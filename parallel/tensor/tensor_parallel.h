@@ -23,6 +23,14 @@
 // others contribute zeros) after the input's gradient has used the rank's own, so every holder
 // computes the complete weight gradient, the same on each.
 //
+// Sequence parallelism (Korthikanti et al., 2022), when enabled: each rank keeps a part of the
+// micro-batch's rows (its tokens, as evenly as possible: even_part) in the norms and the residual
+// stream, f becomes an all-gather of the parts and g a reduce-scatter into them — the bytes of
+// the all-reduce each replaces — and the norms' weight gradients, each rank's rows' share, are
+// summed over the group. A column-parallel layer's whole input is gathered again for its weight
+// gradient rather than kept, so the activations kept per rank fall as the paper says. When the
+// rows do not split evenly, the collectives work on equal parts padded at their ends.
+//
 // The model is made with this object as its regions (model/transformer.h), and it is the
 // model's ParallelRegions from then on.
 #pragma once
@@ -36,13 +44,19 @@ namespace dt {
 
 class TensorParallel final : public ParallelRegions {
  public:
-  // Over `group`, the tp group of this rank, for a model of `config` (checked to split over it).
-  TensorParallel(Communicator& group, const ModelConfig& config);
+  // Over `group`, the tp group of this rank, for a model of `config` (checked to split over it),
+  // with or without sequence parallelism.
+  TensorParallel(Communicator& group, const ModelConfig& config, bool sequence_parallel = false);
 
   TensorShard shard() const override { return {group_.rank(), group_.size()}; }
   Communicator* group() const override { return &group_; }
-  CollectiveHandle column_input_gradient(Tensor dx) override;
-  Tensor row_output(Tensor y) override;
+  bool sequence_parallel() const override { return sequence_parallel_; }
+  kernels::FlatRange rows(int64_t n) const override;
+  Tensor column_input(Tensor x, Tensor whole) override;
+  PendingSum column_input_gradient(Tensor dx, Tensor part) override;
+  Tensor row_output(Tensor y, Tensor part) override;
+  Tensor row_output_gradient(Tensor dy, Tensor whole) override;
+  void sum_partial_gradients(Tensor grads) override;
   void sum_copied_head_gradients(Tensor dqkv) override;
   void cross_entropy(Tensor losses, Tensor logits, Tensor targets, kernels::FlatRange vocab, bool with_gradient,
                      float loss_scale) override;
@@ -50,10 +64,15 @@ class TensorParallel final : public ParallelRegions {
  private:
   // Starts summing t over the group in place (in f32: see above).
   CollectiveHandle sum(Tensor t);
+  // Starts summing whole (N rows) over the group into this rank's rows `part` (in f32).
+  CollectiveHandle scatter_sum(Tensor whole, Tensor part);
+  // Every rank's rows `part` into whole (N rows).
+  void gather(Tensor whole, Tensor part);
 
   Communicator& group_;
   ModelConfig config_;
   ShardDims dims_;
+  bool sequence_parallel_;
 };
 
 }  // namespace dt

@@ -39,6 +39,8 @@ struct TpCell {
   std::string family;
   DType precision;
   int dp, zero;
+  bool sp = false;
+  Recompute recompute = Recompute::none;
 };
 
 // The largest difference between this rank's parameters (its shard's layout; `values` the
@@ -97,13 +99,13 @@ void expect_matches_one_rank(const TpCell& cell) {
   const int steps = 3;
   for (const int accumulation : {1, 2}) {
     const int micro_batches = cell.dp * accumulation;
-    Transformer one(config, kB, kT, Recompute::none, cell.precision);
+    Transformer one(config, kB, kT, cell.recompute, cell.precision);
     AdamW one_optimizer(one.layout(), OptimizerParts::whole(one), {});
     init_parameters(one.params(), 7);
     one_optimizer.round_weights();
 
-    TensorParallel tensor_parallel(*groups.tp, config);
-    Transformer mine(config, kB, kT, Recompute::none, cell.precision, Device::cpu,
+    TensorParallel tensor_parallel(*groups.tp, config, cell.sp);
+    Transformer mine(config, kB, kT, cell.recompute, cell.precision, Device::cpu,
                      DataParallel::storage(cell.dp, cell.zero), &tensor_parallel);
     DataParallel data_parallel(mine, *groups.dp, /*bucket_mb=*/0.05, cell.zero);
     FlatTensors whole(mine.layout(), MemTag::workspace);  // this rank's shard, whole
@@ -133,18 +135,19 @@ void expect_matches_one_rank(const TpCell& cell) {
     const double loss_diff = testing::max_relative_difference(losses, one_losses);
     const double norm_diff = testing::max_relative_difference(norms, one_norms);
     const double parameter_diff = parameters != nullptr ? shard_difference(one.params(), *parameters) : 0;
-    const std::string what = str(cell.family, " ", dtype_name(cell.precision), " tp ", tp, " dp ", cell.dp, " ZeRO ",
-                                 cell.zero, " accumulation ", accumulation, " rank ", rank);
+    const std::string what = str(cell.family, " ", dtype_name(cell.precision), " tp ", tp, cell.sp ? " sp" : "",
+                                 " dp ", cell.dp, " ZeRO ", cell.zero, " recompute ", recompute_name(cell.recompute),
+                                 " accumulation ", accumulation, " rank ", rank);
     const Bounds bound = bounds(cell.precision);
     EXPECT_LT(loss_diff, bound.losses) << what;
     EXPECT_LT(norm_diff, bound.norms) << what;
     EXPECT_LT(parameter_diff, bound.parameters) << what;
     const double worst = all_reduce_value(*groups.world, parameter_diff, ReduceOp::max);
     if (rank == 0)
-      std::printf("tp %d × dp %d, ZeRO %d, %s %s, accumulation %d: losses within %.2e, gradient norms within %.2e, "
-                  "parameters within %.2e of the largest\n",
-                  tp, cell.dp, cell.zero, cell.family.c_str(), dtype_name(cell.precision).data(), accumulation,
-                  loss_diff, norm_diff, worst);
+      std::printf("tp %d%s × dp %d, ZeRO %d, %s %s, recompute %s, accumulation %d: losses within %.2e, gradient "
+                  "norms within %.2e, parameters within %.2e of the largest\n",
+                  tp, cell.sp ? " sp" : "", cell.dp, cell.zero, cell.family.c_str(), dtype_name(cell.precision).data(),
+                  recompute_name(cell.recompute).data(), accumulation, loss_diff, norm_diff, worst);
     // What every tp rank holds whole (a norm's weight, here the last) is the same bits on each.
     if (parameters != nullptr) {
       const Tensor ln_f = parameters->unpadded("ln_f.weight");
@@ -163,19 +166,24 @@ TEST_P(MpiTpCell, MatchesOneRank) {
   expect_matches_one_rank(GetParam());
 }
 
-// Named family_precision_dpD_zeroS; CMakeLists.txt runs those whose dp divides the world with
-// at least 2 tensor-parallel ranks.
+// Named family_precision_dpD_zeroS, then _sp with sequence parallelism, then the recomputation
+// policy where there is one; CMakeLists.txt runs those whose dp divides the world with at least 2
+// tensor-parallel ranks.
 std::vector<TpCell> cells() {
   std::vector<TpCell> out;
-  for (const char* family : {"gpt2", "llama"})
+  for (const char* family : {"gpt2", "llama"}) {
     for (const DType precision : {DType::f32, DType::bf16})
       for (const auto& [dp, zero] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{2, 1}, std::pair{2, 3}})
-        out.push_back({family, precision, dp, zero});
+        for (const bool sp : {false, true}) out.push_back({family, precision, dp, zero, sp});
+    for (const Recompute recompute : {Recompute::selective, Recompute::full})
+      out.push_back({family, DType::f32, 1, 0, true, recompute});
+  }
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiTpCell, ::testing::ValuesIn(cells()), [](const auto& info) {
   const TpCell& c = info.param;
-  return str(c.family, "_", dtype_name(c.precision), "_dp", c.dp, "_zero", c.zero);
+  return str(c.family, "_", dtype_name(c.precision), "_dp", c.dp, "_zero", c.zero, c.sp ? "_sp" : "",
+             c.recompute == Recompute::none ? "" : str("_", recompute_name(c.recompute)));
 });
 
 }  // namespace
