@@ -260,6 +260,50 @@ TEST(TrainCli, ZeroCheckpointsMoveBetweenStagesAndLayouts) {
   }
 }
 
+// Tensor parallelism — alone, with sequence parallelism, with dp and ZeRO — trains the
+// one-process model (gpt2-tiny's 3 heads over 2 and 3 ranks, its 32-byte sequences split over
+// them with sp), and its checkpoints (each tp rank's slices, in the whole tensors' coordinates)
+// resume in one process, under another tensor-parallel size and ZeRO stage, on the same loss
+// curve; the final validation loss, evaluated by the tp group, is the same too.
+TEST(TrainCli, TensorParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenLayouts) {
+  const TrainRun run;
+  const std::string six = "train.steps=6 checkpoint.every=3";
+  ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
+  const std::vector<double> expected = run.losses("one");
+  const double expected_val = run.final_validation_loss("one");
+  const std::string tp2 = " parallel.tp=2", tp3_sp = " parallel.tp=3 parallel.sp=true",
+                    tp2_dp2 = " parallel.tp=2 parallel.dp=2 parallel.sp=true parallel.zero_stage=";
+  const auto two = run_dtrain(run.args("tp2", six + tp2), testing::mpirun(2));
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_NE(two.output.find("each of the 2 tp ranks holds a slice of every block and of the vocabulary"),
+            std::string::npos)
+      << two.output;
+  ASSERT_EQ(run_dtrain(run.args("tp3_sp", six + tp3_sp), testing::mpirun(3)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("tp2_dp2_zero1", six + tp2_dp2 + "1"), testing::mpirun(4)).status, 0);
+  // tp 2 to one process; one process to tp 3 with sp; tp 2 × dp 2 at ZeRO 1 to tp 3; tp 3 to
+  // tp 2 × dp 2 at ZeRO 3.
+  const std::string three = "train.steps=3";
+  ASSERT_EQ(run_dtrain(run.args("tp2_to_one", three + tp2), testing::mpirun(2)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("tp2_to_one", six)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("one_to_tp3", three)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("one_to_tp3", six + tp3_sp), testing::mpirun(3)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("zero1_to_tp3", three + tp2_dp2 + "1"), testing::mpirun(4)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("zero1_to_tp3", six + tp3_sp), testing::mpirun(3)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("tp3_to_zero3", three + tp3_sp), testing::mpirun(3)).status, 0);
+  const auto to_zero3 = run_dtrain(run.args("tp3_to_zero3", six + tp2_dp2 + "3"), testing::mpirun(4));
+  ASSERT_EQ(to_zero3.status, 0) << to_zero3.output;
+  EXPECT_NE(to_zero3.output.find("resumed from "), std::string::npos) << to_zero3.output;
+  for (const char* name :
+       {"tp2", "tp3_sp", "tp2_dp2_zero1", "tp2_to_one", "one_to_tp3", "zero1_to_tp3", "tp3_to_zero3"}) {
+    const std::vector<double> got = run.losses(name);
+    ASSERT_EQ(got.size(), 6u) << name;
+    // The row-parallel products and the loss's exponentials summed in parts: fp32 rounding, which
+    // parallel/tensor/tensor_parallel_test.cpp measures at ~2e-8 of the losses over 3 steps.
+    for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+    EXPECT_NEAR(run.final_validation_loss(name), expected_val, 1e-5 * expected_val) << name;
+  }
+}
+
 // ZeRO in 16-bit precision keeps the f32 master weights only as each rank's parts: two ranks
 // train the one-process bf16 run at stages 1 and 3, a stage-3 checkpoint (the master weights in
 // parts) resumes in one process, a one-process checkpoint resumes at stage 2, and f16 with loss
@@ -370,6 +414,13 @@ TEST(TrainCli, RanksStartedWithDifferentOverridesStopAndSayHow) {
       << result.output;
   for (const std::string line : {"rank 0: steps", "rank 1: steps", "= 5\n", "= 7\n"})
     EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << result.output;
+  // Tensor-parallel ranks that disagree on sequence parallelism.
+  const auto tp = run_dtrain(run.args("mixed_tp", "parallel.tp=2") + " : -np 1 " + bin +
+                                 run.args("mixed_tp", "parallel.tp=2 parallel.sp=true"),
+                             testing::mpirun(1));
+  EXPECT_NE(tp.status, 0);
+  for (const std::string line : {"rank 1 has a different run configuration than rank 0:", "rank 0: sp", "rank 1: sp"})
+    EXPECT_NE(tp.output.find(line), std::string::npos) << line << "\n" << tp.output;
 }
 
 // One rank of four stops calling collectives before step 2: the other three, waiting in the

@@ -232,6 +232,35 @@ Tensor FlatTensors::unpadded(const ParamInfo& info) const {
   return buffer->view(dtype_, info.shape, offset);
 }
 
+namespace {
+
+// For each run of shard's tensors (the owned ones only when `owned_only`), copies the run's
+// elements between the shard and the whole, either way.
+void copy_runs(const FlatTensors& whole, const FlatTensors& shard, bool into_shard, bool owned_only) {
+  const size_t element = dtype_size(shard.dtype());
+  DT_CHECK(whole.dtype() == shard.dtype(), "slices between ", dtype_name(whole.dtype()), " and ",
+           dtype_name(shard.dtype()), " tensors");
+  for (const ParamInfo& p : shard.layout().params()) {
+    const Tensor mine = shard.unpadded(p), all = whole.unpadded(p.name);
+    for (const ParamInfo::Run& run : p.runs()) {
+      if (owned_only && !run.owned) continue;
+      char* at_shard = static_cast<char*>(mine.data) + run.local * element;
+      char* at_whole = static_cast<char*>(all.data) + run.global * element;
+      const size_t bytes = static_cast<size_t>(run.count) * element;
+      if (into_shard)
+        copy_bytes(at_shard, mine.device, at_whole, all.device, bytes);
+      else
+        copy_bytes(at_whole, all.device, at_shard, mine.device, bytes);
+    }
+  }
+}
+
+}  // namespace
+
+void copy_slices(const FlatTensors& whole, FlatTensors& shard) { copy_runs(whole, shard, true, false); }
+
+void place_slices(const FlatTensors& shard, FlatTensors& whole) { copy_runs(whole, shard, false, true); }
+
 void init_parameters(FlatTensors& params, uint64_t seed) {
   params.zero();  // alignment gaps and padding rows stay zero
   std::vector<float> values;

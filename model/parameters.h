@@ -184,6 +184,12 @@ class FlatTensors {
   std::vector<Buffer> units_;  // per unit: empty while not held
 };
 
+// Sets each of shard's tensors — a tensor-parallel rank's slices, or whole tensors — from the
+// whole model's `whole` (flat tensors of the whole layout; any device, both the same).
+void copy_slices(const FlatTensors& whole, FlatTensors& shard);
+// The reverse for the slices shard owns: sets them in whole.
+void place_slices(const FlatTensors& shard, FlatTensors& whole);
+
 // Sets every parameter from its init rule; element i of parameter p is a function of
 // (seed, p.name, i) only (core/rng.h), so any process can build any part of the model.
 void init_parameters(FlatTensors& params, uint64_t seed);

@@ -14,15 +14,15 @@ kernels::FlatRange even_part(int64_t count, int parts, int index) {
 
 void check_tensor_parallel(const ModelConfig& config, int tp) {
   validate_model_config(config);
-  if (tp < 1) throw ConfigError(str("parallel.tp = ", tp, " must be at least 1"));
-  // The query heads bound it: the MLP and the vocabulary are wider than the model's head count.
+  if (tp < 1) throw ConfigError(str("parallel.tp = ", tp, ": must be at least 1"));
+  // Each rank needs a query head, a column of the MLP and a row of the vocabulary.
   if (tp > config.n_head)
-    throw ConfigError(str("parallel.tp = ", tp, " is more ranks than the model's ", config.n_head,
-                          " attention heads (model.n_head), and each tensor-parallel rank needs at least one; use "
-                          "parallel.tp <= ",
+    throw ConfigError(str("parallel.tp = ", tp, ": more tensor-parallel ranks than the model's ", config.n_head,
+                          " attention heads (model.n_head), and each needs at least one; use parallel.tp <= ",
                           config.n_head));
   if (tp > config.ffn_hidden() || tp > config.vocab_size)
-    throw ConfigError(str("parallel.tp = ", tp, " is more ranks than the model's MLP width (", config.ffn_hidden(),
+    throw ConfigError(str("parallel.tp = ", tp, ": more tensor-parallel ranks than the model's MLP width (",
+                          config.ffn_hidden(),
                           ") or vocabulary (", config.vocab_size, "); use parallel.tp <= ",
                           std::min(config.ffn_hidden(), config.vocab_size)));
 }

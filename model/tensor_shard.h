@@ -63,8 +63,7 @@ struct ShardDims {
 };
 
 // Checks that `config` splits over `tp` ranks (at least one query head, MLP column and
-// vocabulary row each), throwing dt::ConfigError naming parallel.tp, the value and the largest
-// size that works.
+// vocabulary row each), throwing dt::ConfigError "parallel.tp = N: why; use parallel.tp <= M".
 void check_tensor_parallel(const ModelConfig& config, int tp);
 ShardDims shard_dims(const ModelConfig& config, TensorShard shard);
 

@@ -14,18 +14,21 @@ size_t MemoryPlan::allocated() const {
   return sum;
 }
 
-MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                       int dp_ranks, int zero_stage) {
+namespace {
+
+// Tensor-parallel rank `shard`'s plan.
+MemoryPlan plan_rank(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
+                     int dp_ranks, int zero_stage, TensorShard shard, bool sp) {
   MemoryPlan plan;
   const auto add = [&](MemTag tag, size_t bytes) { plan.bytes[static_cast<int>(tag)] += bytes; };
   const ParameterStorage storage = DataParallel::storage(dp_ranks, zero_stage);
-  const ParameterLayout layout(config, storage.unit_multiple);
+  const ParameterLayout layout(config, storage.unit_multiple, shard);
   // The model: its flat buffers, one micro-batch's activations and the rotary tables.
   const Transformer::ParameterBuffers model = Transformer::parameter_buffers(precision, storage);
   for (const auto& spec : {std::optional(model.params), std::optional(model.grads), model.weights})
     if (spec) add(spec->tag, FlatTensors::held_bytes(layout, spec->dtype, spec->storage));
   const ActivationBytes activations =
-      Stage::activation_bytes(config, StageUnits::whole(config), recompute, precision, batch_size, seq_len);
+      Stage::activation_bytes(config, StageUnits::whole(config), recompute, precision, batch_size, seq_len, shard, sp);
   add(MemTag::activations, static_cast<size_t>(activations.kept + activations.shared));
   add(MemTag::workspace, static_cast<size_t>(activations.scratch));
   if (config.family == ModelFamily::llama) add(MemTag::workspace, rope_table_bytes(config, seq_len));
@@ -38,9 +41,23 @@ MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, R
   return plan;
 }
 
+}  // namespace
+
+MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
+                       int dp_ranks, int zero_stage, int tp_ranks, bool sp) {
+  MemoryPlan largest;
+  for (int r = 0; r < tp_ranks; ++r) {
+    const MemoryPlan plan =
+        plan_rank(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage, {r, tp_ranks}, sp);
+    if (r == 0 || plan.total() > largest.total()) largest = plan;
+  }
+  return largest;
+}
+
 void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                       int dp_ranks, int zero_stage) {
-  const size_t needed = plan_memory(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage).total();
+                       int dp_ranks, int zero_stage, int tp_ranks, bool sp) {
+  const size_t needed =
+      plan_memory(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage, tp_ranks, sp).total();
   const size_t available = device_free_bytes(Device::cuda);
   if (needed <= available) return;
   throw Error(str("training this model needs about ", format_bytes(static_cast<double>(needed)),
@@ -49,7 +66,8 @@ void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, R
                   "micro-batch of ", batch_size, " x ", seq_len, " tokens, recompute ", recompute_name(recompute),
                   ") but the GPU has ", format_bytes(static_cast<double>(available)), " free; ",
                   zero_stage < 3 ? "raise parallel.zero_stage (up to 3) or " : "",
-                  "use more data-parallel ranks, a smaller micro_batch_size or seq_len, train.recompute = \"full\", "
+                  "use more data-parallel or tensor-parallel ranks, a smaller micro_batch_size or seq_len, "
+                  "train.recompute = \"full\", "
                   "precision bf16, or a smaller model"));
 }
 

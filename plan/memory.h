@@ -25,13 +25,14 @@ struct MemoryPlan {
 };
 
 // One rank's: micro-batches of batch_size x seq_len tokens under `recompute`, in `precision`,
-// with ZeRO `zero_stage` over `dp_ranks` data-parallel ranks.
+// with ZeRO `zero_stage` over `dp_ranks` data-parallel ranks; with `tp_ranks` tensor-parallel
+// ranks (and sequence parallelism when `sp`), the plan of the rank whose share is the largest.
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                       int dp_ranks, int zero_stage);
+                       int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false);
 
 // Before a GPU run allocates: the plan's total against the GPU's free memory; the error names
 // every figure and the fixes (a higher ZeRO stage, recomputation, bf16, smaller micro-batches).
 void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                       int dp_ranks, int zero_stage);
+                       int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false);
 
 }  // namespace dt

@@ -15,6 +15,7 @@
 
 #include "ckpt/hf_config.h"
 #include "core/error.h"
+#include "model/tensor_shard.h"
 #include "core/suggest.h"
 #include "train/run_config_keys.h"
 
@@ -445,12 +446,27 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
                                                        : p.ep;
     if (value < 1)
       check.report(key, "must be at least 1");
-    else if (key != "parallel.dp")  // data parallelism is built (parallel/data_parallel.h)
+    else if (key != "parallel.dp" && key != "parallel.tp")  // built: parallel/data_parallel.h, parallel/tensor/
       check.require(value == 1, key, str(what, " is not built yet; set ", key, " = 1"));
   }
+  if (model_complete && p.tp > 1) {
+    try {
+      check_tensor_parallel(config.model, p.tp);
+    } catch (const ConfigError& e) {
+      check.report("parallel.tp", e.message().substr(e.message().find(": ") + 2));
+    }
+  }
+  // Sequence parallelism splits each micro-batch's tokens over the tp ranks: each needs one.
+  const int64_t tokens = int64_t{t.micro_batch_size} * config.data.seq_len;
+  if (p.sp && p.tp == 1)
+    check.report("parallel.sp", "sequence parallelism splits the tokens over the tensor-parallel ranks, and "
+                                "parallel.tp = 1; set parallel.tp above 1, or parallel.sp = false");
+  else if (p.sp && tokens >= 1 && p.tp > tokens)
+    check.report("parallel.sp", str("the ", p.tp, " tensor-parallel ranks would split micro-batches of ", tokens,
+                                    " tokens (train.micro_batch_size ", t.micro_batch_size, " x data.seq_len ",
+                                    config.data.seq_len, "), and each needs at least one; use parallel.tp <= ",
+                                    tokens, ", or longer micro-batches"));
   check.require(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", "must be 0, 1, 2 or 3");
-  check.require(!p.sequence_parallel, "parallel.sequence_parallel",
-                "sequence parallelism is not built yet; set parallel.sequence_parallel = false");
   check.require(p.bucket_mb > 0 && std::isfinite(p.bucket_mb), "parallel.bucket_mb", "must be finite and above 0");
   check.require(p.backend != "nccl" || t.device == "cuda", "parallel.backend",
                 "NCCL moves CUDA buffers; set train.device = \"cuda\", or parallel.backend = \"mpi\" (or \"auto\")");

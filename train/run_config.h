@@ -9,7 +9,7 @@
 //   [optim]       lr, min_lr_ratio, warmup_steps, decay, decay_steps, beta1, beta2, eps,
 //                 weight_decay, decay_embeddings
 //   [loss_scale]  enabled, initial, growth_interval, min_scale
-//   [parallel]    dp, tp, pp, cp, ep, zero_stage, sequence_parallel, pp_schedule,
+//   [parallel]    dp, tp, pp, cp, ep, zero_stage, sp, pp_schedule,
 //                 bucket_mb, timeout_s, backend
 //   [checkpoint]  dir, every, keep_last, resume
 //   [log]         run_dir, every, progress, tensorboard, trace
@@ -80,7 +80,7 @@ struct RunConfig {
   struct Parallel {
     int dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
     int zero_stage = 0;
-    bool sequence_parallel = false;
+    bool sp = false;  // sequence parallelism, over the tp ranks
     std::string pp_schedule = "1f1b";
     double bucket_mb = 25;
     double timeout_s = 600;  // a collective waiting longer: the watchdog reports and ends the job

@@ -236,7 +236,7 @@ std::vector<ConfigKey> make_keys() {
       key("parallel", "cp", &C::parallel, &C::Parallel::cp),
       key("parallel", "ep", &C::parallel, &C::Parallel::ep),
       key("parallel", "zero_stage", &C::parallel, &C::Parallel::zero_stage),
-      key("parallel", "sequence_parallel", &C::parallel, &C::Parallel::sequence_parallel),
+      key("parallel", "sp", &C::parallel, &C::Parallel::sp),
       choice_key("parallel", "pp_schedule", kPipelineSchedules, &C::parallel, &C::Parallel::pp_schedule),
       key("parallel", "bucket_mb", &C::parallel, &C::Parallel::bucket_mb),
       key("parallel", "timeout_s", &C::parallel, &C::Parallel::timeout_s),

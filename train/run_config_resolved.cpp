@@ -95,9 +95,11 @@ std::string derived_quantities(const RunConfig& config) {
       {"FLOPs per step", scientific(flops.model)},
       {"memory", str(format_bytes(static_cast<double>(
                          plan_memory(m, config.train.micro_batch_size, T, config.train.recompute,
-                                     config.train.precision, config.dims().dp, config.parallel.zero_stage)
+                                     config.train.precision, config.dims().dp, config.parallel.zero_stage,
+                                     config.dims().tp, config.parallel.sp)
                              .total())),
-                     config.dims().dp > 1 ? " per rank" : "", " on the ", config.train.device,
+                     config.dims().world_size() > 1 ? " per rank (the largest share)" : "", " on the ",
+                     config.train.device,
                      ": parameters, gradients, AdamW moments and one micro-batch's activations",
                      config.parallel.zero_stage > 0 ? str(", ZeRO stage ", config.parallel.zero_stage, " over ",
                                                           config.dims().dp, " ranks with its working set")
@@ -105,6 +107,24 @@ std::string derived_quantities(const RunConfig& config) {
       {"tokens in the run", str(grouped(config.train.steps), " steps x ", grouped(tokens_per_step), " = ",
                                 grouped(run_tokens), " (", si(static_cast<double>(run_tokens)), ")")},
   };
+  // Under tensor parallelism, what each tp rank holds.
+  const int tp = config.dims().tp;
+  const auto span = [](int64_t begin, int64_t end) {
+    return end == begin + 1 ? str(begin) : str(begin, "-", end - 1);
+  };
+  for (int r = 0; tp > 1 && r < tp; ++r) {
+    const ParameterLayout shard(m, kParamAlignment, {r, tp});
+    const ShardDims& d = shard.dims();
+    const HeadShard& h = d.heads;
+    lines.emplace_back(str("tp rank ", r),
+                       str("query heads ", span(h.q_begin, h.q_end), ", key/value heads ", span(h.kv_begin, h.kv_end),
+                           h.kv_split ? "" : " (copied: fewer than the ranks)", ", MLP columns ",
+                           span(d.ffn.begin, d.ffn.end), ", vocabulary ", span(d.vocab.begin, d.vocab.end), ": ",
+                           grouped(shard.num_parameters()), " parameters",
+                           config.parallel.sp ? str(", tokens ", even_part(int64_t{config.train.micro_batch_size} * T, tp, r).size(),
+                                                    " of each micro-batch's ", config.train.micro_batch_size * T)
+                                              : ""));
+  }
   std::string data;
   if (config.data.dir.empty()) {
     data = "data.dir is not set";

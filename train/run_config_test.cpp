@@ -231,13 +231,36 @@ TEST(RunConfig, ModelFieldProblemsNameTheirKeys) {
 TEST(RunConfig, ParallelismNotBuiltYetIsRejectedWithTheFix) {
   testing::TempDir dir;
   const auto e = load_error(write_config(dir, std::string(kTiny) +
-                                                  "[parallel]\ndp = 2\ntp = 2\nzero_stage = 3\nsequence_parallel = "
-                                                  "true\n[train]\nglobal_batch_size = 16\n"));
-  EXPECT_EQ(e.find("parallel.dp"), std::string::npos) << "data parallelism is built:\n" << e;
-  EXPECT_EQ(e.find("parallel.zero_stage"), std::string::npos) << "ZeRO 1 to 3 are built:\n" << e;
-  for (const char* line : {"parallel.tp = 2: tensor parallelism is not built yet; set parallel.tp = 1",
-                           "parallel.sequence_parallel = true: sequence parallelism is not built yet"})
-    EXPECT_NE(e.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << e;
+                                                  "[parallel]\ndp = 2\ntp = 2\npp = 2\nzero_stage = 3\nsp = true\n"
+                                                  "[train]\nglobal_batch_size = 16\n"));
+  for (const char* built : {"parallel.dp", "parallel.tp", "parallel.zero_stage", "parallel.sp"})
+    EXPECT_EQ(e.find(built), std::string::npos) << built << " is built:\n" << e;
+  EXPECT_NE(e.find("parallel.pp = 2: pipeline parallelism is not built yet; set parallel.pp = 1"), std::string::npos)
+      << e;
+}
+
+// gpt2-tiny has 3 heads; micro-batches of 2 x 64 tokens.
+TEST(RunConfig, TensorParallelSizesTheModelCannotTakeNameASizeThatWorks) {
+  testing::TempDir dir;
+  const std::string tiny = std::string(kTiny) + "[train]\nmicro_batch_size = 2\n";
+  EXPECT_EQ(load_error(write_config(dir, tiny), {"parallel.tp=3", "parallel.sp=true"}), "");
+  const auto heads = load_error(write_config(dir, tiny), {"parallel.tp=4"});
+  EXPECT_NE(heads.find("parallel.tp = 4: more tensor-parallel ranks than the model's 3 attention heads (model.n_head), "
+                       "and each needs at least one; use parallel.tp <= 3"),
+            std::string::npos)
+      << heads;
+  const auto alone = load_error(write_config(dir, tiny), {"parallel.sp=true"});
+  EXPECT_NE(alone.find("parallel.sp = true: sequence parallelism splits the tokens over the tensor-parallel ranks, "
+                       "and parallel.tp = 1; set parallel.tp above 1, or parallel.sp = false"),
+            std::string::npos)
+      << alone;
+  const auto tokens = load_error(write_config(dir, tiny), {"parallel.tp=3", "parallel.sp=true", "data.seq_len=1",
+                                                           "train.micro_batch_size=1"});
+  EXPECT_NE(tokens.find("parallel.sp = true: the 3 tensor-parallel ranks would split micro-batches of 1 tokens "
+                        "(train.micro_batch_size 1 x data.seq_len 1), and each needs at least one; use "
+                        "parallel.tp <= 1"),
+            std::string::npos)
+      << tokens;
 }
 
 TEST(RunConfig, TheNcclBackendNeedsCuda) {

@@ -26,6 +26,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/launch_check.h"
 #include "parallel/parallel_dims.h"
+#include "parallel/tensor/tensor_parallel.h"
 #include "plan/memory.h"
 #include "train/batch_buffers.h"
 #include "train/evaluate.h"
@@ -53,9 +54,11 @@ void write_text_file(const std::filesystem::path& path, const std::string& text)
 void load_init_from(const RunConfig& config, FlatTensors& params) {
   std::filesystem::path file = config.init.from;
   if (std::filesystem::is_directory(file)) file /= "model.safetensors";
-  FlatTensors host(params.layout(), MemTag::workspace, Device::cpu);
+  // The whole model read on the host; this rank's slices of it taken (all of it on one rank).
+  const ParameterLayout whole_layout(config.model);
+  FlatTensors host(whole_layout, MemTag::workspace, Device::cpu);
   ckpt::load_hf_safetensors(host, file);
-  copy_bytes(params.all().data, params.all().device, host.all().data, Device::cpu, host.all().bytes());
+  copy_slices(host, params);
 }
 
 // One sample of the model's current parameters, decoded, for the log.
@@ -128,12 +131,16 @@ TrainSummary run_training(const RunConfig& config) {
   // ZeRO pads the layout's units to equal parts over the dp ranks and shards the optimizer's
   // state (from stage 2 the gradients, at stage 3 the parameters too); the DataParallel holds the
   // optimizer of this rank's parts at every stage.
-  const int zero_stage = config.parallel.zero_stage;
+  const int zero_stage = config.parallel.zero_stage, tp = groups.dims.tp;
   // The whole run's memory per rank against the GPU's, before anything is allocated.
   if (device == Device::cuda)
-    check_fits_on_gpu(mc, B, T, config.train.recompute, config.train.precision, groups.dims.dp, zero_stage);
+    check_fits_on_gpu(mc, B, T, config.train.recompute, config.train.precision, groups.dims.dp, zero_stage, tp,
+                      config.parallel.sp);
+  // Tensor parallelism: the model is this rank's shard, communicating over the tp group.
+  std::optional<TensorParallel> tensor_parallel;
+  if (tp > 1) tensor_parallel.emplace(*groups.tp, mc, config.parallel.sp);
   Transformer model(mc, B, T, config.train.recompute, config.train.precision, device,
-                    DataParallel::storage(groups.dims.dp, zero_stage));
+                    DataParallel::storage(groups.dims.dp, zero_stage), tensor_parallel ? &*tensor_parallel : nullptr);
   DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb, zero_stage, config.adamw);
   AdamW& optimizer = data_parallel.optimizer();
   std::unique_ptr<LossScaler> scaler;
@@ -194,8 +201,12 @@ TrainSummary run_training(const RunConfig& config) {
                 accumulation == 1 ? "" : "es", B, static_cast<long long>(train_data.size()),
                 config.data.dir.string().c_str());
     if (groups.world->size() > 1)
-      std::printf("%s over %s: each rank trains on its share of every step's batch%s\n",
+      std::printf("%s over %s: each dp rank trains on its share of every step's batch%s%s\n",
                   groups.dims.describe().c_str(), groups.world->backend().c_str(),
+                  tp == 1 ? ""
+                          : str(" | each of the ", tp, " tp ranks holds a slice of every block and of the vocabulary",
+                                config.parallel.sp ? ", and its part of each micro-batch's tokens between them" : "")
+                                .c_str(),
                   zero_stage == 0 ? ""
                                   : str(" | ZeRO stage ", zero_stage, ": ", zero_sharding(zero_stage),
                                         " sharded over the ", groups.dims.dp, " dp ranks").c_str());
@@ -212,11 +223,13 @@ TrainSummary run_training(const RunConfig& config) {
 
   BatchBuffers step_batches(accumulation, B, T, device);
   BatchBuffers eval_batch(1, B, T, device);
-  // Evaluation, samples and checkpoints are the lead rank's: every rank holds the same model.
+  // Evaluation, samples and checkpoints are the lead rank's: every dp rank holds the same model.
   // Under ZeRO 3 every forward gathers each unit from all ranks, so every rank evaluates (the
   // same batches), and a sample or a save first gathers the whole parameters on the lead rank.
+  // Under tensor parallelism a forward is the tp group's: the lead's tp group evaluates, and a
+  // sample gathers the shards on the lead.
   const auto validate = [&](int64_t step, ProgressDisplay& progress) {
-    if (!val_data || (!lead && zero_stage < 3)) return;
+    if (!val_data || (zero_stage < 3 && groups.coords.dp != 0)) return;
     const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch);
     if (!lead) return;
     summary.val_loss = e.loss;
@@ -224,21 +237,27 @@ TrainSummary run_training(const RunConfig& config) {
     progress.message(str("step ", step, ": validation loss ", fixed(e.loss, 4), " (perplexity ",
                          fixed(std::exp(e.loss), 2), ", ", e.tokens, " tokens)"));
   };
+  const ParameterLayout whole_layout(mc);
   const auto sample = [&](int64_t step, ProgressDisplay& progress) {
-    if (!tokenizer || (!lead && !sharded_parameters)) return;
-    std::optional<FlatTensors> gathered;  // sharded: the whole parameters, on the lead rank
+    if (!tokenizer || (!lead && !sharded_parameters && tp == 1)) return;
+    // This tp rank's f32 parameters whole: the model's, or gathered over dp on dp rank 0.
+    std::optional<FlatTensors> gathered;
     if (sharded_parameters) {
-      if (lead) gathered.emplace(model.layout(), MemTag::workspace, Device::cpu);
+      if (groups.coords.dp == 0) gathered.emplace(model.layout(), MemTag::workspace, Device::cpu);
       data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
     }
+    const FlatTensors& mine = gathered ? *gathered : model.params();
+    // Then every tp rank's shard placed in the whole model on the lead.
+    std::optional<FlatTensors> whole;
+    if (tp > 1 && groups.coords.dp == 0) {
+      if (lead) whole.emplace(whole_layout, MemTag::workspace, Device::cpu);
+      gather_shards(*groups.tp, mine, whole ? &*whole : nullptr);
+    }
     if (!lead) return;
-    progress.message(
-        str("step ", step, ": sample: ", sample_text(config, gathered ? *gathered : model.params(), *tokenizer)));
+    progress.message(str("step ", step, ": sample: ", sample_text(config, whole ? *whole : mine, *tokenizer)));
   };
-  // Every rank calls the save: what is sharded each rank writes its parts of, what every rank
-  // holds whole rank 0 writes (train/training_checkpoint.h). The share names dp ranks, which are
-  // the job's while dp is the only dimension above 1.
-  DT_CHECK(control->size() == data_parallel.group().size(), "checkpoints of layouts beyond data parallelism");
+  // Every rank calls the save: what is sharded each rank writes its parts of, what every rank of
+  // a dp group holds whole its rank 0 writes, each tp rank its own slices (train/training_checkpoint.h).
   const auto save = [&](int64_t step, ProgressDisplay& progress) {
     if (checkpoints.empty()) return;
     const TrainingProgress at{step, loader.state()};

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/tensor_pieces.h"
 #include "comm/single_process.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -62,36 +63,6 @@ ModelConfig model_config_of(const ckpt::Checkpoint& checkpoint) {
 
 namespace {
 
-// The name of a piece of parameter `name`: its unpadded elements [begin, end), row-major.
-std::string piece_name(const std::string& buffer, const std::string& name, int64_t begin, int64_t end) {
-  return str(buffer, ".", name, "[", begin, ":", end, "]");
-}
-
-// Reads the pieces of BUFFER.NAME into `whole` (the parameter's unpadded elements, flat): every
-// NAME[B:E] the checkpoint holds, which must cover it exactly.
-void read_pieces(const ckpt::Checkpoint& checkpoint, const std::string& prefix, const std::vector<std::string>& names,
-                 const ParamInfo& p, Tensor whole) {
-  std::vector<std::pair<int64_t, int64_t>> pieces;
-  for (const std::string& n : names) {
-    if (!n.starts_with(prefix + "[") || n.back() != ']') continue;
-    const std::string range = n.substr(prefix.size() + 1, n.size() - prefix.size() - 2);
-    const size_t colon = range.find(':');
-    if (colon == std::string::npos) continue;
-    pieces.emplace_back(std::stoll(range.substr(0, colon)), std::stoll(range.substr(colon + 1)));
-  }
-  std::sort(pieces.begin(), pieces.end());
-  int64_t covered = 0;
-  for (const auto& [b, e] : pieces) {
-    if (b != covered || e <= b || e > p.numel()) break;
-    checkpoint.read_into(str(prefix, "[", b, ":", e, "]"), whole.slice_rows(b, e - b));
-    covered = e;
-  }
-  if (covered != p.numel())
-    throw Error(str("tensor '", prefix, "' is missing",
-                    pieces.empty() ? "" : str(" elements from ", covered, " of ", p.numel()),
-                    ": the checkpoint holds neither it whole nor pieces that cover it; was one rank's file lost?"));
-}
-
 std::string part_name(const std::string& buffer, size_t unit, int rank) {
   return str(buffer, ".unit.", unit, ".part.", rank);
 }
@@ -106,14 +77,7 @@ void read_flat(const ckpt::Checkpoint& checkpoint, const std::string& buffer, Fl
                           std::ranges::count(state["sharding"].at("buffers").get<std::vector<std::string>>(), buffer) > 0;
   if (!unit_parts) {
     const std::vector<std::string> names = checkpoint.tensor_names();
-    const std::set<std::string> whole(names.begin(), names.end());
-    for (const ParamInfo& p : layout.params()) {
-      const std::string name = str(buffer, ".", p.name);
-      if (whole.count(name))
-        checkpoint.read_into(name, dest.unpadded(p));
-      else
-        read_pieces(checkpoint, name, names, p, dest.unpadded(p).reshape({p.numel()}));
-    }
+    for (const ParamInfo& p : layout.params()) ckpt::read_slice(checkpoint, names, str(buffer, ".", p.name), p, dest.unpadded(p));
     return;
   }
   const int ranks = state["sharding"].at("ranks").get<int>();
@@ -125,10 +89,7 @@ void read_flat(const ckpt::Checkpoint& checkpoint, const std::string& buffer, Fl
     for (int r = 0; r < ranks; ++r)
       checkpoint.read_into(part_name(buffer, u, r), whole.all().slice_rows(unit.begin + r * part, part));
   }
-  for (const ParamInfo& p : layout.params()) {
-    const Tensor to = dest.unpadded(p), from = whole.unpadded(p.name);
-    copy_bytes(to.data, to.device, from.data, from.device, to.bytes());
-  }
+  copy_slices(whole, dest);
 }
 
 }  // namespace
@@ -206,7 +167,7 @@ nlohmann::ordered_json training_state(int64_t adamw_steps, const LossScaler* sca
 
 CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params) {
   const AdamW& optimizer = dp.optimizer();
-  const int rank = dp.group().rank(), ranks = dp.group().size();
+  const int rank = dp.group().rank();
   const bool sharded_optimizer = dp.zero_stage() >= 1;
   CheckpointShare share;
   const auto pieces = [&](const std::vector<Tensor>& parts) {
@@ -224,8 +185,6 @@ CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& para
     share.buffers.emplace_back("adamw.m", pieces(optimizer.moment_parts(AdamW::Moment::first)));
     share.buffers.emplace_back("adamw.v", pieces(optimizer.moment_parts(AdamW::Moment::second)));
   }
-  for (int r = 0; r < ranks; ++r)
-    if (sharded_optimizer || r == 0) share.writers.push_back(r);
   return share;
 }
 
@@ -250,21 +209,28 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
       for (const ParamInfo& p : layout.params()) {
         const int64_t b = std::max(p.offset, piece.range.begin), e = std::min(p.offset + p.numel(), piece.range.end);
         if (b >= e) continue;
-        const Tensor t = values.slice_rows(b - piece.range.begin, e - b);
-        if (e - b == p.numel())
-          tensors.emplace_back(str(buffer, ".", p.name), t.reshape(p.shape));
-        else
-          tensors.emplace_back(piece_name(buffer, p.name, b - p.offset, e - p.offset), t);
+        for (ckpt::NamedPiece& named : ckpt::saved_pieces(str(buffer, ".", p.name), p, b - p.offset,
+                                                          values.slice_rows(b - piece.range.begin, e - b)))
+          tensors.emplace_back(std::move(named.name), named.values);
       }
     }
+  // The writers, in rank order: the ranks with something to write.
+  const int ranks = control.size();
+  const Buffer writes(static_cast<size_t>(ranks) * sizeof(int32_t), MemTag::workspace, Device::cpu);
+  const Tensor flags = writes.view(DType::i32, {ranks});
+  flags.ptr<int32_t>()[rank] = tensors.empty() ? 0 : 1;
+  control.all_gather(flags, flags.slice_rows(rank, 1)).wait();
+  std::vector<int> writers;
+  for (int r = 0; r < ranks; ++r)
+    if (flags.ptr<int32_t>()[r] != 0) writers.push_back(r);
   // Rank 0 makes the directory, the writers write their files (the slowest is waited for
   // untimed: a large write is not a hang), then rank 0 writes the manifest and puts it in place.
   if (rank == 0) ckpt::begin_checkpoint(root, progress.step);
   control.barrier().wait();
   std::vector<std::string> files;
-  for (size_t i = 0; i < share.writers.size(); ++i) {
-    files.push_back(ckpt::shard_file_name(static_cast<int>(i), static_cast<int>(share.writers.size())));
-    if (share.writers[i] == rank) ckpt::write_checkpoint_file(root, progress.step, files.back(), tensors);
+  for (size_t i = 0; i < writers.size(); ++i) {
+    files.push_back(ckpt::shard_file_name(static_cast<int>(i), static_cast<int>(writers.size())));
+    if (writers[i] == rank) ckpt::write_checkpoint_file(root, progress.step, files.back(), tensors);
   }
   control.barrier(/*timed=*/false).wait();
   if (rank != 0) return {};
@@ -285,8 +251,7 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
   const CheckpointShare share{
       .buffers = {{"model", {{all, params.all()}}},
                   {"adamw.m", {{all, optimizer.moment_parts(AdamW::Moment::first)[0]}}},
-                  {"adamw.v", {{all, optimizer.moment_parts(AdamW::Moment::second)[0]}}}},
-      .writers = {0}};
+                  {"adamw.v", {{all, optimizer.moment_parts(AdamW::Moment::second)[0]}}}}};
   SingleProcessCommunicator control(Device::cpu, "control");
   return save_training_checkpoint(root, keep_last, control, params.layout(), share, optimizer, scaler, progress);
 }

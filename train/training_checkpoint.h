@@ -9,11 +9,14 @@
 // Every rank writes its share to its own file, in one path for every layout: a buffer that
 // every rank of the group holds whole (the parameters below ZeRO 3 in f32, the moments at ZeRO
 // 0) is written by rank 0 alone; a sharded one by every rank, each its parts. A parameter that
-// a part holds whole is saved under its name; a piece of one as NAME[B:E], its unpadded elements B
-// to E in row-major order. One process is the case where one rank writes every tensor whole.
-// Names are global, independent of the saving run's padding and rank count, so a checkpoint
-// loads under any number of ranks and any ZeRO stage, or in one process, each rank taking its
-// parts of the whole; a missing piece is named. (Checkpoints of earlier versions, sharded as
+// a part holds whole is saved under its name; a piece of one in the whole tensor's coordinates
+// (ckpt/tensor_pieces.h): NAME[B:E], its elements B to E in row-major order, or
+// NAME[R0:R1,C0:C1], a tensor-parallel rank's columns. Under tensor parallelism each rank saves
+// the slices it owns (a tensor every tp rank holds, by tp rank 0). One process is the case where
+// one rank writes every tensor whole. Names are global, independent of the saving run's padding,
+// rank count and tensor-parallel size, so a checkpoint loads under any layout — any number of
+// ranks, any ZeRO stage, any tensor-parallel size — or in one process, each rank reading the
+// pieces that overlap its slice; a missing piece is named. (Checkpoints of earlier versions, sharded as
 // BUFFER.unit.U.part.R with {"sharding": ...} in the state, load too.)
 // State: the step, AdamW's update count, the data loader's (epoch, position), the loss
 // scaler's scale and counters. That is everything the next step reads, so resuming reproduces
@@ -49,23 +52,24 @@ ModelConfig model_config_of(const ckpt::Checkpoint& checkpoint);
 void load_checkpoint_parameters(const ckpt::Checkpoint& checkpoint, FlatTensors& params);
 
 // A rank's share of a checkpoint: for each buffer ("model", "adamw.m", "adamw.v"), the ranges
-// of the layout it writes and the f32 values of each (range.size() elements, any device); and
-// which ranks of the job write at all.
+// of its layout it writes and the f32 values of each (range.size() elements, any device). Of
+// those, the elements it owns are saved.
 struct CheckpointShare {
   struct Piece {
     kernels::FlatRange range;
     Tensor values;
   };
   std::vector<std::pair<std::string, std::vector<Piece>>> buffers;
-  std::vector<int> writers;
 };
-// A data-parallel run's: this rank's parts of what is sharded, and on rank 0 what every rank
-// holds whole. `params`: the model's f32 parameters (unused where they are sharded).
+// A data-parallel run's: this rank's parts of what is sharded, and on rank 0 of the dp group
+// what every rank of it holds whole (under tensor parallelism, each tp rank's shard).
+// `params`: the model's f32 parameters (unused where they are sharded).
 CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params);
 
-// Saves under `root` (atomic, keeps the newest keep_last): every rank of `control` calls it with
-// its share, and `control` orders the steps (rank 0 makes the directory, the writers write their
-// files, rank 0 writes the manifest and puts it in place). Returns the step directory on rank 0.
+// Saves under `root` (atomic, keeps the newest keep_last): every rank of `control` (the job's)
+// calls it with its share, and `control` orders the steps (rank 0 makes the directory, the ranks
+// with something to save write their files, rank 0 writes the manifest and puts it in place).
+// `layout`: this rank's. Returns the step directory on rank 0.
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last,
                                                Communicator& control, const ParameterLayout& layout,
                                                const CheckpointShare& share, const AdamW& optimizer,

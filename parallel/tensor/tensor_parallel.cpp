@@ -157,4 +157,19 @@ void TensorParallel::cross_entropy(Tensor losses, Tensor logits, Tensor targets,
                                         loss_scale);
 }
 
+void gather_shards(Communicator& group, const FlatTensors& shard, FlatTensors* whole) {
+  const bool lead = group.rank() == 0;
+  DT_CHECK(lead == (whole != nullptr), "gathering shards: rank 0 of the group, and only it, passes the whole");
+  const ParameterLayout& layout = shard.layout();
+  if (!lead) return group.send(shard.all(), 0).wait();
+  place_slices(shard, *whole);
+  for (int r = 1; r < group.size(); ++r) {
+    // Rank r's layout, made here from the same model and unit multiple.
+    const ParameterLayout theirs(layout.config(), layout.unit_multiple(), {r, group.size()});
+    const FlatTensors received(theirs, MemTag::workspace, shard.device());
+    group.recv(received.all(), r).wait();
+    place_slices(received, *whole);
+  }
+}
+
 }  // namespace dt

@@ -38,6 +38,7 @@
 #include "comm/communicator.h"
 #include "model/config.h"
 #include "model/parallel_regions.h"
+#include "model/parameters.h"
 #include "model/tensor_shard.h"
 
 namespace dt {
@@ -74,5 +75,11 @@ class TensorParallel final : public ParallelRegions {
   ShardDims dims_;
   bool sequence_parallel_;
 };
+
+// The whole model's f32 parameters on rank 0 of `group` (a tp group) from every rank's shard
+// `shard` (its f32 parameters, whole storage, any device): every rank sends its shard and rank 0
+// places each rank's owned slices into `whole` (the whole model's layout, on the CPU); the other
+// ranks pass nullptr. For a sample of the model's text. A collective over the group.
+void gather_shards(Communicator& group, const FlatTensors& shard, FlatTensors* whole);
 
 }  // namespace dt
