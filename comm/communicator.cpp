@@ -98,6 +98,7 @@ void Communicator::check_peer(const CollectiveInfo& c, std::string_view what, in
 CollectiveHandle Communicator::all_reduce(Tensor buffer, ReduceOp op) {
   CollectiveInfo c = next(str("all_reduce ", reduce_op_name(op)), buffer);
   check_buffer(c, "buffer", buffer);
+  count(CollectiveKind::all_reduce, buffer);
   return launch(std::move(c), [&] { return start_all_reduce(buffer, op); });
 }
 
@@ -108,6 +109,7 @@ CollectiveHandle Communicator::reduce_scatter(Tensor out, Tensor in, ReduceOp op
   if (in.dtype != out.dtype || in.numel() != out.numel() * size_)
     throw Error(str(c.describe(), ": in ", in.describe(), " must have ", size_, " times the elements of out ",
                     out.describe(), " and its dtype (rank r keeps part r)"));
+  count(CollectiveKind::reduce_scatter, in);
   return launch(std::move(c), [&] { return start_reduce_scatter(out, in, op); });
 }
 
@@ -123,6 +125,7 @@ CollectiveHandle Communicator::all_gather(Tensor out, Tensor in) {
   if (overlap && i != o + static_cast<size_t>(rank_) * in.bytes())
     throw Error(str(c.describe(), ": in overlaps out other than as this rank's part ", rank_,
                     " of it (the one overlap allowed: gathering in place)"));
+  count(CollectiveKind::all_gather, out);
   return launch(std::move(c), [&] { return start_all_gather(out, in); });
 }
 
@@ -130,6 +133,7 @@ CollectiveHandle Communicator::broadcast(Tensor buffer, int root) {
   CollectiveInfo c = next(str("broadcast from ", root), buffer);
   check_buffer(c, "buffer", buffer);
   check_peer(c, "root", root);
+  count(CollectiveKind::broadcast, buffer);
   return launch(std::move(c), [&] { return start_broadcast(buffer, root); });
 }
 
@@ -141,6 +145,7 @@ CollectiveHandle Communicator::all_to_all(Tensor out, Tensor in) {
     throw Error(str(c.describe(), ": in ", in.describe(), " and out ", out.describe(),
                     " must have one dtype and the same number of elements, a multiple of the group's ", size_,
                     " ranks"));
+  count(CollectiveKind::all_to_all, in);
   return launch(std::move(c), [&] { return start_all_to_all(out, in); });
 }
 

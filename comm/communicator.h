@@ -24,6 +24,7 @@
 // the numbering live here, once.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -111,6 +112,16 @@ class Communicator {
   // named `name`. Every rank of this group must call it, in the same order as its collectives.
   std::unique_ptr<Communicator> split(int color, int key, std::string name);
 
+  // What this rank's collectives of one kind have moved since the communicator was made: how
+  // many, and the bytes of their whole buffers — an all-reduce's or a broadcast's buffer, a
+  // reduce-scatter's input, an all-gather's output, an all-to-all's input. A ring moves
+  // (size - 1) / size of that from each rank, twice for an all-reduce. For measurements.
+  struct Traffic {
+    uint64_t collectives = 0;
+    uint64_t bytes = 0;
+  };
+  const Traffic& traffic(CollectiveKind kind) const { return traffic_[static_cast<size_t>(kind)]; }
+
  protected:
   Communicator(int rank, int size, std::string name, Device device)
       : rank_(rank), size_(size), name_(std::move(name)), device_(device) {}
@@ -138,11 +149,18 @@ class Communicator {
   void check_buffer(const CollectiveInfo& c, std::string_view arg, const Tensor& t) const;
   void check_peer(const CollectiveInfo& c, std::string_view what, int peer) const;
 
+  void count(CollectiveKind kind, const Tensor& whole) {
+    Traffic& t = traffic_[static_cast<size_t>(kind)];
+    ++t.collectives;
+    t.bytes += whole.bytes();
+  }
+
   int rank_;
   int size_;
   std::string name_;
   Device device_;
   uint64_t sequence_ = 0;
+  std::array<Traffic, 5> traffic_{};  // by CollectiveKind
   CollectiveInfo starting_;
 };
 
