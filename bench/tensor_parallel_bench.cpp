@@ -26,7 +26,9 @@ std::array<Traffic, 3> expected_traffic(const ModelConfig& c, int64_t N, int R, 
                                         Recompute recompute) {
   const uint64_t L = static_cast<uint64_t>(c.n_layer), C = c.d_model, f32 = 4, e = dtype_size(precision);
   const uint64_t P = static_cast<uint64_t>((N + R - 1) / R) * static_cast<uint64_t>(R);  // rows, padded to parts
-  const uint64_t reruns = recompute == Recompute::full ? L : 0;  // blocks forward runs again in backward
+  // Full recomputation reruns each block in backward up to the MLP's activation: the attention
+  // branch's output sum and both column inputs again.
+  const uint64_t reruns = recompute == Recompute::full ? L : 0;
   const ShardDims d = shard_dims(c, {0, R});
   const uint64_t copied = d.heads.kv_split ? 0 : L;  // blocks whose key/value heads are copied
   const uint64_t copies_bytes = static_cast<uint64_t>(N) * 2 * c.kv_heads() * d.head_size * f32;
@@ -34,7 +36,7 @@ std::array<Traffic, 3> expected_traffic(const ModelConfig& c, int64_t N, int R, 
   Traffic &ar = t[0], &rs = t[1], &ag = t[2];
   ag = {1, static_cast<uint64_t>(R) * static_cast<uint64_t>(N) * 3 * f32};  // the loss's statistics
   ar = {copied, copied * copies_bytes};
-  const uint64_t sums = 1 + 2 * L + 2 * L + 1 + 2 * reruns;  // embedding; 2 per block each way; the head's backward
+  const uint64_t sums = 1 + 2 * L + 2 * L + 1 + reruns;  // embedding; 2 per block each way; the head's backward
   if (!sp) {
     ar.collectives += sums;
     ar.bytes += sums * static_cast<uint64_t>(N) * C * f32;

@@ -374,6 +374,26 @@ TEST(TrainCli, OnTheGpuTwoRanksThroughMpiTrainLikeOne) {
   }
 }
 
+// Tensor parallelism on one GPU: two tp ranks (with and without sequence parallelism) with CUDA
+// buffers through the MPI backend train the one-GPU model.
+TEST(TrainCli, OnTheGpuTwoTensorParallelRanksThroughMpiTrainLikeOne) {
+  DT_SKIP_WITHOUT_CUDA();
+  const TrainRun run;
+  const std::string six = "train.steps=6 train.device=cuda";
+  ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
+  const std::vector<double> expected = run.losses("one");
+  for (const char* sp : {"false", "true"}) {
+    const std::string name = str("tp2_sp_", sp);
+    const auto two = run_dtrain(run.args(name, six + " parallel.tp=2 parallel.backend=mpi parallel.sp=" + sp),
+                                testing::mpirun(2));
+    ASSERT_EQ(two.status, 0) << two.output;
+    const std::vector<double> got = run.losses(name);
+    ASSERT_EQ(got.size(), 6u);
+    // As on the CPU (TensorParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenLayouts).
+    for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+  }
+}
+
 TEST(TrainCli, AWorldSizeThatIsNotTheLayoutSaysHowToLaunch) {
   const TrainRun run;
   const auto alone = run_dtrain(run.args("alone", "parallel.dp=2"));
@@ -386,6 +406,12 @@ TEST(TrainCli, AWorldSizeThatIsNotTheLayoutSaysHowToLaunch) {
   EXPECT_NE(three.status, 0);
   EXPECT_NE(three.output.find("this job has 3 ranks but the parallel layout is dp 2"), std::string::npos)
       << three.output;
+  const auto tp = run_dtrain(run.args("tp", "parallel.dp=2 parallel.tp=2"), testing::mpirun(2));
+  EXPECT_NE(tp.status, 0);
+  EXPECT_NE(tp.output.find("this job has 2 ranks but the parallel layout is dp 2 × cp 1 × tp 2 × pp 1 = 4 ranks; "
+                           "launch with mpirun -np 4"),
+            std::string::npos)
+      << tp.output;
 }
 
 // A wrong configuration is the same on every rank: the first prints it, once. An error that one

@@ -175,6 +175,7 @@ std::vector<TpCell> cells() {
     for (const DType precision : {DType::f32, DType::bf16})
       for (const auto& [dp, zero] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{2, 1}, std::pair{2, 3}})
         for (const bool sp : {false, true}) out.push_back({family, precision, dp, zero, sp});
+    for (const bool sp : {false, true}) out.push_back({family, DType::f32, 2, 2, sp});
     for (const Recompute recompute : {Recompute::selective, Recompute::full})
       out.push_back({family, DType::f32, 1, 0, true, recompute});
   }
