@@ -1,10 +1,12 @@
 #include "comm/communicator.h"
 
+#include <chrono>
 #include <exception>
 
 #include "core/allocator.h"
 #include "core/buffer.h"
 #include "core/device.h"
+#include "core/trace.h"
 
 namespace dt {
 
@@ -70,9 +72,13 @@ CollectiveHandle::~CollectiveHandle() {
 
 void CollectiveHandle::wait() {
   if (!work_) return;
+  // The time the caller blocks here is not compute (core/trace.h's waiting track).
+  const bool blocks = trace::enabled() && !work_->done();
+  const auto begin = std::chrono::steady_clock::now();
   // Released only after a successful wait: a failed one rethrows again if waited on again.
   work_->wait();
   work_.reset();
+  if (blocks) trace::record(trace::Track::waiting, str("wait for ", info_.describe()), begin, std::chrono::steady_clock::now());
 }
 
 bool CollectiveHandle::done() { return !work_ || work_->done(); }

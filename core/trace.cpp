@@ -69,10 +69,31 @@ std::vector<Span> take() {
 ComputeScope::ComputeScope(std::string name) : name_(std::move(name)), begin_(std::chrono::steady_clock::now()) {}
 ComputeScope::~ComputeScope() { record(Track::compute, std::move(name_), begin_, std::chrono::steady_clock::now()); }
 
+namespace {
+
+// The parts of the sorted union `a` outside the sorted union `b`.
+std::vector<std::pair<double, double>> minus(const std::vector<std::pair<double, double>>& a,
+                                             const std::vector<std::pair<double, double>>& b) {
+  std::vector<std::pair<double, double>> out;
+  size_t j = 0;
+  for (auto [begin, end] : a) {
+    while (j < b.size() && b[j].second <= begin) ++j;
+    for (size_t k = j; k < b.size() && b[k].first < end; ++k) {
+      if (b[k].first > begin) out.emplace_back(begin, b[k].first);
+      begin = std::max(begin, b[k].second);
+    }
+    if (begin < end) out.emplace_back(begin, end);
+  }
+  return out;
+}
+
+}  // namespace
+
 Overlap overlap(const std::vector<Span>& all) {
-  std::vector<std::pair<double, double>> compute, communication;
-  for (const Span& s : all) (s.track == Track::compute ? compute : communication).emplace_back(s.begin_us, s.end_us);
-  const auto c = merged(compute), m = merged(communication);
+  std::vector<std::pair<double, double>> spans[3];
+  for (const Span& s : all) spans[static_cast<int>(s.track)].emplace_back(s.begin_us, s.end_us);
+  const auto c = minus(merged(spans[static_cast<int>(Track::compute)]), merged(spans[static_cast<int>(Track::waiting)]));
+  const auto m = merged(spans[static_cast<int>(Track::communication)]);
   // The intersection of two sorted unions, by a walk over both.
   double hidden = 0;
   for (size_t i = 0, j = 0; i < c.size() && j < m.size();) {
@@ -89,7 +110,7 @@ void append_chrome_events(const std::filesystem::path& part, int rank, const std
   std::ofstream out(part, std::ios::app);
   for (const Span& s : list)
     out << str("{\"name\":\"", escaped(s.name), "\",\"ph\":\"X\",\"pid\":", rank, ",\"tid\":",
-               s.track == Track::compute ? 0 : 1, ",\"ts\":", static_cast<int64_t>(s.begin_us), ",\"dur\":",
+               static_cast<int>(s.track), ",\"ts\":", static_cast<int64_t>(s.begin_us), ",\"dur\":",
                static_cast<int64_t>(s.end_us - s.begin_us), "}\n");
   if (!out.flush()) throw Error(str("cannot write the trace part ", part.string(), "; check the disk and log.run_dir"));
 }
@@ -107,6 +128,7 @@ void merge_chrome_trace(const std::filesystem::path& out_path, const std::vector
     emit(str("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", rank, ",\"tid\":0,\"args\":{\"name\":\"compute\"}}"));
     emit(str("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", rank,
              ",\"tid\":1,\"args\":{\"name\":\"communication\"}}"));
+    emit(str("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", rank, ",\"tid\":2,\"args\":{\"name\":\"waiting\"}}"));
     std::ifstream in(parts[rank]);
     for (std::string line; std::getline(in, line);)
       if (!line.empty()) emit(line);

@@ -4,7 +4,9 @@
 //
 // The compute track holds what the training thread does (forward and backward of each
 // micro-batch, the optimizer update); the communication track holds each collective from the
-// moment its backend starts it to the moment the backend sees it complete. Recording is off
+// moment its backend starts it to the moment the backend sees it complete; the waiting track the
+// times the training thread blocked in a collective's wait (comm/communicator.h) — inside a
+// compute span, but not compute: tensor parallelism's sums in the middle of a block, say. Recording is off
 // until enable(); then spans accumulate, thread-safe, until take() hands them over (the trainer
 // does after every step). Times are steady_clock microseconds, one clock for every process of a
 // machine.
@@ -17,7 +19,7 @@
 
 namespace dt::trace {
 
-enum class Track { compute, communication };
+enum class Track { compute, communication, waiting };
 
 struct Span {
   Track track;
@@ -46,8 +48,9 @@ class ComputeScope {
   std::chrono::steady_clock::time_point begin_;
 };
 
-// How a step's communication sat against its compute: the union of each track's spans, and the
-// part of communication's union that compute's union covers.
+// How a step's communication sat against its compute: compute is the union of the compute
+// spans less the waiting ones, communication the union of its spans, and hidden the part of
+// communication that compute covers (what went on while the thread did useful work).
 struct Overlap {
   double compute_ms = 0, communication_ms = 0, hidden_ms = 0;
   double hidden_fraction() const { return communication_ms > 0 ? hidden_ms / communication_ms : 1; }
