@@ -80,8 +80,11 @@ struct Stage::Regions {
 
 namespace {
 
-// The most rows a rank holds of `max_rows` split over `ranks` (even_part's first part).
-int64_t largest_part(int64_t max_rows, int ranks) { return (max_rows + ranks - 1) / ranks; }
+// The most rows of `max_rows` a rank holds in the norms and the residual stream: all of them, or
+// with sequence parallelism over `ranks` the largest part (even_part's first).
+int64_t part_rows(int64_t max_rows, int ranks, bool sequence_parallel) {
+  return sequence_parallel ? (max_rows + ranks - 1) / ranks : max_rows;
+}
 
 }  // namespace
 
@@ -95,8 +98,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
       output_unit_(layout.unit_of(Linear::output_projection(layout).weight())),
       regions_(std::make_unique<Regions>(
           config_, dims_, units, recompute, precision, int64_t{batch_size} * seq_len,
-          regions.sequence_parallel() ? largest_part(int64_t{batch_size} * seq_len, layout.shard().size)
-                                      : int64_t{batch_size} * seq_len,
+          part_rows(int64_t{batch_size} * seq_len, layout.shard().size, regions.sequence_parallel()),
           regions.sequence_parallel())),
       store_(regions_->bytes.kept, regions_->bytes.shared, regions_->bytes.scratch, device, /*reserved=*/1) {
   DT_CHECK(0 <= units.first_block && units.first_block <= units.end_block && units.end_block <= config_.n_layer,
@@ -123,7 +125,7 @@ ActivationBytes Stage::activation_bytes(const ModelConfig& config, StageUnits un
                                         bool sequence_parallel) {
   const int64_t rows = int64_t{batch_size} * seq_len;
   return Regions(config, shard_dims(config, shard), units, recompute, precision, rows,
-                 sequence_parallel ? largest_part(rows, shard.size) : rows, sequence_parallel)
+                 part_rows(rows, shard.size, sequence_parallel), sequence_parallel)
       .bytes;
 }
 
