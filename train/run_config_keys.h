@@ -14,6 +14,7 @@
 
 #include <toml++/toml.h>
 
+#include "parallel/pipeline/schedule.h"
 #include "train/run_config.h"
 
 namespace dt::run_config {
@@ -41,7 +42,7 @@ const ConfigKey* find_config_key(std::string_view section, std::string_view name
 // Values of the keys that take one of a few names.
 inline const std::vector<std::string> kDevices = {"cpu", "cuda"};
 inline const std::vector<std::string> kProgressStyles = {"auto", "bar", "plain"};
-inline const std::vector<std::string> kPipelineSchedules = {"afab", "1f1b", "interleaved", "zero-bubble"};
+inline const std::vector<std::string> kPipelineSchedules = pipeline::schedule_names();  // parallel/pipeline/schedule.h
 inline const std::vector<std::string> kCommBackends = {"auto", "mpi", "nccl"};
 
 // TOML text of a value: shortest round-trip decimals for floats, basic strings with escapes.

@@ -1,0 +1,41 @@
+// The proof that a schedule (parallel/pipeline/schedule.h) can run: its per-rank lists, run by a
+// simulation of the executor with unit times, without a model.
+//
+//   complete      every stage runs forward and backward (or backward_input then backward_weight)
+//                 of every micro-batch exactly once, on its rank, and every transfer between
+//                 ranks has exactly one send and one receive, each on the right rank;
+//   dependencies  a forward after the previous stage's forward of the micro-batch, a backward
+//                 after its own forward and the next stage's backward (input), a weight pass
+//                 after its input pass, a send after what it sends, a receive before its use;
+//   no deadlock   with sends that do not block and receives that wait for their send, every
+//                 rank reaches the end of its list;
+//   memory        no rank holds more micro-batches' stage activations at once (from a forward to
+//                 the micro-batch's last backward action of that stage) than the schedule
+//                 promises.
+//
+// The simulation also times the schedule, a forward, an input pass and a weight pass one unit
+// each (a whole backward two), transfers free: the bubble of each rank is its idle time over its
+// busy time, which theory puts at (p − 1)/m for 1F1B and all-forward-all-backward,
+// (p − 1)/(v·m) for interleaved, and about a third of 1F1B's for ZB-H1.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "parallel/pipeline/schedule.h"
+
+namespace dt::pipeline {
+
+struct ScheduleCheck {
+  std::string problem;           // empty when the schedule passes
+  std::vector<int> peak_in_flight;  // per rank
+  double makespan = 0;           // in units
+  std::vector<double> busy;      // per rank, in units
+  // The largest idle-over-busy ratio of any rank.
+  double bubble() const;
+  bool ok() const { return problem.empty(); }
+};
+
+ScheduleCheck check_schedule(const Schedule& schedule);
+
+}  // namespace dt::pipeline

@@ -1,0 +1,111 @@
+// Every schedule for every p <= 8, m <= 32 and v <= 4 passes the checker (complete, dependencies
+// respected, sends matched with receives, no deadlock, memory as promised), and its bubble is
+// what theory says; all without a model.
+#include "parallel/pipeline/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "parallel/pipeline/schedule_check.h"
+
+namespace dt::pipeline {
+namespace {
+
+TEST(Schedule, EveryScheduleRunsForEveryShape) {
+  int checked = 0;
+  for (const std::string& name : schedule_names())
+    for (int p = 1; p <= 8; ++p)
+      for (int m = 1; m <= 32; ++m)
+        for (int v = 1; v <= (name == "interleaved" ? 4 : 1); ++v) {
+          if (name == "interleaved" && m % p != 0) continue;
+          const ScheduleCheck check = check_schedule(make_schedule(name, p, m, v));
+          ASSERT_TRUE(check.ok()) << check.problem;
+          ++checked;
+        }
+  std::printf("%d schedules checked\n", checked);
+  EXPECT_GT(checked, 900);
+}
+
+// Unit times (forward 1, input and weight passes 1 each): the idle time of the busiest-idle rank
+// over its busy time.
+double bubble(const std::string& name, int p, int m, int v = 1) {
+  const ScheduleCheck check = check_schedule(make_schedule(name, p, m, v));
+  EXPECT_TRUE(check.ok()) << check.problem;
+  return check.bubble();
+}
+
+TEST(Schedule, BubblesAreWhatTheorySays) {
+  for (const int p : {2, 4, 8})
+    for (const int m : {8, 16, 32}) {
+      SCOPED_TRACE(str("p ", p, ", m ", m));
+      const double one_f_one_b = static_cast<double>(p - 1) / m;
+      EXPECT_DOUBLE_EQ(bubble("afab", p, m), one_f_one_b);
+      EXPECT_DOUBLE_EQ(bubble("1f1b", p, m), one_f_one_b);
+      for (const int v : {2, 4}) EXPECT_DOUBLE_EQ(bubble("interleaved", p, m, v), one_f_one_b / v) << "v " << v;
+      // ZB-H1: the weight passes fill all but a third of 1F1B's bubble.
+      EXPECT_NEAR(bubble("zb-h1", p, m), one_f_one_b / 3, 1e-12);
+      std::printf("p %d, m %2d: 1f1b %.4f, interleaved v2 %.4f v4 %.4f, zb-h1 %.4f (%.2f of 1f1b)\n", p, m, one_f_one_b,
+                  bubble("interleaved", p, m, 2), bubble("interleaved", p, m, 4), bubble("zb-h1", p, m),
+                  bubble("zb-h1", p, m) / one_f_one_b);
+    }
+}
+
+TEST(Schedule, PeakMemoryIsThePromise) {
+  for (const int p : {2, 4}) {
+    const ScheduleCheck afab = check_schedule(make_schedule("afab", p, 16));
+    const ScheduleCheck one = check_schedule(make_schedule("1f1b", p, 16));
+    const ScheduleCheck zb = check_schedule(make_schedule("zb-h1", p, 16));
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(afab.peak_in_flight[r], 16);
+      EXPECT_EQ(one.peak_in_flight[r], p - r);
+      EXPECT_EQ(zb.peak_in_flight[r], 2 * p - 1 - r);
+    }
+  }
+}
+
+// The checker finds what is wrong: a lost receive, a swapped order, a missing backward.
+TEST(Schedule, TheCheckerNamesWhatIsWrong) {
+  const Schedule s = make_schedule("1f1b", 2, 4);
+  Schedule lost = s;
+  lost.actions[1].erase(lost.actions[1].begin());  // its first recv_forward
+  EXPECT_NE(check_schedule(lost).problem.find("not one send and one receive"), std::string::npos)
+      << check_schedule(lost).problem;
+  Schedule swapped = s;
+  // Rank 1 (the last stage) runs F0 B0 F1 B1 ...: move B0 before F0.
+  auto& order = swapped.actions[1];
+  const auto f0 = std::find(order.begin(), order.end(), Action{Op::forward, 1, 0});
+  const auto b0 = std::find(order.begin(), order.end(), Action{Op::backward, 1, 0});
+  std::iter_swap(f0, b0);
+  EXPECT_NE(check_schedule(swapped).problem.find("comes before what it needs"), std::string::npos)
+      << check_schedule(swapped).problem;
+  // Rank 0 waiting for micro-batch 1's gradient before sending micro-batch 1's activation: a deadlock.
+  Schedule stuck = make_schedule("afab", 2, 2);
+  auto& first = stuck.actions[0];
+  const auto send1 = std::find(first.begin(), first.end(), Action{Op::send_forward, 0, 1});
+  const auto recv1 = std::find(first.begin(), first.end(), Action{Op::recv_backward, 0, 0});
+  std::rotate(send1, send1 + 1, recv1 + 1);  // the send after micro-batch 0's receive
+  EXPECT_NE(check_schedule(stuck).problem.find("deadlock"), std::string::npos) << check_schedule(stuck).problem;
+}
+
+TEST(Schedule, BadShapesAndNamesSayWhatWorks) {
+  try {
+    make_schedule("interleaved", 4, 6, 2);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("use 4 or 8 micro-batches"), std::string::npos) << e.what();
+  }
+  try {
+    make_schedule("1fb1", 4, 8);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("(did you mean '1f1b'?); the schedules are afab, 1f1b, interleaved, zb-h1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dt::pipeline
