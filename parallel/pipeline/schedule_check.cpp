@@ -37,6 +37,7 @@ ScheduleCheck check_schedule(const Schedule& s) {
   const int p = s.ranks, m = s.micro_batches, S = s.stages();
   check.peak_in_flight.assign(static_cast<size_t>(p), 0);
   check.busy.assign(static_cast<size_t>(p), 0);
+  check.timeline.assign(static_cast<size_t>(p), {});
   const auto fail = [&](std::string problem) {
     check.problem = str(s.name, " (p ", p, ", m ", m, ", v ", s.virtual_stages, "): ", problem);
     return check;
@@ -127,6 +128,7 @@ ScheduleCheck check_schedule(const Schedule& s) {
         for (const double* t : needs) start = std::max(start, *t);
         const double end = start + cost(a.op);
         check.busy[r] += cost(a.op);
+        if (cost(a.op) > 0) check.timeline[r].push_back({a, start, end});
         clock[r] = a.op == Op::recv_forward || a.op == Op::recv_backward ? start : end;
         done[{a.op, st, k}] = end;
         // Activations held: from the forward to the stage's last backward action.

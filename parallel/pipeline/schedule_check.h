@@ -27,7 +27,13 @@
 namespace dt::pipeline {
 
 struct ScheduleCheck {
+  // A compute action and when the simulation ran it, in units.
+  struct Timed {
+    Action action;
+    double start = 0, end = 0;
+  };
   std::string problem;           // empty when the schedule passes
+  std::vector<std::vector<Timed>> timeline;  // each rank's compute, in order
   std::vector<int> peak_in_flight;  // per rank
   double makespan = 0;           // in units
   std::vector<double> busy;      // per rank, in units
