@@ -17,7 +17,7 @@ int command_plan_schedule(int argc, char** argv, int first) {
   args.flag("pp", "4", "pipeline ranks")
       .flag("microbatches", "8", "micro-batches per step")
       .flag("virtual", "1", "virtual stages per rank (interleaved)")
-      .flag("schedule", "1f1b", "afab, 1f1b, interleaved or zb-h1")
+      .flag("schedule", "1f1b", "afab, 1f1b, interleaved, zb-h1 or zb-v")
       .flag("svg", "schedule.svg", "where to write the picture (\"\": nowhere)");
   if (!args.parse(argc, argv, first)) return 0;
   const pipeline::Schedule schedule =

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <optional>
 
 #include "core/error.h"
 #include "core/suggest.h"
@@ -23,7 +24,7 @@ std::string_view op_name(Op op) {
   return "?";
 }
 
-std::vector<std::string> schedule_names() { return {"afab", "1f1b", "interleaved", "zb-h1"}; }
+std::vector<std::string> schedule_names() { return {"afab", "1f1b", "interleaved", "zb-h1", "zb-v"}; }
 
 std::vector<std::vector<Action>> with_communication(const std::vector<std::vector<Action>>& compute,
                                                     const std::vector<int>& stage_rank) {
@@ -92,53 +93,66 @@ Schedule one_f_one_b(std::string name, int p, int m, int v) {
   return s;
 }
 
-// ZB-H1 by list scheduling with unit times for F, B (the input pass) and W (the weight pass):
-// each rank, when idle, runs the first possible of: a weight pass when p are pending; its next
-// input pass; its next forward while fewer than p − r micro-batches wait for their input pass
-// (1F1B's count); its oldest pending weight pass. The input passes so travel back without
-// waiting for weight passes, which fill the waits; at unit times the bubble is (p − 1) units, a
-// third of 1F1B's. The price is memory: a micro-batch is held from its forward to its weight
-// pass, up to 2p − 1 − r of them on rank r (the paper's ZB-H1 counts what a pending weight pass
-// keeps as less than a whole micro-batch's activations; here it is counted whole).
-Schedule zb_h1(int p, int m) {
-  Schedule s = skeleton("zb-h1", p, m, 1);
+// The zero-bubble schedules by list scheduling, with unit times for F (forward), I (input pass)
+// and W (weight pass). Each rank, when idle, runs the first possible of:
+//   a weight pass, when `weight_bound` are pending;
+//   an input pass, of its deepest stage that has one ready (micro-batches in order per stage);
+//   a forward, of its deepest stage that has one ready, while fewer than `forward_bound` of its
+//   stages' micro-batches wait for their input pass;
+//   its oldest pending weight pass.
+// The input passes so travel back without waiting for weight passes, which fill the waits. A
+// micro-batch's stage activations are held from its forward to its weight pass: at most
+// forward_bound + weight_bound − 1 at once on a rank (the promise; the paper counts what a
+// pending weight pass keeps as less than a whole micro-batch's activations, here it is counted
+// whole).
+Schedule zero_bubble(std::string name, int p, int m, std::vector<int> stage_rank, const std::vector<int>& forward_bound,
+                     const std::vector<int>& weight_bound) {
+  Schedule s = skeleton(std::move(name), p, m, 1);
+  s.stage_rank = std::move(stage_rank);
+  const int S = s.stages();
+  s.virtual_stages = S / p;
   constexpr double kNever = std::numeric_limits<double>::infinity();
-  // Finish times: of forward and input gradient of (stage, micro-batch).
-  std::vector<std::vector<double>> f_done(p, std::vector<double>(m, kNever)), b_done = f_done;
-  std::vector<int> next_f(p, 0), next_b(p, 0), in_flight(p, 0);  // in_flight: forwards awaiting their input pass
-  std::vector<std::deque<int>> pending_w(p);
+  // Finish times of each stage's forwards and input passes.
+  std::vector<std::vector<double>> f_done(S, std::vector<double>(m, kNever)), i_done = f_done;
+  std::vector<int> next_f(S, 0), next_i(S, 0), waiting(p, 0);  // waiting: forwards awaiting their input pass
+  std::vector<std::deque<Action>> pending_w(p);
+  std::vector<std::vector<int>> stages_of(p);  // deepest first
+  for (int st = S - 1; st >= 0; --st) stages_of[s.stage_rank[st]].push_back(st);
   std::vector<double> free_at(p, 0);
   std::vector<std::vector<Action>> compute(static_cast<size_t>(p));
-  int remaining = 3 * p * m;
+  int remaining = 3 * S * m;
   double t = 0;
   while (remaining > 0) {
     for (int r = 0; r < p; ++r) {
       if (free_at[r] > t) continue;
-      const int kb = next_b[r], kf = next_f[r];
-      const bool b_ready = kb < m && f_done[r][kb] <= t && (r == p - 1 || b_done[r + 1][kb] <= t);
-      const bool f_ready = kf < m && in_flight[r] < p - r && (r == 0 || f_done[r - 1][kf] <= t);
-      Action a{};
-      if (static_cast<int>(pending_w[r].size()) >= p) {
-        a = {Op::backward_weight, r, pending_w[r].front()};
+      std::optional<Action> a;
+      if (static_cast<int>(pending_w[r].size()) >= weight_bound[r]) {
+        a = pending_w[r].front();
         pending_w[r].pop_front();
-      } else if (b_ready) {
-        a = {Op::backward_input, r, kb};
-        b_done[r][kb] = t + 1;
-        pending_w[r].push_back(kb);
-        --in_flight[r];
-        ++next_b[r];
-      } else if (f_ready) {
-        a = {Op::forward, r, kf};
-        f_done[r][kf] = t + 1;
-        ++in_flight[r];
-        ++next_f[r];
-      } else if (!pending_w[r].empty()) {
-        a = {Op::backward_weight, r, pending_w[r].front()};
-        pending_w[r].pop_front();
-      } else {
-        continue;
       }
-      compute[r].push_back(a);
+      for (const int st : stages_of[r]) {  // an input pass
+        const int k = next_i[st];
+        if (a || k >= m || f_done[st][k] > t || (st + 1 < S && i_done[st + 1][k] > t)) continue;
+        a = Action{Op::backward_input, st, k};
+        i_done[st][k] = t + 1;
+        pending_w[r].push_back({Op::backward_weight, st, k});
+        --waiting[r];
+        ++next_i[st];
+      }
+      for (const int st : stages_of[r]) {  // a forward
+        const int k = next_f[st];
+        if (a || k >= m || waiting[r] >= forward_bound[r] || (st > 0 && f_done[st - 1][k] > t)) continue;
+        a = Action{Op::forward, st, k};
+        f_done[st][k] = t + 1;
+        ++waiting[r];
+        ++next_f[st];
+      }
+      if (!a && !pending_w[r].empty()) {
+        a = pending_w[r].front();
+        pending_w[r].pop_front();
+      }
+      if (!a) continue;
+      compute[r].push_back(*a);
       free_at[r] = t + 1;
       --remaining;
     }
@@ -146,12 +160,30 @@ Schedule zb_h1(int p, int m) {
     double next = kNever;
     for (int r = 0; r < p; ++r)
       if (free_at[r] > t) next = std::min(next, free_at[r]);
-    DT_CHECK(next < kNever, "zb-h1 list scheduling stalled at time ", t);
+    DT_CHECK(next < kNever, s.name, " list scheduling stalled at time ", t);
     t = next;
   }
-  for (int r = 0; r < p; ++r) s.promised_in_flight[r] = std::min(2 * p - 1 - r, m);
+  for (int r = 0; r < p; ++r)
+    s.promised_in_flight[r] = std::min(forward_bound[r] + weight_bound[r] - 1, m * static_cast<int>(stages_of[r].size()));
   s.actions = with_communication(compute, s.stage_rank);
   return s;
+}
+
+// ZB-H1: 1F1B's placement and forward count (p − r waiting on rank r), up to p weight passes
+// pending; at unit times a third of 1F1B's bubble.
+Schedule zb_h1(int p, int m) {
+  std::vector<int> placement, forwards, weights(static_cast<size_t>(p), p);
+  for (int r = 0; r < p; ++r) placement.push_back(r), forwards.push_back(p - r);
+  return zero_bubble("zb-h1", p, m, placement, forwards, weights);
+}
+
+// ZB-V: two stages per rank in a V — stage r and stage 2p − 1 − r on rank r, so that the first
+// and the last stage share rank 0 — each rank with up to 2p of its stages' micro-batches waiting
+// for their input pass (1F1B's memory: each stage is half of 1F1B's) and 2p weight passes pending.
+Schedule zb_v(int p, int m) {
+  std::vector<int> placement(static_cast<size_t>(2 * p)), bound(static_cast<size_t>(p), 2 * p);
+  for (int r = 0; r < p; ++r) placement[r] = r, placement[2 * p - 1 - r] = r;
+  return zero_bubble("zb-v", p, m, placement, bound, bound);
 }
 
 }  // namespace
@@ -174,6 +206,7 @@ Schedule make_schedule(std::string_view name, int ranks, int micro_batches, int 
     return one_f_one_b("interleaved", ranks, micro_batches, virtual_stages);
   }
   if (name == "zb-h1") return zb_h1(ranks, micro_batches);
+  if (name == "zb-v") return zb_v(ranks, micro_batches);
   const std::vector<std::string> names = schedule_names();
   std::string list;
   for (const std::string& n : names) list += str(list.empty() ? "" : ", ", n);

@@ -5,7 +5,7 @@
 //
 // Stages. The model's blocks are cut into S = p·v stages (v virtual stages per rank). Stage s
 // lives on rank stage_rank[s]: s % p for the schedules that loop over the ranks (v = 1, and
-// interleaved 1F1B), or, for the V-shaped ones (ZB-V), stage s and stage 2p − 1 − s on rank s.
+// interleaved 1F1B), or, for the V-shaped one (ZB-V), stages r and 2p − 1 − r on rank r.
 //
 // Actions. forward(s, k) runs stage s on micro-batch k; backward(s, k) its whole backward;
 // schedules that split backward (zero-bubble) run backward_input(s, k), which gives stage s − 1 its

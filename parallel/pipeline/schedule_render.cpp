@@ -30,6 +30,7 @@ double theoretical_bubble(const Schedule& s) {
   const double idle = s.ranks - 1, m = s.micro_batches;
   if (s.name == "interleaved") return idle / (s.virtual_stages * m);
   if (s.name == "zb-h1") return idle / (3 * m);
+  if (s.name == "zb-v") return idle / (6 * m);
   return idle / m;
 }
 

@@ -16,7 +16,8 @@
 namespace dt::pipeline {
 
 // The bubble theory gives the schedule with unit passes: (p − 1)/m for afab and 1f1b,
-// (p − 1)/(v·m) for interleaved, (p − 1)/(3m) for zb-h1.
+// (p − 1)/(v·m) for interleaved, (p − 1)/(3m) for zb-h1, (p − 1)/(6m) for zb-v (only the first
+// forwards' wait is left, over two stages' work per rank).
 double theoretical_bubble(const Schedule& schedule);
 
 std::string timeline_text(const Schedule& schedule, const ScheduleCheck& check);

@@ -47,9 +47,12 @@ TEST(Schedule, BubblesAreWhatTheorySays) {
       for (const int v : {2, 4}) EXPECT_DOUBLE_EQ(bubble("interleaved", p, m, v), one_f_one_b / v) << "v " << v;
       // ZB-H1: the weight passes fill all but a third of 1F1B's bubble.
       EXPECT_NEAR(bubble("zb-h1", p, m), one_f_one_b / 3, 1e-12);
-      std::printf("p %d, m %2d: 1f1b %.4f, interleaved v2 %.4f v4 %.4f, zb-h1 %.4f (%.2f of 1f1b)\n", p, m, one_f_one_b,
-                  bubble("interleaved", p, m, 2), bubble("interleaved", p, m, 4), bubble("zb-h1", p, m),
-                  bubble("zb-h1", p, m) / one_f_one_b);
+      // ZB-V, two stages per rank in a V: only the first forward's p − 1 units of waiting are
+      // left, over twice the stages' work: a sixth of 1F1B's.
+      EXPECT_NEAR(bubble("zb-v", p, m), one_f_one_b / 6, 1e-12);
+      std::printf("p %d, m %2d: 1f1b %.4f, interleaved v2 %.4f v4 %.4f, zb-h1 %.4f (%.2f of 1f1b), zb-v %.4f (%.2f)\n", p,
+                  m, one_f_one_b, bubble("interleaved", p, m, 2), bubble("interleaved", p, m, 4), bubble("zb-h1", p, m),
+                  bubble("zb-h1", p, m) / one_f_one_b, bubble("zb-v", p, m), bubble("zb-v", p, m) / one_f_one_b);
     }
 }
 
@@ -101,7 +104,7 @@ TEST(Schedule, BadShapesAndNamesSayWhatWorks) {
     make_schedule("1fb1", 4, 8);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("(did you mean '1f1b'?); the schedules are afab, 1f1b, interleaved, zb-h1"),
+    EXPECT_NE(std::string(e.what()).find("(did you mean '1f1b'?); the schedules are afab, 1f1b, interleaved, zb-h1, zb-v"),
               std::string::npos)
         << e.what();
   }
