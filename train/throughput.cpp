@@ -15,23 +15,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Per token, per layer: the attention core's forward (QK^T and PV, causal).
-double attention_core_flops(const ModelConfig& m, int seq_len) {
-  return 2.0 * m.n_head * m.head_size() * (seq_len + 1.0);
-}
-
-// Per token, per layer: the block's whole forward.
-double block_flops(const ModelConfig& m, int seq_len) {
-  const double c = m.d_model;
-  return 2 * c * m.qkv_width() + 2 * c * c + 2 * c * m.ffn_in_width() + 2.0 * m.ffn_hidden() * c +
-         attention_core_flops(m, seq_len);
-}
-
 }  // namespace
-
-double forward_flops_per_token(const ModelConfig& m, int seq_len) {
-  return m.n_layer * block_flops(m, seq_len) + 2.0 * m.d_model * m.vocab_size;
-}
 
 StepFlops training_flops(const ModelConfig& m, int seq_len, int64_t tokens, Recompute recompute) {
   const double n = static_cast<double>(tokens);

@@ -1,13 +1,6 @@
 // What a step's speed is measured against: the FLOPs it does and the GEMM peak of the machine.
 //
-// FLOPs are counted from the architecture, per token of a forward pass (multiply-add = 2):
-//   per layer   2 C (q + k + v widths)            the fused qkv projection (grouped-query: k, v
-//                                                 have n_kv_head heads)
-//             + 2 C C                             the attention output projection
-//             + 2 C F_in + 2 F C                  the MLP (F_in = 2F for SwiGLU's gate and up)
-//             + 2 C (T + 1)                       causal attention: QK^T and PV against the
-//                                                 (T + 1) / 2 keys a position sees on average
-//   once        2 C V                             the output projection (unpadded vocabulary)
+// FLOPs are counted from the architecture, per token of a forward pass (model/flops.h).
 // Training is three forward passes' worth (backward computes two products per forward one).
 // Model FLOPs are what MFU counts; hardware FLOPs add the work recomputation repeats (the
 // attention core for selective, every block's forward up to the MLP's activation for full), and
@@ -22,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/flops.h"
 #include "model/transformer.h"
 
 namespace dt {
@@ -30,9 +24,6 @@ struct StepFlops {
   double model = 0;     // what the architecture needs: MFU's numerator
   double hardware = 0;  // plus what the recomputation policy repeats: HFU's numerator
 };
-
-// Forward FLOPs per token of a sequence of seq_len tokens.
-double forward_flops_per_token(const ModelConfig& model, int seq_len);
 
 // FLOPs of a training step (forward and backward) over `tokens` tokens in sequences of seq_len.
 StepFlops training_flops(const ModelConfig& model, int seq_len, int64_t tokens, Recompute recompute);
