@@ -24,6 +24,7 @@ double sum_in_order(Tensor losses) {
 struct Stage::Regions {
   struct Block {
     ActivationRegion ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
+    ActivationRegion dout, dres2, dfch, dqkv;  // kept for a deferred weight pass
   };
   ActivationRegion input;  // the embeddings' output, or the previous stage's output
   std::vector<Block> blocks;
@@ -32,11 +33,12 @@ struct Stage::Regions {
   // Sequence parallelism's, in scratch (no width without it): a column-parallel layer's whole
   // input, and a part of the rows for a row-parallel layer's output or its input's gradient.
   ActivationRegion gathered, part;
+  ActivationRegion dinput;  // deferred weight passes: the stage input's gradient, kept
   ActivationBytes bytes;
 
   // `d`: this rank's widths (the model's on one rank).
   Regions(const ModelConfig& c, const ShardDims& d, StageUnits units, Recompute recompute, DType precision,
-          int64_t max_rows, int64_t part_rows, bool sequence_parallel) {
+          int64_t max_rows, int64_t part_rows, bool sequence_parallel, bool deferred_weights) {
     RegionLayout kept(ActivationPart::kept, max_rows), shared(ActivationPart::shared, max_rows),
         scratch(ActivationPart::scratch, max_rows);
     const int64_t C = c.d_model, F = d.ffn_hidden(), QKV = d.qkv_width(), A = d.attention_width();
@@ -63,7 +65,16 @@ struct Stage::Regions {
                         .lse = region(core, 5, d.heads.n_head(), DType::f32, max_rows),
                         .res2 = p(6, C), .ln2 = p(7, C), .ln2_mean = stat(8, mean_width), .ln2_rstd = stat(9, 1),
                         .fch = s(10, F_in), .fch_act = s(11, F),
-                        .res3 = kept.add(C, precision, part_rows)});  // the next block's input: always kept
+                        .res3 = kept.add(C, precision, part_rows),  // the next block's input: always kept
+                        .dout = {}, .dres2 = {}, .dfch = {}, .dqkv = {}});
+    // What a deferred weight pass reads beside the activations: each block's output gradient and
+    // x''s (this rank's rows), and its fc and qkv outputs' gradients.
+    for (Block& b : blocks) {
+      if (!deferred_weights) break;
+      b.dout = kept.add(C, precision, part_rows), b.dres2 = kept.add(C, precision, part_rows);
+      b.dfch = kept.add(F_in, precision), b.dqkv = kept.add(QKV, precision);
+    }
+    if (deferred_weights) dinput = kept.add(C, precision, part_rows);
     if (units.head) {
       lnf = kept.add(C, precision, part_rows), lnf_mean = kept.add(mean_width, DType::f32, part_rows),
       lnf_rstd = kept.add(1, DType::f32, part_rows);
@@ -89,7 +100,7 @@ int64_t part_rows(int64_t max_rows, int ranks, bool sequence_parallel) {
 }  // namespace
 
 Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
-             int batch_size, int seq_len, ParallelRegions& regions)
+             int batch_size, int seq_len, ParallelRegions& regions, bool deferred_weights)
     : config_(layout.config()),
       dims_(layout.dims()),
       units_(units),
@@ -99,8 +110,13 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
       regions_(std::make_unique<Regions>(
           config_, dims_, units, recompute, precision, int64_t{batch_size} * seq_len,
           part_rows(int64_t{batch_size} * seq_len, layout.shard().size, regions.sequence_parallel()),
-          regions.sequence_parallel())),
-      store_(regions_->bytes.kept, regions_->bytes.shared, regions_->bytes.scratch, device, /*reserved=*/1) {
+          regions.sequence_parallel(), deferred_weights)),
+      store_(regions_->bytes.kept, regions_->bytes.shared, regions_->bytes.scratch, device, /*reserved=*/1),
+      deferred_weights_(deferred_weights) {
+  // A deferred weight pass reads the activations of its own micro-batch: none may be rebuilt for
+  // another in between.
+  DT_CHECK(!deferred_weights || recompute == Recompute::none,
+           "deferred weight passes keep every activation: recompute must be none, not ", recompute_name(recompute));
   DT_CHECK(0 <= units.first_block && units.first_block <= units.end_block && units.end_block <= config_.n_layer,
            "stage blocks [", units.first_block, ", ", units.end_block, ") outside the model's ", config_.n_layer);
   DT_CHECK(regions.shard().rank == layout.shard().rank && regions.shard().size == layout.shard().size,
@@ -122,10 +138,10 @@ Stage::~Stage() = default;
 
 ActivationBytes Stage::activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
                                         DType precision, int batch_size, int seq_len, TensorShard shard,
-                                        bool sequence_parallel) {
+                                        bool sequence_parallel, bool deferred_weights) {
   const int64_t rows = int64_t{batch_size} * seq_len;
   return Regions(config, shard_dims(config, shard), units, recompute, precision, rows,
-                 part_rows(rows, shard.size, sequence_parallel), sequence_parallel)
+                 part_rows(rows, shard.size, sequence_parallel), sequence_parallel, deferred_weights)
       .bytes;
 }
 
@@ -145,6 +161,20 @@ BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
           .res2 = part(b.res2), .ln2 = part(b.ln2), .ln2_mean = rows(k, b.ln2_mean, P),
           .ln2_rstd = rows(k, b.ln2_rstd, P), .fch = all(b.fch), .fch_act = all(b.fch_act), .res3 = part(b.res3),
           .branch = part(regions_->part), .gathered = all(regions_->gathered)};
+}
+
+BlockGradients Stage::deferred_gradients(int k, size_t i, int64_t N) const {
+  const Regions& r = *regions_;
+  const Regions::Block& b = r.blocks[i];
+  const int64_t P = parallel_.rows(N).size();
+  const auto part = [&](const ActivationRegion& region) { return store_.view(k, region, P); };
+  const auto all = [&](const ActivationRegion& region) { return store_.view(k, region, N); };
+  const Tensor dtmp = all(r.dtmp);
+  return {.dout = part(b.dout), .dres2 = part(b.dres2), .din = part(i == 0 ? r.dinput : r.blocks[i - 1].dout),
+          .dtmp = dtmp,
+          .datty = dtmp.reshape({dtmp.numel()}).slice_rows(0, N * dims_.attention_width()).reshape(
+              {N, dims_.attention_width()}),
+          .dact = all(r.dact), .dfch = all(b.dfch), .dqkv = all(b.dqkv), .dpart = part(r.part)};
 }
 
 Tensor Stage::block_input(int k, size_t i, int64_t N) const {
@@ -223,7 +253,10 @@ double Stage::loss(int k, Tensor targets, float loss_scale, bool with_gradient) 
   return sum_in_order(losses);
 }
 
-Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& weights, const FlatTensors& grads) {
+Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& weights, const FlatTensors& grads,
+                       bool weights_now) {
+  DT_CHECK(weights_now || (deferred_weights_ && hooks_ == nullptr),
+           "a deferred weight pass needs a stage made with deferred_weights, and no unit hooks");
   const auto [B, T] = shapes_.at(k);
   const int64_t N = B * T, C = config_.d_model;
   const Regions& r = *regions_;
@@ -243,7 +276,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
     gradients_needed(output_unit_);
     output_->backward_input(weights, dtmp, dlogits);
     PendingSum dlnf = parallel_.column_input_gradient(dtmp, dpart);
-    output_->backward_weight(grads, dlogits, parallel_.column_input(region(k, r.lnf, P), gathered));
+    if (weights_now) output_->backward_weight(grads, dlogits, parallel_.column_input(region(k, r.lnf, P), gathered));
     dlnf.done.wait();
     if (output_unit_ != head_unit_) weights_done(output_unit_);  // the lookup's backward reads no weights
     zero_bytes(dres.data, dres.device, dres.bytes());
@@ -257,22 +290,47 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   CausalSelfAttention attention(dims_.heads.attention(), B, T, rope_.cos, rope_.sin);
   const Tensor datty = dtmp.reshape({dtmp.numel()}).slice_rows(0, N * dims_.attention_width()).reshape(
       {N, dims_.attention_width()});
-  const BlockGradients d{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .datty = datty,
-                         .dact = scratch(r.dact), .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv), .dpart = dpart};
+  // At once, the residual stream's gradient is updated in place in dres; deferred, each block's
+  // is kept apart (deferred_gradients), the last block's output gradient first.
+  const BlockGradients at_once{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .datty = datty,
+                               .dact = scratch(r.dact), .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv),
+                               .dpart = dpart};
+  const Tensor dinput = weights_now ? dres : store_.view(k, r.dinput, P);
+  if (!weights_now) {
+    const Tensor last = blocks_.empty() ? dinput : deferred_gradients(k, blocks_.size() - 1, N).dout;
+    copy_bytes(last.data, last.device, dres.data, dres.device, last.bytes());
+  }
   for (size_t i = blocks_.size(); i-- > 0;) {
     const size_t u = blocks_[i].unit();
     weights_needed(u, backward_next(u));
     gradients_needed(u);
-    blocks_[i].backward_input(weights, grads, block_input(k, i, N), block_activations(k, i, N), d, attention,
-                              /*weights_now=*/true);
+    blocks_[i].backward_input(weights, grads, block_input(k, i, N), block_activations(k, i, N),
+                              weights_now ? at_once : deferred_gradients(k, i, N), attention, weights_now);
     weights_done(u);
     gradients_final(u);
   }
-  if (!units_.embeddings) return dres.reshape({B, T, C});
+  if (!units_.embeddings) return dinput.reshape({B, T, C});
+  if (!weights_now) return Tensor{};  // the lookup's gradient is a weight pass
   gradients_needed(0);
   embedding_->backward(grads, tokens, parallel_.row_output_gradient(dres, gathered));
   gradients_final(0);
   return Tensor{};
+}
+
+void Stage::backward_weight(int k, Tensor tokens, const FlatTensors& grads) {
+  DT_CHECK(deferred_weights_, "backward_weight of a stage made without deferred_weights");
+  const auto [B, T] = shapes_.at(k);
+  const int64_t N = B * T, P = parallel_.rows(N).size();
+  const Regions& r = *regions_;
+  const Tensor gathered = store_.view(k, r.gathered, N);
+  // The order of backward: the output projection, the blocks from the last, the lookup (a tied
+  // wte gets its two gradients in backward's order).
+  if (units_.head)
+    output_->backward_weight(grads, region(k, r.logits, N), parallel_.column_input(region(k, r.lnf, P), gathered));
+  for (size_t i = blocks_.size(); i-- > 0;)
+    blocks_[i].backward_weight(grads, block_activations(k, i, N), deferred_gradients(k, i, N));
+  if (units_.embeddings)
+    embedding_->backward(grads, tokens, parallel_.row_output_gradient(store_.view(k, r.dinput, P), gathered));
 }
 
 Tensor Stage::logits(int k) const {

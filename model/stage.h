@@ -12,6 +12,12 @@
 //   backward(k, ...)   from the loss's gradient (the head) or the output's gradient; adds every
 //                      parameter's gradient and returns the input's gradient (B, T, C), or none
 //                      when the stage has the embeddings.
+//   backward_weight(k) for a stage made to defer them (zero-bubble pipeline schedules): backward
+//                      with weights_now false gives the input's gradient and adds only the
+//                      norms' gradients, keeping what the weight pass reads with micro-batch k's
+//                      activations; backward_weight(k) then adds the linear layers', the output
+//                      projection's and the embeddings' gradients, each tensor's the same bits as
+//                      at once when the micro-batches' weight passes run in their backwards' order.
 //
 // Micro-batch k's activations live in the stage's ActivationStore (model/activation_store.h)
 // from its forward until release(k): several micro-batches may be held at once. The stage calls
@@ -53,15 +59,17 @@ struct ActivationBytes {
 class Stage {
  public:
   // Micro-batches of at most (batch_size, seq_len) tokens, activations in `precision` on `device`.
-  // `regions` must outlive the stage.
+  // `regions` must outlive the stage. With `deferred_weights` each micro-batch also keeps what a
+  // deferred weight pass reads (no recomputation, no unit hooks).
   Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
-        int batch_size, int seq_len, ParallelRegions& regions = ParallelRegions::single_rank());
+        int batch_size, int seq_len, ParallelRegions& regions = ParallelRegions::single_rank(),
+        bool deferred_weights = false);
   ~Stage();
   // The activation memory such a stage lays out, without making one, on tensor-parallel rank
   // `shard`, with or without sequence parallelism.
   static ActivationBytes activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
                                           DType precision, int batch_size, int seq_len, TensorShard shard = {},
-                                          bool sequence_parallel = false);
+                                          bool sequence_parallel = false, bool deferred_weights = false);
 
   const StageUnits& units() const { return units_; }
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
@@ -71,7 +79,11 @@ class Stage {
   // dout: the output's gradient (B, T, C), undefined when the stage has the head. tokens: the
   // micro-batch's, when the stage has the embeddings. The returned gradient is valid until the
   // next backward.
-  Tensor backward(int k, Tensor dout, Tensor tokens, const FlatTensors& weights, const FlatTensors& grads);
+  Tensor backward(int k, Tensor dout, Tensor tokens, const FlatTensors& weights, const FlatTensors& grads,
+                  bool weights_now = true);
+  // The weight pass backward(k, ..., weights_now = false) deferred; tokens: the micro-batch's, when
+  // the stage has the embeddings.
+  void backward_weight(int k, Tensor tokens, const FlatTensors& grads);
   void release(int k) {
     store_.release(k);
     shapes_.erase(k);
@@ -88,6 +100,8 @@ class Stage {
     int64_t B = 0, T = 0;
   };
   BlockActivations block_activations(int k, size_t i, int64_t N) const;
+  // Block i's gradients for a deferred weight pass, kept with micro-batch k.
+  BlockGradients deferred_gradients(int k, size_t i, int64_t N) const;
   Tensor block_input(int k, size_t i, int64_t N) const;
   Tensor region(int k, const ActivationRegion& r, int64_t N) const { return store_.view(k, r, N); }
   // Region r as per-row statistics (N), or none for a norm that keeps none (RMSNorm's mean).
@@ -115,6 +129,7 @@ class Stage {
   std::map<int, Shape> shapes_;  // of each micro-batch held
   RopeTables rope_;              // llama: positions [0, seq_len)
   UnitHooks* hooks_ = nullptr;
+  bool deferred_weights_;
 };
 
 }  // namespace dt

@@ -119,6 +119,38 @@ TEST_P(StageTest, MicroBatchesHeldAtOnceGiveTheSameGradients) {
   }
 }
 
+// A zero-bubble schedule's order on two chained stages made to defer their weight passes: both
+// micro-batches forward, both input passes (each stage's returning its input's gradient), then
+// the weight passes in the backwards' order — the whole model's gradients, bit for bit.
+TEST_P(StageTest, DeferredWeightPassesOfMicroBatchesHeldAtOnceGiveTheSameGradients) {
+  const auto [loss, expected] = whole_model(Recompute::none);
+  const int cut = 1;
+  ParallelRegions& one = ParallelRegions::single_rank();
+  Stage first(layout, {.embeddings = true, .first_block = 0, .end_block = cut, .head = false}, Recompute::none,
+              DType::f32, Device::cpu, B, T, one, /*deferred_weights=*/true);
+  Stage second(layout, {.embeddings = false, .first_block = cut, .end_block = config.n_layer, .head = true},
+               Recompute::none, DType::f32, Device::cpu, B, T, one, /*deferred_weights=*/true);
+  FlatTensors grads(layout, MemTag::gradients);
+  grads.zero();
+  double both = 0;
+  for (int k = 0; k < 2; ++k) second.forward(k, first.forward(k, tokens[k].t, weights, true), weights, true);
+  for (int k = 0; k < 2; ++k) {
+    both += second.loss(k, targets[k].t, 0.5f, true);
+    const Tensor din = second.backward(k, Tensor{}, Tensor{}, weights, grads, /*weights_now=*/false);
+    ASSERT_EQ(din.shape, Shape({B, T, config.d_model}));
+    EXPECT_FALSE(first.backward(k, din, tokens[k].t, weights, grads, /*weights_now=*/false).defined());
+  }
+  EXPECT_NE(bytes_of(grads.all()), expected) << "the weight passes wait";
+  for (int k = 0; k < 2; ++k) {
+    second.backward_weight(k, Tensor{}, grads);
+    first.backward_weight(k, tokens[k].t, grads);
+  }
+  EXPECT_EQ(both, loss);
+  EXPECT_EQ(bytes_of(grads.all()), expected);
+  EXPECT_THROW(Stage(layout, StageUnits::whole(config), Recompute::selective, DType::f32, Device::cpu, B, T, one, true),
+               Error);
+}
+
 // A block's backward with the weights' gradients deferred to backward_weight (as a zero-bubble
 // pipeline schedule runs it) gives the input's gradient and every parameter's gradient of the
 // backward that takes them at once.
