@@ -1,0 +1,134 @@
+#include "parallel/pipeline/executor.h"
+
+#include "core/device.h"
+#include "core/error.h"
+
+namespace dt::pipeline {
+
+namespace {
+
+// The stage a sent tensor goes to.
+int receiver(Op op, int from) { return op == Op::send_forward ? from + 1 : from - 1; }
+
+Buffer copy_of(Tensor t) {
+  Buffer b(t.bytes(), MemTag::communication, t.device, false);
+  copy_bytes(b.data(), t.device, t.data, t.device, t.bytes());
+  return b;
+}
+
+}  // namespace
+
+void InProcessTransport::send(Op op, int from, int k, Tensor t) { sent_[{op, receiver(op, from), k}] = copy_of(t); }
+
+bool InProcessTransport::try_recv(Op op, int to, int k, Tensor t) {
+  const Op sent = op == Op::recv_forward ? Op::send_forward : Op::send_backward;
+  const auto it = sent_.find({sent, to, k});
+  if (it == sent_.end()) return false;
+  DT_CHECK(it->second.bytes() == t.bytes(), "a received tensor of ", it->second.bytes(), " bytes for ", t.describe());
+  copy_bytes(t.data, t.device, it->second.data(), t.device, t.bytes());
+  sent_.erase(it);
+  return true;
+}
+
+PipelineRank::PipelineRank(const Schedule& schedule, int rank, std::vector<Stage*> stages, const FlatTensors& weights,
+                           const FlatTensors& grads, Transport& transport, std::vector<MicroBatchData> micro_batches,
+                           float loss_scale)
+    : schedule_(schedule),
+      rank_(rank),
+      stages_(std::move(stages)),
+      weights_(weights),
+      grads_(grads),
+      transport_(transport),
+      micro_batches_(std::move(micro_batches)),
+      loss_scale_(loss_scale),
+      losses_(micro_batches_.size(), 0.0) {
+  DT_CHECK(static_cast<int>(stages_.size()) == schedule.stages() &&
+               static_cast<int>(micro_batches_.size()) == schedule.micro_batches,
+           "a pipeline rank needs a stage slot per stage and data per micro-batch");
+  for (int s = 0; s < schedule.stages(); ++s)
+    DT_CHECK((stages_[s] != nullptr) == (schedule.stage_rank[s] == rank), "stage ", s, " on rank ",
+             schedule.stage_rank[s], ", given to rank ", rank);
+}
+
+bool PipelineRank::advance() {
+  const size_t before = next_;
+  while (!done() && run(schedule_.actions[rank_][next_])) ++next_;
+  return next_ > before;
+}
+
+bool PipelineRank::run(const Action& a) {
+  const int s = a.stage, k = a.micro_batch, S = schedule_.stages();
+  const MicroBatchData& data = micro_batches_[k];
+  const int64_t B = data.tokens.dim(0), T = data.tokens.dim(1), C = weights_.layout().config().d_model;
+  const auto activation = [&](std::map<std::pair<int, int>, Buffer>& into) {
+    Buffer& b = into[{s, k}];
+    if (b.data() == nullptr) b = Buffer(static_cast<size_t>(B * T * C) * dtype_size(weights_.dtype()),
+                                        MemTag::communication, weights_.device(), false);
+    return b.view(weights_.dtype(), {B, T, C});
+  };
+  Stage* stage = stages_[s];
+  const Tensor tokens = s == 0 ? data.tokens : Tensor{};
+  switch (a.op) {
+    case Op::recv_forward: return transport_.try_recv(a.op, s, k, activation(inputs_));
+    case Op::recv_backward: return transport_.try_recv(a.op, s, k, activation(gradients_));
+    case Op::send_forward:
+      transport_.send(a.op, s, k, outputs_.at({s, k}));
+      outputs_.erase({s, k});
+      return true;
+    case Op::send_backward: {
+      const Buffer& din = input_gradients_.at({s, k});
+      transport_.send(a.op, s, k, din.view(weights_.dtype(), {B, T, C}));
+      input_gradients_.erase({s, k});
+      return true;
+    }
+    case Op::forward: {
+      // Its input: the tokens, the previous stage's output on this rank, or what was received.
+      const bool local = s > 0 && stages_[s - 1] != nullptr;
+      const Tensor in = s == 0 ? data.tokens
+                        : local ? outputs_.at({s - 1, k})
+                                : inputs_.at({s, k}).view(weights_.dtype(), {B, T, C});
+      const Tensor out = stage->forward(k, in, weights_, /*backward_follows=*/true);
+      if (local) outputs_.erase({s - 1, k});
+      inputs_.erase({s, k});
+      if (s + 1 < S)
+        outputs_[{s, k}] = out;  // a view of the stage's activations, kept until its backward
+      else
+        losses_[k] = stage->loss(k, data.targets, loss_scale_, /*with_gradient=*/true);
+      return true;
+    }
+    case Op::backward:
+    case Op::backward_input: {
+      // The output's gradient: none after the loss, the next stage's on this rank, or received.
+      const bool local = s + 1 < S && stages_[s + 1] != nullptr;
+      Tensor dout;
+      if (s + 1 < S)
+        dout = (local ? input_gradients_.at({s + 1, k}) : gradients_.at({s, k})).view(weights_.dtype(), {B, T, C});
+      const Tensor din = stage->backward(k, dout, tokens, weights_, grads_, a.op == Op::backward);
+      if (local) input_gradients_.erase({s + 1, k});
+      gradients_.erase({s, k});
+      // The input's gradient, kept apart: the stage's own is valid only until its next backward.
+      if (s > 0) input_gradients_[{s, k}] = copy_of(din);
+      if (a.op == Op::backward) stage->release(k);
+      return true;
+    }
+    case Op::backward_weight:
+      stage->backward_weight(k, tokens, grads_);
+      stage->release(k);
+      return true;
+  }
+  return true;
+}
+
+void run_in_turn(std::vector<PipelineRank>& ranks) {
+  for (;;) {
+    bool all_done = true, progress = false;
+    for (PipelineRank& r : ranks) {
+      progress = r.advance() || progress;
+      all_done = all_done && r.done();
+    }
+    if (all_done) return;
+    DT_CHECK(progress, "the pipeline's ranks stalled: every one waits for a receive");
+  }
+}
+
+}  // namespace dt::pipeline

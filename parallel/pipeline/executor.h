@@ -1,0 +1,85 @@
+// The one executor: it runs any schedule's action lists (parallel/pipeline/schedule.h) on the
+// stages that carry them. A rank's list is interpreted action by action — forward, loss (on the
+// last stage, after its forward), backward, or backward_input and backward_weight, sends and
+// receives of activations and their gradients — by PipelineRank; where the data of a receive is
+// not there yet, the rank waits. How the data travels is a Transport: within one process for
+// tests (every rank's stages in one process, run in turn: InProcessTransport), over a
+// communicator's sends and receives between processes.
+//
+// Every micro-batch's loss is scaled by `loss_scale` (1 / the global batch's target count, as
+// train/step.h does), so the gradients are those of the mean over all micro-batches.
+#pragma once
+
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/tensor.h"
+#include "model/parameters.h"
+#include "model/stage.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace dt::pipeline {
+
+// Where a sent tensor waits for its receive.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Sends `t` (activations forward, or their gradient backward) of micro-batch k from stage `from`.
+  virtual void send(Op op, int from, int k, Tensor t) = 0;
+  // Receives into `t` what `send` of the matching op sent to stage `to`; false while it has not
+  // been sent.
+  virtual bool try_recv(Op op, int to, int k, Tensor t) = 0;
+};
+
+// Every rank in one process: a sent tensor is copied aside until received.
+class InProcessTransport final : public Transport {
+ public:
+  void send(Op op, int from, int k, Tensor t) override;
+  bool try_recv(Op op, int to, int k, Tensor t) override;
+
+ private:
+  std::map<std::tuple<Op, int, int>, Buffer> sent_;  // by (op, receiving stage, micro-batch)
+};
+
+struct MicroBatchData {
+  Tensor tokens, targets;  // (B, T) i32
+};
+
+// One rank of a pipeline: its stages (by stage index: stages[s] for the stages the schedule puts
+// on this rank, nullptr elsewhere), over the weights and gradients they share.
+class PipelineRank {
+ public:
+  PipelineRank(const Schedule& schedule, int rank, std::vector<Stage*> stages, const FlatTensors& weights,
+               const FlatTensors& grads, Transport& transport, std::vector<MicroBatchData> micro_batches,
+               float loss_scale);
+  // Runs actions until the next one must wait or the list ends; returns whether it ran any.
+  bool advance();
+  bool done() const { return next_ >= schedule_.actions[rank_].size(); }
+  // The micro-batches' summed losses (the last stage's rank), by micro-batch.
+  const std::vector<double>& losses() const { return losses_; }
+
+ private:
+  bool run(const Action& a);  // false: a receive waits
+
+  const Schedule& schedule_;
+  int rank_;
+  std::vector<Stage*> stages_;
+  const FlatTensors& weights_;
+  const FlatTensors& grads_;
+  Transport& transport_;
+  std::vector<MicroBatchData> micro_batches_;
+  float loss_scale_;
+  size_t next_ = 0;
+  std::vector<double> losses_;
+  // By (stage, micro-batch): what a stage received (its input; its output's gradient), its forward's
+  // output (a view of its activations) and its input's gradient, until used or sent.
+  std::map<std::pair<int, int>, Buffer> inputs_, gradients_, input_gradients_;
+  std::map<std::pair<int, int>, Tensor> outputs_;
+};
+
+// Runs every rank of `ranks` in one process until all are done; throws dt::Error if they stall.
+void run_in_turn(std::vector<PipelineRank>& ranks);
+
+}  // namespace dt::pipeline

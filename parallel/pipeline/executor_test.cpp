@@ -1,0 +1,109 @@
+// The executor runs every schedule on real stages — all ranks in one process, in turn — and gives
+// the whole model's losses and gradients: bit for bit where every weight belongs to one stage
+// (llama-tiny, untied), and with gpt2-tiny's tied embedding (on the first and the last stage)
+// the two stages' shares of its gradient summed in another order.
+#include "parallel/pipeline/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "core/rng.h"
+#include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/schedule_check.h"
+#include "tests/gradcheck.h"
+
+namespace dt::pipeline {
+namespace {
+
+using testing::OwnedTensor;
+
+constexpr int kB = 2, kT = 8;
+
+OwnedTensor ids(const ModelConfig& config, uint64_t seed) {
+  OwnedTensor t = testing::zeros(DType::i32, {kB, kT});
+  const ElementRng rng(seed, "executor ids");
+  for (int64_t i = 0; i < kB * kT; ++i) t.ptr<int32_t>()[i] = static_cast<int32_t>(rng.uniform(i) * config.vocab_size);
+  return t;
+}
+
+struct Case {
+  const char* schedule;
+  int ranks, micro_batches, virtual_stages;
+};
+
+void expect_whole_models_numbers(const char* preset, const Case& c) {
+  const Schedule schedule = make_schedule(c.schedule, c.ranks, c.micro_batches, c.virtual_stages);
+  ASSERT_TRUE(check_schedule(schedule).ok());
+  ModelConfig config = model_preset(preset);
+  config.n_layer = schedule.stages() + 1;  // a stage of two blocks somewhere
+  SCOPED_TRACE(str(preset, " ", c.schedule, " p ", c.ranks, " m ", c.micro_batches, " v ", c.virtual_stages));
+  const ParameterLayout layout(config);
+  FlatTensors weights(layout, MemTag::parameters);
+  init_parameters(weights, 3);
+  std::vector<OwnedTensor> tokens, targets;
+  for (int k = 0; k < c.micro_batches; ++k) tokens.push_back(ids(config, 2 * k)), targets.push_back(ids(config, 2 * k + 1));
+  const float scale = 1.0f / static_cast<float>(c.micro_batches * kB * kT);
+
+  // One stage over the whole model, the micro-batches one after another.
+  FlatTensors expected(layout, MemTag::gradients);
+  expected.zero();
+  Stage whole(layout, StageUnits::whole(config), Recompute::none, DType::f32, Device::cpu, kB, kT);
+  std::vector<double> expected_losses;
+  for (int k = 0; k < c.micro_batches; ++k) {
+    whole.forward(k, tokens[k].t, weights, true);
+    expected_losses.push_back(whole.loss(k, targets[k].t, scale, true));
+    whole.backward(k, Tensor{}, tokens[k].t, weights, expected);
+    whole.release(k);
+  }
+
+  // The pipeline: the stages the partition gives, each on its rank.
+  const bool split = std::string(c.schedule).starts_with("zb");
+  std::vector<std::unique_ptr<Stage>> stages;
+  for (const StageUnits& units : partition_stages(config, schedule.stages(), kT))
+    stages.push_back(std::make_unique<Stage>(layout, units, Recompute::none, DType::f32, Device::cpu, kB, kT,
+                                             ParallelRegions::single_rank(), split));
+  FlatTensors grads(layout, MemTag::gradients);
+  grads.zero();
+  InProcessTransport transport;
+  std::vector<MicroBatchData> data;
+  for (int k = 0; k < c.micro_batches; ++k) data.push_back({tokens[k].t, targets[k].t});
+  std::vector<PipelineRank> ranks;
+  for (int r = 0; r < c.ranks; ++r) {
+    std::vector<Stage*> mine(static_cast<size_t>(schedule.stages()), nullptr);
+    for (int s = 0; s < schedule.stages(); ++s)
+      if (schedule.stage_rank[s] == r) mine[s] = stages[s].get();
+    ranks.emplace_back(schedule, r, mine, weights, grads, transport, data, scale);
+  }
+  run_in_turn(ranks);
+  const int last = schedule.stage_rank[schedule.stages() - 1];
+  for (int k = 0; k < c.micro_batches; ++k) EXPECT_EQ(ranks[last].losses()[k], expected_losses[k]) << "micro-batch " << k;
+  for (const ParamInfo& p : layout.params()) {
+    const Tensor got = grads.unpadded(p), want = expected.unpadded(p);
+    if (p.name != "wte" || !config.tied_embeddings) {
+      EXPECT_EQ(std::memcmp(got.data, want.data, got.bytes()), 0) << p.name;
+      continue;
+    }
+    // The tied embedding's gradient: the lookup's (first stage) and the output projection's
+    // (last stage) shares, added in the schedule's order instead of one micro-batch's after the
+    // other's: f32 rounding of sums of a few terms.
+    double worst = 0, largest = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(got.ptr<float>()[i] - want.ptr<float>()[i])));
+      largest = std::max(largest, static_cast<double>(std::fabs(want.ptr<float>()[i])));
+    }
+    EXPECT_LE(worst, 1e-6 * largest) << p.name;
+  }
+}
+
+TEST(Executor, EveryScheduleGivesTheWholeModelsNumbers) {
+  for (const char* preset : {"llama-tiny", "gpt2-tiny"})
+    for (const Case& c : {Case{"afab", 2, 4, 1}, Case{"1f1b", 3, 5, 1}, Case{"1f1b", 4, 4, 1},
+                          Case{"interleaved", 2, 4, 2}, Case{"zb-h1", 3, 5, 1}, Case{"zb-v", 2, 4, 1}})
+      expect_whole_models_numbers(preset, c);
+}
+
+}  // namespace
+}  // namespace dt::pipeline
