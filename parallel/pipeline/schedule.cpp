@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "core/error.h"
 #include "core/suggest.h"
@@ -29,19 +31,58 @@ std::vector<std::string> schedule_names() { return {"afab", "1f1b", "interleaved
 std::vector<std::vector<Action>> with_communication(const std::vector<std::vector<Action>>& compute,
                                                     const std::vector<int>& stage_rank) {
   const int S = static_cast<int>(stage_rank.size());
-  std::vector<std::vector<Action>> out(compute.size());
+  // Each send after what it sends, each receive just before its use.
+  std::vector<std::vector<Action>> placed(compute.size());
   for (size_t r = 0; r < compute.size(); ++r)
     for (const Action& a : compute[r]) {
       const int s = a.stage, k = a.micro_batch;
       const bool from_before = s > 0 && stage_rank[s - 1] != stage_rank[s];
       const bool to_after = s + 1 < S && stage_rank[s + 1] != stage_rank[s];
       const bool takes_gradient = a.op == Op::backward || a.op == Op::backward_input;
-      if (a.op == Op::forward && from_before) out[r].push_back({Op::recv_forward, s, k});
-      if (takes_gradient && to_after) out[r].push_back({Op::recv_backward, s, k});
-      out[r].push_back(a);
-      if (a.op == Op::forward && to_after) out[r].push_back({Op::send_forward, s, k});
-      if (takes_gradient && from_before) out[r].push_back({Op::send_backward, s, k});
+      if (a.op == Op::forward && from_before) placed[r].push_back({Op::recv_forward, s, k});
+      if (takes_gradient && to_after) placed[r].push_back({Op::recv_backward, s, k});
+      placed[r].push_back(a);
+      if (a.op == Op::forward && to_after) placed[r].push_back({Op::send_forward, s, k});
+      if (takes_gradient && from_before) placed[r].push_back({Op::send_backward, s, k});
     }
+  // Messages between two ranks are matched in the order they were sent (NCCL; MPI with one tag),
+  // so a receive first takes every message its peer sent before the one it needs. That waits no
+  // longer: the needed message arrives after them.
+  const auto receive_of = [&](const Action& send) {
+    return send.op == Op::send_forward ? Action{Op::recv_forward, send.stage + 1, send.micro_batch}
+                                       : Action{Op::recv_backward, send.stage - 1, send.micro_batch};
+  };
+  const auto sender_of = [&](const Action& recv) {
+    return stage_rank[recv.op == Op::recv_forward ? recv.stage - 1 : recv.stage + 1];
+  };
+  std::map<std::pair<int, int>, std::vector<Action>> in_send_order;  // (from, to) -> receives
+  for (size_t r = 0; r < placed.size(); ++r)
+    for (const Action& a : placed[r])
+      if (a.op == Op::send_forward || a.op == Op::send_backward) {
+        const Action recv = receive_of(a);
+        in_send_order[{static_cast<int>(r), stage_rank[recv.stage]}].push_back(recv);
+      }
+  std::vector<std::vector<Action>> out(placed.size());
+  for (size_t r = 0; r < placed.size(); ++r) {
+    std::map<int, size_t> next;  // per sender: the next message in its order
+    std::set<std::pair<int, int>> taken;  // receives done early: (stage, micro-batch) with the op's sign
+    const auto key = [](const Action& a) { return std::pair{a.op == Op::recv_forward ? a.stage : -a.stage - 1, a.micro_batch}; };
+    for (const Action& a : placed[r]) {
+      if (a.op != Op::recv_forward && a.op != Op::recv_backward) {
+        out[r].push_back(a);
+        continue;
+      }
+      if (taken.count(key(a))) continue;
+      const int from = sender_of(a);
+      const std::vector<Action>& order = in_send_order[{from, static_cast<int>(r)}];
+      for (size_t& i = next[from]; i < order.size();) {
+        const Action& m = order[i++];
+        out[r].push_back(m);
+        taken.insert(key(m));
+        if (m == a) break;
+      }
+    }
+  }
   return out;
 }
 

@@ -14,7 +14,9 @@
 // them: send_forward(s, k) after forward(s, k) on stage s's rank and recv_forward(s + 1, k)
 // before forward(s + 1, k) on the next stage's; send_backward(s, k) after stage s's backward
 // (input) and recv_backward(s − 1, k) before stage s − 1's. Sends do not block (the executor
-// posts them and waits at the end); receives block until their data is there. A schedule is
+// posts them and waits at the end); receives block until their data is there. Messages between
+// two ranks are matched in the order they are sent (as NCCL and MPI with one tag match them), so
+// a receive is moved earlier where its peer sent it before another this rank needs first. A schedule is
 // written as each rank's order of compute actions; the communication is inserted by one rule
 // (with_communication), the same for every schedule.
 //

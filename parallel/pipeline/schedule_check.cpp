@@ -69,6 +69,21 @@ ScheduleCheck check_schedule(const Schedule& s) {
                         " are not one send and one receive each way"));
     }
 
+  // Point-to-point messages between two ranks are matched in order (NCCL's and MPI's with one
+  // tag): the sends from rank a to rank b, in a's order, must be b's receives from a, in b's.
+  std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> sent, received;  // (from, to) -> (stage, k)
+  for (int r = 0; r < p; ++r)
+    for (const Action& a : s.actions[r]) {
+      if (a.op == Op::send_forward) sent[{r, s.stage_rank[a.stage + 1]}].emplace_back(a.stage + 1, a.micro_batch);
+      if (a.op == Op::send_backward) sent[{r, s.stage_rank[a.stage - 1]}].emplace_back(-a.stage, a.micro_batch);
+      if (a.op == Op::recv_forward) received[{s.stage_rank[a.stage - 1], r}].emplace_back(a.stage, a.micro_batch);
+      if (a.op == Op::recv_backward) received[{s.stage_rank[a.stage + 1], r}].emplace_back(-(a.stage + 1), a.micro_batch);
+    }
+  for (const auto& [pair, messages] : sent)
+    if (messages != received[pair])
+      return fail(str("rank ", pair.first, " sends to rank ", pair.second, " in another order than rank ", pair.second,
+                      " receives: messages between two ranks are matched in order"));
+
   // Run it: each rank takes its next action when its dependencies have finished; a receive
   // finishes with its send (transfers are free).
   std::map<std::tuple<Op, int, int>, double> done;  // finish times

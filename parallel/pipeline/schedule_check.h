@@ -4,6 +4,8 @@
 //   complete      every stage runs forward and backward (or backward_input then backward_weight)
 //                 of every micro-batch exactly once, on its rank, and every transfer between
 //                 ranks has exactly one send and one receive, each on the right rank;
+//   in order      the messages from one rank to another are received in the order they are sent
+//                 (point-to-point messages are matched in order);
 //   dependencies  a forward after the previous stage's forward of the micro-batch, a backward
 //                 after its own forward and the next stage's backward (input), a weight pass
 //                 after its input pass, a send after what it sends, a receive before its use;

@@ -91,6 +91,13 @@ TEST(Schedule, TheCheckerNamesWhatIsWrong) {
   const auto recv1 = std::find(first.begin(), first.end(), Action{Op::recv_backward, 0, 0});
   std::rotate(send1, send1 + 1, recv1 + 1);  // the send after micro-batch 0's receive
   EXPECT_NE(check_schedule(stuck).problem.find("deadlock"), std::string::npos) << check_schedule(stuck).problem;
+  // Rank 1 receiving micro-batch 1's activation before micro-batch 0's, which rank 0 sent first.
+  Schedule crossed = make_schedule("afab", 2, 2);
+  auto& second = crossed.actions[1];
+  std::iter_swap(std::find(second.begin(), second.end(), Action{Op::recv_forward, 1, 0}),
+                 std::find(second.begin(), second.end(), Action{Op::recv_forward, 1, 1}));
+  EXPECT_NE(check_schedule(crossed).problem.find("in another order than rank 1 receives"), std::string::npos)
+      << check_schedule(crossed).problem;
 }
 
 TEST(Schedule, BadShapesAndNamesSayWhatWorks) {
