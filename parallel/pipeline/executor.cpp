@@ -30,6 +30,24 @@ bool InProcessTransport::try_recv(Op op, int to, int k, Tensor t) {
   return true;
 }
 
+void CommunicatorTransport::send(Op op, int from, int k, Tensor t) {
+  (void)k;
+  Buffer copy = copy_of(t);
+  CollectiveHandle h = group_.send(copy.view(t.dtype, t.shape), stage_rank_[receiver(op, from)]);
+  sending_.emplace_back(std::move(copy), std::move(h));
+}
+
+bool CommunicatorTransport::try_recv(Op op, int to, int k, Tensor t) {
+  (void)k;
+  group_.recv(t, stage_rank_[op == Op::recv_forward ? to - 1 : to + 1]).wait();
+  return true;
+}
+
+void CommunicatorTransport::finish() {
+  for (auto& [buffer, handle] : sending_) handle.wait();
+  sending_.clear();
+}
+
 PipelineRank::PipelineRank(const Schedule& schedule, int rank, std::vector<Stage*> stages, const FlatTensors& weights,
                            const FlatTensors& grads, Transport& transport, std::vector<MicroBatchData> micro_batches,
                            float loss_scale)
@@ -129,6 +147,10 @@ void run_in_turn(std::vector<PipelineRank>& ranks) {
     if (all_done) return;
     DT_CHECK(progress, "the pipeline's ranks stalled: every one waits for a receive");
   }
+}
+
+void run_alone(PipelineRank& rank) {
+  while (!rank.done()) DT_CHECK(rank.advance(), "a pipeline rank could not go on");
 }
 
 }  // namespace dt::pipeline

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/buffer.h"
 #include "core/tensor.h"
 #include "model/parameters.h"
@@ -41,6 +42,23 @@ class InProcessTransport final : public Transport {
 
  private:
   std::map<std::tuple<Op, int, int>, Buffer> sent_;  // by (op, receiving stage, micro-batch)
+};
+
+// Ranks in their own processes, over a communicator whose ranks are the schedule's: a send
+// starts at once from a copy (waited for in finish()), a receive waits for its data.
+class CommunicatorTransport final : public Transport {
+ public:
+  CommunicatorTransport(Communicator& group, std::vector<int> stage_rank)
+      : group_(group), stage_rank_(std::move(stage_rank)) {}
+  void send(Op op, int from, int k, Tensor t) override;
+  bool try_recv(Op op, int to, int k, Tensor t) override;
+  // Waits for every send started.
+  void finish();
+
+ private:
+  Communicator& group_;
+  std::vector<int> stage_rank_;
+  std::vector<std::pair<Buffer, CollectiveHandle>> sending_;
 };
 
 struct MicroBatchData {
@@ -81,5 +99,7 @@ class PipelineRank {
 
 // Runs every rank of `ranks` in one process until all are done; throws dt::Error if they stall.
 void run_in_turn(std::vector<PipelineRank>& ranks);
+// Runs this process's rank to the end of its list (its receives wait for their data).
+void run_alone(PipelineRank& rank);
 
 }  // namespace dt::pipeline

@@ -10,10 +10,12 @@
 #include <cstring>
 #include <memory>
 
+#include "comm/mpi.h"
 #include "core/rng.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/schedule_check.h"
 #include "tests/gradcheck.h"
+#include "tests/mpi_testing.h"
 
 namespace dt::pipeline {
 namespace {
@@ -103,6 +105,73 @@ TEST(Executor, EveryScheduleGivesTheWholeModelsNumbers) {
     for (const Case& c : {Case{"afab", 2, 4, 1}, Case{"1f1b", 3, 5, 1}, Case{"1f1b", 4, 4, 1},
                           Case{"interleaved", 2, 4, 2}, Case{"zb-h1", 3, 5, 1}, Case{"zb-v", 2, 4, 1}})
       expect_whole_models_numbers(preset, c);
+}
+
+}  // namespace
+}  // namespace dt::pipeline
+
+namespace dt::pipeline {
+namespace {
+
+// The same over MPI: ctest runs it as Mpi.np2 to Mpi.np4, the world being the pipeline's ranks.
+// Each rank holds the whole model's parameters but runs only its stages; its stages' gradients
+// are the whole model's, bit for bit (llama-tiny: untied, every weight in one stage).
+TEST(Mpi, PipelineRanksInTheirOwnProcessesGiveTheWholeModelsGradients) {
+  DT_SKIP_WITHOUT_MPIRUN();
+  const std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
+  const int p = world->size(), rank = world->rank();
+  for (const Case& c : {Case{"afab", p, 3, 1}, Case{"1f1b", p, 5, 1}, Case{"interleaved", p, 2 * p, 2},
+                        Case{"zb-h1", p, 5, 1}, Case{"zb-v", p, 4, 1}}) {
+    const Schedule schedule = make_schedule(c.schedule, c.ranks, c.micro_batches, c.virtual_stages);
+    ModelConfig config = model_preset("llama-tiny");
+    config.n_layer = schedule.stages() + 1;
+    SCOPED_TRACE(str(c.schedule, " p ", p, " m ", c.micro_batches, " rank ", rank));
+    const ParameterLayout layout(config);
+    FlatTensors weights(layout, MemTag::parameters);
+    init_parameters(weights, 3);
+    std::vector<OwnedTensor> tokens, targets;
+    std::vector<MicroBatchData> data;
+    for (int k = 0; k < c.micro_batches; ++k) {
+      tokens.push_back(ids(config, 2 * k)), targets.push_back(ids(config, 2 * k + 1));
+      data.push_back({tokens.back().t, targets.back().t});
+    }
+    const float scale = 1.0f / static_cast<float>(c.micro_batches * kB * kT);
+    FlatTensors expected(layout, MemTag::gradients);
+    expected.zero();
+    Stage whole(layout, StageUnits::whole(config), Recompute::none, DType::f32, Device::cpu, kB, kT);
+    for (int k = 0; k < c.micro_batches; ++k) {
+      whole.forward(k, data[k].tokens, weights, true);
+      whole.loss(k, data[k].targets, scale, true);
+      whole.backward(k, Tensor{}, data[k].tokens, weights, expected);
+      whole.release(k);
+    }
+    const std::vector<StageUnits> parts = partition_stages(config, schedule.stages(), kT);
+    std::vector<std::unique_ptr<Stage>> owned;
+    std::vector<Stage*> mine(static_cast<size_t>(schedule.stages()), nullptr);
+    std::vector<bool> my_units(layout.units().size(), false);
+    for (int s = 0; s < schedule.stages(); ++s) {
+      if (schedule.stage_rank[s] != rank) continue;
+      owned.push_back(std::make_unique<Stage>(layout, parts[s], Recompute::none, DType::f32, Device::cpu, kB, kT,
+                                              ParallelRegions::single_rank(),
+                                              std::string(c.schedule).starts_with("zb")));
+      mine[s] = owned.back().get();
+      if (parts[s].embeddings) my_units[0] = true;
+      for (int l = parts[s].first_block; l < parts[s].end_block; ++l) my_units[static_cast<size_t>(l) + 1] = true;
+      if (parts[s].head) my_units.back() = true;
+    }
+    FlatTensors grads(layout, MemTag::gradients);
+    grads.zero();
+    CommunicatorTransport transport(*world, schedule.stage_rank);
+    PipelineRank me(schedule, rank, mine, weights, grads, transport, data, scale);
+    run_alone(me);
+    transport.finish();
+    for (const ParamInfo& p : layout.params()) {
+      if (!my_units[layout.unit_of(p)]) continue;
+      const Tensor got = grads.unpadded(p), want = expected.unpadded(p);
+      EXPECT_EQ(std::memcmp(got.data, want.data, got.bytes()), 0) << p.name;
+    }
+    world->barrier().wait();
+  }
 }
 
 }  // namespace
