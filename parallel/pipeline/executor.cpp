@@ -1,6 +1,10 @@
 #include "parallel/pipeline/executor.h"
 
+#include <chrono>
+#include <optional>
+
 #include "core/device.h"
+#include "core/trace.h"
 #include "core/error.h"
 
 namespace dt::pipeline {
@@ -70,7 +74,22 @@ PipelineRank::PipelineRank(const Schedule& schedule, int rank, std::vector<Stage
 
 bool PipelineRank::advance() {
   const size_t before = next_;
-  while (!done() && run(schedule_.actions[rank_][next_])) ++next_;
+  while (!done()) {
+    const Action& a = schedule_.actions[rank_][next_];
+    const bool compute = a.op == Op::forward || a.op == Op::backward || a.op == Op::backward_input ||
+                         a.op == Op::backward_weight;
+    // Compute is a span of the trace (core/trace.h), named as the schedule's picture names it.
+    std::optional<trace::ComputeScope> span;
+    if (compute) span.emplace(str(op_name(a.op), " stage ", a.stage, " micro-batch ", a.micro_batch));
+    const auto start = std::chrono::steady_clock::now();
+    if (!run(a)) break;
+    if (compute) {
+      Busy& b = busy_[a.op];
+      b.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++b.actions;
+    }
+    ++next_;
+  }
   return next_ > before;
 }
 

@@ -77,6 +77,13 @@ class PipelineRank {
   bool done() const { return next_ >= schedule_.actions[rank_].size(); }
   // The micro-batches' summed losses (the last stage's rank), by micro-batch.
   const std::vector<double>& losses() const { return losses_; }
+  // Seconds spent in each kind of compute action so far (forward, backward, backward_input,
+  // backward_weight), and how many ran: what a bubble is measured against.
+  struct Busy {
+    double seconds = 0;
+    int actions = 0;
+  };
+  const std::map<Op, Busy>& busy() const { return busy_; }
 
  private:
   bool run(const Action& a);  // false: a receive waits
@@ -95,6 +102,7 @@ class PipelineRank {
   // output (a view of its activations) and its input's gradient, until used or sent.
   std::map<std::pair<int, int>, Buffer> inputs_, gradients_, input_gradients_;
   std::map<std::pair<int, int>, Tensor> outputs_;
+  std::map<Op, Busy> busy_;
 };
 
 // Runs every rank of `ranks` in one process until all are done; throws dt::Error if they stall.
