@@ -4,8 +4,8 @@
 #include <optional>
 
 #include "core/device.h"
-#include "core/trace.h"
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace dt::pipeline {
 
@@ -34,15 +34,14 @@ bool InProcessTransport::try_recv(Op op, int to, int k, Tensor t) {
   return true;
 }
 
-void CommunicatorTransport::send(Op op, int from, int k, Tensor t) {
-  (void)k;
+void CommunicatorTransport::send(Op op, int from, int /*k*/, Tensor t) {
+  // Messages between two ranks are matched in order (the schedule sends and receives in one).
   Buffer copy = copy_of(t);
   CollectiveHandle h = group_.send(copy.view(t.dtype, t.shape), stage_rank_[receiver(op, from)]);
   sending_.emplace_back(std::move(copy), std::move(h));
 }
 
-bool CommunicatorTransport::try_recv(Op op, int to, int k, Tensor t) {
-  (void)k;
+bool CommunicatorTransport::try_recv(Op op, int to, int /*k*/, Tensor t) {
   group_.recv(t, stage_rank_[op == Op::recv_forward ? to - 1 : to + 1]).wait();
   return true;
 }
