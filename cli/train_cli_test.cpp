@@ -355,41 +355,25 @@ TEST(TrainCli, AZeroCheckpointWithoutOneRanksFileIsRefusedNamingIt) {
 }
 
 // Multi-rank GPU code on one GPU: two ranks with CUDA buffers through the MPI backend (staged
-// in host memory), ZeRO 0 and 1, train the one-GPU model.
+// in host memory) train the one-GPU model — as dp ranks at ZeRO 0 and 1, and as tp ranks with
+// and without sequence parallelism.
 TEST(TrainCli, OnTheGpuTwoRanksThroughMpiTrainLikeOne) {
   DT_SKIP_WITHOUT_CUDA();
   const TrainRun run;
-  const std::string six = "train.steps=6 train.device=cuda";
+  const std::string six = "train.steps=6 train.device=cuda parallel.backend=mpi";
   ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
   const std::vector<double> expected = run.losses("one");
-  for (const char* zero : {"0", "1"}) {
-    const std::string name = str("two_", zero);
-    const auto two = run_dtrain(
-        run.args(name, six + " parallel.dp=2 parallel.backend=mpi parallel.zero_stage=" + zero), testing::mpirun(2));
+  for (const auto& [name, layout] : {std::pair{"dp2_zero0", " parallel.dp=2 parallel.zero_stage=0"},
+                                     std::pair{"dp2_zero1", " parallel.dp=2 parallel.zero_stage=1"},
+                                     std::pair{"tp2", " parallel.tp=2"},
+                                     std::pair{"tp2_sp", " parallel.tp=2 parallel.sp=true"}}) {
+    const auto two = run_dtrain(run.args(name, six + layout), testing::mpirun(2));
     ASSERT_EQ(two.status, 0) << two.output;
     const std::vector<double> got = run.losses(name);
     ASSERT_EQ(got.size(), 6u);
-    // As on the CPU: the same sums in another grouping, fp32 rounding carried by Adam.
-    for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
-  }
-}
-
-// Tensor parallelism on one GPU: two tp ranks (with and without sequence parallelism) with CUDA
-// buffers through the MPI backend train the one-GPU model.
-TEST(TrainCli, OnTheGpuTwoTensorParallelRanksThroughMpiTrainLikeOne) {
-  DT_SKIP_WITHOUT_CUDA();
-  const TrainRun run;
-  const std::string six = "train.steps=6 train.device=cuda";
-  ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
-  const std::vector<double> expected = run.losses("one");
-  for (const char* sp : {"false", "true"}) {
-    const std::string name = str("tp2_sp_", sp);
-    const auto two = run_dtrain(run.args(name, six + " parallel.tp=2 parallel.backend=mpi parallel.sp=" + sp),
-                                testing::mpirun(2));
-    ASSERT_EQ(two.status, 0) << two.output;
-    const std::vector<double> got = run.losses(name);
-    ASSERT_EQ(got.size(), 6u);
-    // As on the CPU (TensorParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenLayouts).
+    // As on the CPU (TwoDataParallelRanksTrainLikeOneProcessAndResumeInOne,
+    // TensorParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenLayouts): the same sums in
+    // another grouping, fp32 rounding carried by Adam.
     for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
   }
 }
