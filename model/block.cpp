@@ -22,6 +22,7 @@ void copy_unless_same(Tensor dst, Tensor src) {
 
 Block::Block(const ParameterLayout& layout, int layer, Recompute recompute, ParallelRegions& regions)
     : layer_(layer),
+      unit_(layout.block_unit(layer)),
       recompute_(recompute),
       gelu_(layout.config().family == ModelFamily::gpt2),
       ln_1_(layout, prefix(layer, "ln_1")),

@@ -60,8 +60,8 @@ class Block {
         ParallelRegions& regions = ParallelRegions::single_rank());
 
   int layer() const { return layer_; }
-  // The block's unit of the layout (model/parameters.h): 1 + layer.
-  size_t unit() const { return static_cast<size_t>(layer_) + 1; }
+  // The block's unit of the layout (model/parameters.h).
+  size_t unit() const { return unit_; }
   Recompute recompute() const { return recompute_; }
 
   // From the input x (N, C): sets every activation in `a`, the output in a.res3.
@@ -83,6 +83,7 @@ class Block {
                              AttentionCore& attention) const;
 
   int layer_;
+  size_t unit_;
   Recompute recompute_;
   bool gelu_;  // gpt2's GELU, else llama's SwiGLU
   Norm ln_1_, ln_2_;

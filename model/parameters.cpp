@@ -38,10 +38,27 @@ std::vector<ParamInfo::Run> ParamInfo::runs() const {
   return runs;
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multiple, TensorShard shard)
-    : config_(config), unit_multiple_(unit_multiple), shard_(shard), dims_(shard_dims(config, shard)) {
+ModelPart ModelPart::of(const std::vector<StageUnits>& stages, int n_layer) {
+  ModelPart part{.embeddings = false, .head = false, .blocks = std::vector<bool>(static_cast<size_t>(n_layer))};
+  for (const StageUnits& s : stages) {
+    part.embeddings = part.embeddings || s.embeddings;
+    part.head = part.head || s.head;
+    for (int l = s.first_block; l < s.end_block; ++l) part.blocks.at(static_cast<size_t>(l)) = true;
+  }
+  return part;
+}
+
+ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multiple, TensorShard shard, ModelPart part)
+    : config_(config),
+      unit_multiple_(unit_multiple),
+      shard_(shard),
+      dims_(shard_dims(config, shard)),
+      part_(std::move(part)),
+      block_units_(static_cast<size_t>(config.n_layer), -1) {
   DT_CHECK(unit_multiple >= 1 && unit_multiple % kParamAlignment == 0, "unit multiple ", unit_multiple,
            " must be a positive multiple of ", kParamAlignment);
+  DT_CHECK(part_.blocks.empty() || part_.blocks.size() == static_cast<size_t>(config.n_layer),
+           "a model part naming ", part_.blocks.size(), " blocks of ", config.n_layer);
   const int64_t C = config.d_model, L = config.n_layer, F = config.ffn_hidden(), HS = config.head_size();
   const int64_t NH = config.n_head, NKV = config.kv_heads();
   const bool gpt2 = config.family == ModelFamily::gpt2;
@@ -89,10 +106,14 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
   if (!gpt2) fc.push_back({{F + f.begin, F + f.end}, true});
   const kernels::FlatRange vocab = dims_.vocab;
 
-  add("wte", rows({config.vocab_size, C}, {{vocab, true}}), ParamInit::normal, std, dims_.padded_vocab);
-  if (gpt2) add("wpe", copy({config.max_seq_len, C}), ParamInit::normal, std);
-  end_unit(0);
+  if (part_.embeddings) {
+    add("wte", rows({config.vocab_size, C}, {{vocab, true}}), ParamInit::normal, std, dims_.padded_vocab);
+    if (gpt2) add("wpe", copy({config.max_seq_len, C}), ParamInit::normal, std);
+    end_unit(0);
+  }
   for (int l = 0; l < L; ++l) {
+    if (!part_.holds_block(l)) continue;
+    block_units_[static_cast<size_t>(l)] = static_cast<int>(units_.size());
     const int64_t block_begin = total_elements_;
     const std::string h = str("h.", l, ".");
     norm(h + "ln_1");
@@ -103,11 +124,34 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
     row_parallel(h + "mlp.proj", F, f);
     end_unit(block_begin);
   }
+  if (!part_.head) return;
   const int64_t head_begin = total_elements_;
   norm("ln_f");
   if (!config.tied_embeddings)
     add("lm_head", rows({config.vocab_size, C}, {{vocab, true}}), ParamInit::normal, std, dims_.padded_vocab);
+  else if (holds_wte_copy())
+    add("wte", rows({config.vocab_size, C}, {{vocab, false}}), ParamInit::normal, std, dims_.padded_vocab);
   end_unit(head_begin);
+}
+
+bool ParameterLayout::whole_model() const {
+  return part_.embeddings && part_.head && std::ranges::none_of(block_units_, [](int u) { return u < 0; });
+}
+
+size_t ParameterLayout::embeddings_unit() const {
+  DT_CHECK(part_.embeddings, "the embeddings' unit of a layout without them");
+  return 0;
+}
+
+size_t ParameterLayout::block_unit(int layer) const {
+  const int u = block_units_.at(static_cast<size_t>(layer));
+  DT_CHECK(u >= 0, "block ", layer, "'s unit of a layout without it");
+  return static_cast<size_t>(u);
+}
+
+size_t ParameterLayout::head_unit() const {
+  DT_CHECK(part_.head, "the head's unit of a layout without it");
+  return units_.size() - 1;
 }
 
 void ParameterLayout::end_unit(int64_t begin) {

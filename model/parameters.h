@@ -18,7 +18,10 @@
 // Under tensor parallelism a rank's layout holds its shard of the model (model/tensor_shard.h):
 // the same names, each tensor this rank's rows or columns of the model's, and each parameter
 // says where they lie in the whole tensor — what initialisation, checkpoints and the gradient
-// norm read.
+// norm read. Under pipeline parallelism a rank's layout holds only the units of its stages
+// (ModelPart), under the same names; a tied model's head on a rank without the embeddings holds
+// a copy of wte that the rank does not own (its gradient is summed with the embeddings' and it
+// is counted, saved and decayed as one tensor with them: parallel/pipeline/pipeline_parallel.h).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +57,27 @@ struct TensorSlice {
   static TensorSlice all(Shape whole, bool owned = true) { return {whole, 0, {{{0, whole[0]}, owned}}}; }
 };
 
+// A contiguous range of the model's units — optionally the embeddings, blocks [first, end),
+// optionally the head (the final norm, the output projection and the loss): what one stage runs
+// (model/stage.h).
+struct StageUnits {
+  bool embeddings = true;
+  int first_block = 0, end_block = 0;  // blocks [first_block, end_block)
+  bool head = true;
+
+  // Every unit of the model.
+  static StageUnits whole(const ModelConfig& config) { return {.end_block = config.n_layer}; }
+};
+
+// The units a rank holds: every one, or under pipeline parallelism its stages'.
+struct ModelPart {
+  bool embeddings = true, head = true;
+  std::vector<bool> blocks;  // by layer; empty: every block
+
+  static ModelPart of(const std::vector<StageUnits>& stages, int n_layer);
+  bool holds_block(int layer) const { return blocks.empty() || blocks.at(static_cast<size_t>(layer)); }
+};
+
 struct ParamInfo {
   std::string name;
   Shape shape;              // what the parameter is: (V, C) for the embedding
@@ -85,13 +109,19 @@ constexpr int64_t kParamAlignment = 16;  // elements: 64 bytes of fp32, one cach
 class ParameterLayout {
  public:
   // Validates config first. `shard`: the tensor-parallel rank whose part of the model this lays
-  // out (the whole model by default).
-  explicit ParameterLayout(const ModelConfig& config, int64_t unit_multiple = kParamAlignment, TensorShard shard = {});
+  // out (the whole model by default); `part`: the units it holds (every one by default).
+  explicit ParameterLayout(const ModelConfig& config, int64_t unit_multiple = kParamAlignment, TensorShard shard = {},
+                           ModelPart part = {});
 
   const ModelConfig& config() const { return config_; }
   const TensorShard& shard() const { return shard_; }
   // This rank's heads, MLP columns and vocabulary rows (the model's own on one rank).
   const ShardDims& dims() const { return dims_; }
+  const ModelPart& part() const { return part_; }
+  // Whether this layout holds all of the model: every unit (of its tensor-parallel shard).
+  bool whole_model() const;
+  // Whether the head holds a copy of a tied wte whose owner is the rank with the embeddings.
+  bool holds_wte_copy() const { return part_.head && !part_.embeddings && config_.tied_embeddings; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(std::string_view name) const;  // throws dt::Error naming close matches
   int64_t num_parameters() const;   // unpadded elements only: the published count
@@ -99,8 +129,13 @@ class ParameterLayout {
   int64_t unit_multiple() const { return unit_multiple_; }
   // The units in layout order, covering [0, total_elements()): embeddings, blocks, head.
   const std::vector<kernels::FlatRange>& units() const { return units_; }
-  // The unit holding parameter p: 0 for the embeddings, 1 + l for block l, the last for the head.
+  // The unit holding parameter p.
   size_t unit_of(const ParamInfo& p) const;
+  // The units of the embeddings (the first), of block l and of the head (the last); each must be
+  // held.
+  size_t embeddings_unit() const;
+  size_t block_unit(int layer) const;
+  size_t head_unit() const;
   // The unpadded elements of the parameters `include` selects (all without it), as increasing
   // ranges of the flat buffer with touching ones merged: what the multi-tensor ops run over.
   std::vector<kernels::FlatRange> unpadded_ranges(const std::function<bool(const ParamInfo&)>& include = {}) const;
@@ -118,6 +153,8 @@ class ParameterLayout {
   int64_t unit_multiple_;
   TensorShard shard_;
   ShardDims dims_;
+  ModelPart part_;
+  std::vector<int> block_units_;  // by layer: its unit, or -1 where not held
   std::vector<ParamInfo> params_;
   std::vector<kernels::FlatRange> units_;
   int64_t total_elements_ = 0;

@@ -1,5 +1,7 @@
 #include "model/stage.h"
 
+#include <algorithm>
+
 #include "core/device.h"
 
 namespace dt {
@@ -105,8 +107,8 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
       dims_(layout.dims()),
       units_(units),
       parallel_(regions),
-      head_unit_(layout.units().size() - 1),
-      output_unit_(layout.unit_of(Linear::output_projection(layout).weight())),
+      head_unit_(units.head ? layout.head_unit() : 0),
+      output_unit_(units.head ? layout.unit_of(Linear::output_projection(layout).weight()) : 0),
       regions_(std::make_unique<Regions>(
           config_, dims_, units, recompute, precision, int64_t{batch_size} * seq_len,
           part_rows(int64_t{batch_size} * seq_len, layout.shard().size, regions.sequence_parallel()),
@@ -122,10 +124,14 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
   DT_CHECK(regions.shard().rank == layout.shard().rank && regions.shard().size == layout.shard().size,
            "a stage of tensor-parallel rank ", layout.shard().rank, " of ", layout.shard().size,
            " communicating as rank ", regions.shard().rank, " of ", regions.shard().size);
-  // Between pipeline stages the activations are whole rows for now.
-  DT_CHECK(!regions.sequence_parallel() || (units.embeddings && units.head),
-           "sequence parallelism runs stages with the embeddings and the head");
-  for (int l = units.first_block; l < units.end_block; ++l) blocks_.emplace_back(layout, l, recompute, regions);
+  DT_CHECK((!units.embeddings || layout.part().embeddings) && (!units.head || layout.part().head),
+           "a stage with units its layout does not hold");
+  if (units.embeddings) unit_order_.push_back(layout.embeddings_unit());
+  for (int l = units.first_block; l < units.end_block; ++l) {
+    blocks_.emplace_back(layout, l, recompute, regions);
+    unit_order_.push_back(blocks_.back().unit());
+  }
+  if (units.head) unit_order_.push_back(head_unit_);
   if (units.embeddings) embedding_.emplace(layout);
   if (units.head) {
     ln_f_.emplace(layout, "ln_f");
@@ -182,13 +188,15 @@ Tensor Stage::block_input(int k, size_t i, int64_t N) const {
 }
 
 std::optional<size_t> Stage::forward_next(size_t u) const {
-  const size_t last = units_.head ? head_unit_ : static_cast<size_t>(units_.end_block);
-  return u < last ? std::optional<size_t>(u + 1) : std::nullopt;
+  const auto at = std::ranges::find(unit_order_, u);
+  return at + 1 < unit_order_.end() ? std::optional<size_t>(*(at + 1)) : std::nullopt;
 }
 
 std::optional<size_t> Stage::backward_next(size_t u) const {
-  const auto first_block_unit = static_cast<size_t>(units_.first_block) + 1;
-  return u > first_block_unit ? std::optional<size_t>(u - 1) : std::nullopt;
+  // The lookup's backward reads no weights: backward needs the embeddings' weights only when tied.
+  const auto at = std::ranges::find(unit_order_, u);
+  const auto first = unit_order_.begin() + (units_.embeddings ? 1 : 0);
+  return at > first && at != unit_order_.end() ? std::optional<size_t>(*(at - 1)) : std::nullopt;
 }
 
 void Stage::weights_needed(size_t u, std::optional<size_t> next) const {
@@ -204,8 +212,15 @@ void Stage::gradients_final(size_t u) const {
   if (hooks_ != nullptr) hooks_->gradients_final(u);
 }
 
-Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backward_follows) {
-  const int64_t B = in.dim(0), T = in.dim(1), N = B * T, C = config_.d_model;
+int64_t Stage::boundary_rows(int64_t tokens) const { return parallel_.rows(tokens).size(); }
+
+Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backward_follows, Shape tokens) {
+  DT_CHECK(units_.embeddings ? in.dtype == DType::i32 && in.ndim() == 2 : tokens.ndim() == 2,
+           "a stage's input: tokens (B, T) to the embeddings, else activations with the tokens' shape");
+  if (units_.embeddings) tokens = in.shape;
+  const int64_t B = tokens[0], T = tokens[1], N = B * T, C = config_.d_model;
+  DT_CHECK(units_.embeddings || in.numel() == boundary_rows(N) * C, "stage input ", in.describe(), " for ", N,
+           " tokens");
   if (!store_.held(k)) store_.hold(k);
   shapes_[k] = {B, T};
   const Tensor x = block_input(k, 0, N);
@@ -230,7 +245,7 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
     weights_done(u);
   }
   const Tensor out = block_input(k, blocks_.size(), N);
-  if (!units_.head) return out.reshape({B, T, C});
+  if (!units_.head) return out;
   const Regions& r = *regions_;
   const int64_t P = out.dim(0);
   weights_needed(head_unit_, std::nullopt);
@@ -309,7 +324,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
     weights_done(u);
     gradients_final(u);
   }
-  if (!units_.embeddings) return dinput.reshape({B, T, C});
+  if (!units_.embeddings) return dinput;
   if (!weights_now) return Tensor{};  // the lookup's gradient is a weight pass
   gradients_needed(0);
   embedding_->backward(grads, tokens, parallel_.row_output_gradient(dres, gathered));
@@ -334,12 +349,12 @@ void Stage::backward_weight(int k, Tensor tokens, const FlatTensors& grads) {
 }
 
 Tensor Stage::logits(int k) const {
-  const Shape s = shapes_.at(k);
+  const Tokens s = shapes_.at(k);
   return region(k, regions_->logits, s.B * s.T);
 }
 
 Tensor Stage::losses(int k) const {
-  const Shape s = shapes_.at(k);
+  const Tokens s = shapes_.at(k);
   return region(k, regions_->losses, s.B * s.T).reshape({s.B, s.T});
 }
 

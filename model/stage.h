@@ -5,8 +5,9 @@
 // the order of the micro-batches' forward and backward.
 //
 //   forward(k, in)     in: tokens (B, T) i32 when the stage has the embeddings, else the previous
-//                      stage's output (B, T, C). Returns the logits (B*T, Vp) when it has the
-//                      head, else its output (B, T, C).
+//                      stage's output for tokens of shape (B, T): (boundary_rows(B*T), C) — all
+//                      B*T rows, or with sequence parallelism this rank's part. Returns the
+//                      logits (B*T, Vp) when it has the head, else its output, of that shape.
 //   loss(k, targets)   the head's: the sum of the per-token losses, and with a gradient the
 //                      loss's gradient in place of the logits.
 //   backward(k, ...)   from the loss's gradient (the head) or the output's gradient; adds every
@@ -41,15 +42,6 @@
 
 namespace dt {
 
-struct StageUnits {
-  bool embeddings = true;
-  int first_block = 0, end_block = 0;  // blocks [first_block, end_block)
-  bool head = true;
-
-  // Every unit of the model.
-  static StageUnits whole(const ModelConfig& config) { return {.end_block = config.n_layer}; }
-};
-
 // A stage's activation memory: kept per micro-batch in flight, shared and scratch once.
 struct ActivationBytes {
   int64_t kept = 0, shared = 0, scratch = 0;
@@ -74,9 +66,12 @@ class Stage {
   const StageUnits& units() const { return units_; }
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
 
-  Tensor forward(int k, Tensor in, const FlatTensors& weights, bool backward_follows);
+  // tokens: the micro-batch's shape (B, T), when `in` is activations.
+  Tensor forward(int k, Tensor in, const FlatTensors& weights, bool backward_follows, Shape tokens = {});
+  // The rows of activations that enter and leave the stage for `tokens` tokens on this rank.
+  int64_t boundary_rows(int64_t tokens) const;
   double loss(int k, Tensor targets, float loss_scale, bool with_gradient);
-  // dout: the output's gradient (B, T, C), undefined when the stage has the head. tokens: the
+  // dout: the output's gradient (boundary_rows, C), undefined when the stage has the head. tokens: the
   // micro-batch's, when the stage has the embeddings. The returned gradient is valid until the
   // next backward.
   Tensor backward(int k, Tensor dout, Tensor tokens, const FlatTensors& weights, const FlatTensors& grads,
@@ -96,7 +91,7 @@ class Stage {
 
  private:
   struct Regions;
-  struct Shape {
+  struct Tokens {
     int64_t B = 0, T = 0;
   };
   BlockActivations block_activations(int k, size_t i, int64_t N) const;
@@ -123,10 +118,11 @@ class Stage {
   std::optional<Embedding> embedding_;
   std::optional<Norm> ln_f_;
   std::optional<Linear> output_;
+  std::vector<size_t> unit_order_;  // the stage's units of the layout, in forward's order
   size_t head_unit_, output_unit_;  // the output projection's: the head's, or the embeddings' when tied
   std::unique_ptr<Regions> regions_;
   ActivationStore store_;
-  std::map<int, Shape> shapes_;  // of each micro-batch held
+  std::map<int, Tokens> shapes_;  // of each micro-batch held
   RopeTables rope_;              // llama: positions [0, seq_len)
   UnitHooks* hooks_ = nullptr;
   bool deferred_weights_;

@@ -80,11 +80,11 @@ TEST_P(StageTest, TwoStagesChainedGiveTheWholeModelsLossAndGradients) {
     double chained = 0;
     for (int k = 0; k < 2; ++k) {
       const Tensor out = first.forward(k, tokens[k].t, weights, true);
-      EXPECT_EQ(out.shape, Shape({B, T, config.d_model}));
-      second.forward(k, out, weights, true);
+      EXPECT_EQ(out.shape, Shape({B * T, config.d_model}));
+      second.forward(k, out, weights, true, tokens[k].t.shape);
       chained += second.loss(k, targets[k].t, 0.5f, true);
       const Tensor din = second.backward(k, Tensor{}, Tensor{}, weights, grads);
-      ASSERT_EQ(din.shape, Shape({B, T, config.d_model}));
+      ASSERT_EQ(din.shape, Shape({B * T, config.d_model}));
       first.backward(k, din, tokens[k].t, weights, grads);
     }
     EXPECT_EQ(chained, loss) << recompute_name(recompute);
@@ -133,11 +133,11 @@ TEST_P(StageTest, DeferredWeightPassesOfMicroBatchesHeldAtOnceGiveTheSameGradien
   FlatTensors grads(layout, MemTag::gradients);
   grads.zero();
   double both = 0;
-  for (int k = 0; k < 2; ++k) second.forward(k, first.forward(k, tokens[k].t, weights, true), weights, true);
+  for (int k = 0; k < 2; ++k) second.forward(k, first.forward(k, tokens[k].t, weights, true), weights, true, tokens[k].t.shape);
   for (int k = 0; k < 2; ++k) {
     both += second.loss(k, targets[k].t, 0.5f, true);
     const Tensor din = second.backward(k, Tensor{}, Tensor{}, weights, grads, /*weights_now=*/false);
-    ASSERT_EQ(din.shape, Shape({B, T, config.d_model}));
+    ASSERT_EQ(din.shape, Shape({B * T, config.d_model}));
     EXPECT_FALSE(first.backward(k, din, tokens[k].t, weights, grads, /*weights_now=*/false).defined());
   }
   EXPECT_NE(bytes_of(grads.all()), expected) << "the weight passes wait";

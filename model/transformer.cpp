@@ -12,11 +12,23 @@ namespace dt {
 namespace k = kernels;
 
 
+namespace {
+
+std::vector<StageUnits> held_units(const ModelConfig& config, const RankStages& stages) {
+  if (stages.all.empty()) return {StageUnits::whole(config)};
+  std::vector<StageUnits> held;
+  for (const int s : stages.held) held.push_back(stages.all.at(static_cast<size_t>(s)));
+  return held;
+}
+
+}  // namespace
+
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                         DType precision, Device device, const ParameterStorage& storage, ParallelRegions* regions)
+                         DType precision, Device device, const ParameterStorage& storage, ParallelRegions* regions,
+                         const RankStages& stages)
     : regions_(regions != nullptr ? *regions : ParallelRegions::single_rank()),
       layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating
-              storage.unit_multiple, regions_.shard()),
+              storage.unit_multiple, regions_.shard(), ModelPart::of(held_units(config, stages), config.n_layer)),
       params_(layout_, parameter_buffers(precision, storage).params.tag, device, DType::f32,
               parameter_buffers(precision, storage).params.storage),
       grads_(layout_, MemTag::gradients, device, DType::f32, parameter_buffers(precision, storage).grads.storage),
@@ -24,8 +36,16 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
       precision_(precision),
       device_(device),
       batch_size_(batch_size),
-      seq_len_(seq_len),
-      stage_(layout_, StageUnits::whole(config), recompute, precision, device, batch_size, seq_len, regions_) {
+      seq_len_(seq_len) {
+  if (stages.all.empty())
+    stages_.push_back(std::make_unique<Stage>(layout_, StageUnits::whole(config), recompute, precision, device,
+                                              batch_size, seq_len, regions_));
+  else
+    stages_.resize(stages.all.size());
+  for (const int s : stages.held)
+    stages_.at(static_cast<size_t>(s)) =
+        std::make_unique<Stage>(layout_, stages.all.at(static_cast<size_t>(s)), recompute, precision, device,
+                                batch_size, seq_len, regions_, stages.deferred_weights);
   if (const auto weights = parameter_buffers(precision, storage).weights)
     compute_weights_.emplace(layout_, weights->tag, device, weights->dtype, weights->storage);
   master_weights_ = precision != DType::f32 && storage.master_weights;
@@ -44,6 +64,23 @@ Transformer::ParameterBuffers Transformer::parameter_buffers(DType precision, co
 }
 
 Transformer::~Transformer() = default;
+
+std::vector<Stage*> Transformer::stages() const {
+  std::vector<Stage*> stages;
+  for (const auto& s : stages_) stages.push_back(s.get());
+  return stages;
+}
+
+Stage& Transformer::single() const {
+  DT_CHECK(single_stage(), "one pass of the whole model on a pipeline rank, which holds ", layout_.units().size(),
+           " units of its stages: run the stages through a schedule (parallel/pipeline/)");
+  return *stages_.front();
+}
+
+void Transformer::set_unit_hooks(UnitHooks* hooks) {
+  for (const auto& s : stages_)
+    if (s) s->set_unit_hooks(hooks);
+}
 
 const ModelConfig& Transformer::validated(const ModelConfig& config, int batch_size, int seq_len, DType precision,
                                           Device device) {
@@ -87,23 +124,23 @@ void Transformer::check_inputs(Tensor tokens, Tensor targets) const {
 
 double Transformer::forward(Tensor tokens, Tensor targets) {
   check_inputs(tokens, targets);
-  stage_.forward(0, tokens, weights(), /*backward_follows=*/false);
-  return targets.defined() ? stage_.loss(0, targets, 1, /*with_gradient=*/false) : 0.0;
+  single().forward(0, tokens, weights(), /*backward_follows=*/false);
+  return targets.defined() ? single().loss(0, targets, 1, /*with_gradient=*/false) : 0.0;
 }
 
 double Transformer::forward_backward(Tensor tokens, Tensor targets, float loss_scale) {
   DT_CHECK(targets.defined(), "forward_backward needs targets");
   check_inputs(tokens, targets);
-  stage_.forward(0, tokens, weights(), /*backward_follows=*/true);
-  const double loss = stage_.loss(0, targets, loss_scale, /*with_gradient=*/true);
-  stage_.backward(0, Tensor{}, tokens, weights(), grads_);
+  single().forward(0, tokens, weights(), /*backward_follows=*/true);
+  const double loss = single().loss(0, targets, loss_scale, /*with_gradient=*/true);
+  single().backward(0, Tensor{}, tokens, weights(), grads_);
   return loss;
 }
 
 void Transformer::copy_logits(Tensor out) const {
   DT_CHECK(layout_.shard().size == 1, "copy_logits of tensor-parallel rank ", layout_.shard().rank,
            ": its logits are a slice of the vocabulary");
-  const Tensor logits = stage_.logits(0);
+  const Tensor logits = single().logits(0);
   const int64_t N = logits.dim(0), V = config().vocab_size, Vp = config().padded_vocab_size();
   DT_CHECK(out.dtype == DType::f32 && out.device == Device::cpu && out.numel() == N * V, "logits out ",
            out.describe());
@@ -118,7 +155,7 @@ void Transformer::copy_logits(Tensor out) const {
     std::memcpy(out.ptr<float>() + n * V, all.ptr<float>() + n * Vp, static_cast<size_t>(V) * sizeof(float));
 }
 
-Tensor Transformer::losses() const { return stage_.losses(0); }
+Tensor Transformer::losses() const { return single().losses(0); }
 
 int64_t Transformer::count_targets(Tensor targets) {
   int64_t n = 0;

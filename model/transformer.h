@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "core/buffer.h"
 #include "core/tensor.h"
@@ -35,6 +36,14 @@
 
 namespace dt {
 
+
+// The stages of the model one rank runs: a single one covering every unit, or under pipeline
+// parallelism the schedule's stages placed on this rank (parallel/pipeline/).
+struct RankStages {
+  std::vector<StageUnits> all;    // every stage of the model, by index; none: one stage of every unit
+  std::vector<int> held;          // the indices of this rank's
+  bool deferred_weights = false;  // zero-bubble schedules run backward's weight pass apart
+};
 
 class Transformer {
  public:
@@ -55,9 +64,11 @@ class Transformer {
   // regions: how the model communicates under tensor parallelism (model/parallel_regions.h;
   // parallel/tensor/tensor_parallel.h), which must outlive it: the model is then this rank's
   // shard (regions->shard(), model/tensor_shard.h). None: one rank's, the whole model.
+  // stages: under pipeline parallelism, the stages this rank runs; the model then holds only
+  // their units (ModelPart, model/parameters.h) and runs them through stage(), not forward().
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
               DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {},
-              ParallelRegions* regions = nullptr);
+              ParallelRegions* regions = nullptr, const RankStages& stages = {});
   ~Transformer();
 
   // The flat buffers such a model makes, each with its tag, dtype and storage: the f32
@@ -92,6 +103,11 @@ class Transformer {
   // Whether a 16-bit run's f32 master weights are kept here (params()).
   bool keeps_master_weights() const { return master_weights_; }
 
+  // The model's stages by index: this rank's, nullptr for the others'.
+  std::vector<Stage*> stages() const;
+  // Whether the model is one stage of every unit (forward() and forward_backward() run it).
+  bool single_stage() const { return stages_.size() == 1; }
+
   // Runs the forward pass on tokens (B, T) and returns the sum of per-token losses over the
   // targets that are not ignore_index (kernels/cross_entropy.h). targets may be undefined:
   // then only logits are computed and 0 is returned. Logits are kept (copy_logits).
@@ -103,7 +119,7 @@ class Transformer {
   double forward_backward(Tensor tokens, Tensor targets, float loss_scale);
 
   // The hooks every pass calls for each unit (model/unit_hooks.h), or none (nullptr).
-  void set_unit_hooks(UnitHooks* hooks) { stage_.set_unit_hooks(hooks); }
+  void set_unit_hooks(UnitHooks* hooks);
 
   // Copies the last forward's logits, without vocabulary padding, into out (B, T, V) f32 on
   // the CPU. One rank's model only.
@@ -130,7 +146,9 @@ class Transformer {
   bool master_weights_ = false;  // a 16-bit run's f32 master weights are here (params_)
   int batch_size_;
   int seq_len_;
-  Stage stage_;  // every unit; its micro-batch 0 is the last forward's
+  // The single stage's micro-batch 0 is the last forward's.
+  Stage& single() const;
+  std::vector<std::unique_ptr<Stage>> stages_;  // by index: this rank's, null for others'
 };
 
 }  // namespace dt

@@ -95,14 +95,17 @@ bool PipelineRank::advance() {
 bool PipelineRank::run(const Action& a) {
   const int s = a.stage, k = a.micro_batch, S = schedule_.stages();
   const MicroBatchData& data = micro_batches_[k];
-  const int64_t B = data.tokens.dim(0), T = data.tokens.dim(1), C = weights_.layout().config().d_model;
+  Stage* stage = stages_[s];
+  // What crosses between stages: (rows, C), all of the micro-batch's rows or with sequence
+  // parallelism this tensor-parallel rank's part.
+  const Shape boundary{stage->boundary_rows(data.tokens.numel()), weights_.layout().config().d_model};
   const auto activation = [&](std::map<std::pair<int, int>, Buffer>& into) {
     Buffer& b = into[{s, k}];
-    if (b.data() == nullptr) b = Buffer(static_cast<size_t>(B * T * C) * dtype_size(weights_.dtype()),
-                                        MemTag::communication, weights_.device(), false);
-    return b.view(weights_.dtype(), {B, T, C});
+    if (b.data() == nullptr)
+      b = Buffer(static_cast<size_t>(boundary.numel()) * dtype_size(weights_.dtype()), MemTag::communication,
+                 weights_.device(), false);
+    return b.view(weights_.dtype(), boundary);
   };
-  Stage* stage = stages_[s];
   const Tensor tokens = s == 0 ? data.tokens : Tensor{};
   switch (a.op) {
     case Op::recv_forward: return transport_.try_recv(a.op, s, k, activation(inputs_));
@@ -113,7 +116,7 @@ bool PipelineRank::run(const Action& a) {
       return true;
     case Op::send_backward: {
       const Buffer& din = input_gradients_.at({s, k});
-      transport_.send(a.op, s, k, din.view(weights_.dtype(), {B, T, C}));
+      transport_.send(a.op, s, k, din.view(weights_.dtype(), boundary));
       input_gradients_.erase({s, k});
       return true;
     }
@@ -122,8 +125,8 @@ bool PipelineRank::run(const Action& a) {
       const bool local = s > 0 && stages_[s - 1] != nullptr;
       const Tensor in = s == 0 ? data.tokens
                         : local ? outputs_.at({s - 1, k})
-                                : inputs_.at({s, k}).view(weights_.dtype(), {B, T, C});
-      const Tensor out = stage->forward(k, in, weights_, /*backward_follows=*/true);
+                                : inputs_.at({s, k}).view(weights_.dtype(), boundary);
+      const Tensor out = stage->forward(k, in, weights_, /*backward_follows=*/true, data.tokens.shape);
       if (local) outputs_.erase({s - 1, k});
       inputs_.erase({s, k});
       if (s + 1 < S)
@@ -138,7 +141,7 @@ bool PipelineRank::run(const Action& a) {
       const bool local = s + 1 < S && stages_[s + 1] != nullptr;
       Tensor dout;
       if (s + 1 < S)
-        dout = (local ? input_gradients_.at({s + 1, k}) : gradients_.at({s, k})).view(weights_.dtype(), {B, T, C});
+        dout = (local ? input_gradients_.at({s + 1, k}) : gradients_.at({s, k})).view(weights_.dtype(), boundary);
       const Tensor din = stage->backward(k, dout, tokens, weights_, grads_, a.op == Op::backward);
       if (local) input_gradients_.erase({s + 1, k});
       gradients_.erase({s, k});
