@@ -49,7 +49,7 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
   init_parameters(weights, 1);
   FlatTensors grads(layout, MemTag::gradients);
   Buffer ids(static_cast<size_t>(2 * o.micro_batches * o.batch_size * o.seq_len) * sizeof(int32_t), MemTag::workspace);
-  std::vector<MicroBatchData> data;
+  std::vector<MicroBatch> data;
   const ElementRng rng(1, "bench pp");
   for (int k = 0; k < o.micro_batches; ++k) {
     const size_t n = static_cast<size_t>(o.batch_size * o.seq_len) * sizeof(int32_t);

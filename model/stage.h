@@ -42,6 +42,12 @@
 
 namespace dt {
 
+// One micro-batch of a step.
+struct MicroBatch {
+  Tensor tokens;   // (B, T) i32
+  Tensor targets;  // (B, T) i32, kernels::kIgnoreIndex where there is no target
+};
+
 // A stage's activation memory: kept per micro-batch in flight, shared and scratch once.
 struct ActivationBytes {
   int64_t kept = 0, shared = 0, scratch = 0;

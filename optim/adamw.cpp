@@ -97,24 +97,29 @@ double reduced(double value, ReduceOp op, std::initializer_list<Communicator*> g
 
 double AdamW::global_grad_norm() const {
   const double mine = kernels::sum_of_squares(parts_.grads, owned_local_);
-  return std::sqrt(reduced(mine, ReduceOp::sum, {parts_.group, parts_.tensor_parallel}));
+  return std::sqrt(reduced(mine, ReduceOp::sum, {parts_.group, parts_.tensor_parallel, parts_.pipeline}));
 }
 
 std::string AdamW::first_nonfinite_gradient() const {
   // Backward computes the parameters from the last to the first, so the first non-finite one it
-  // reached is the highest index holding one in any part.
+  // reached is the highest index holding one in any part, counted in the whole model's order
+  // (a pipeline rank's layout holds some of its tensors).
   const auto& params = layout_.params();
+  const ParameterLayout whole(layout_.config());
+  const auto index_in_model = [&](const std::string& name) {
+    return static_cast<double>(&whole.find(name) - whole.params().data());
+  };
   double highest = -1;
   for (size_t i = params.size(); i-- > 0 && highest < 0;) {
     const ParamInfo& info = params[i];
     for (const Part& p : part_list_) {
       const int64_t b = std::max(info.offset, p.range.begin), e = std::min(info.offset + info.numel(), p.range.end);
       if (b < e && !kernels::all_finite(part_of(parts_.grads, true, p).slice_rows(b - p.range.begin, e - b)))
-        highest = static_cast<double>(i);
+        highest = index_in_model(info.name);
     }
   }
-  highest = reduced(highest, ReduceOp::max, {parts_.group, parts_.tensor_parallel});
-  return highest < 0 ? "" : params[static_cast<size_t>(highest)].name;
+  highest = reduced(highest, ReduceOp::max, {parts_.group, parts_.tensor_parallel, parts_.pipeline});
+  return highest < 0 ? "" : whole.params()[static_cast<size_t>(highest)].name;
 }
 
 void AdamW::step(float lr, float grad_scale) {

@@ -9,7 +9,9 @@
 // (parallel/data_parallel.h). Under tensor parallelism each rank's layout is its shard of the
 // model (model/tensor_shard.h); the norm and the search are completed over the tensor-parallel
 // group too, each rank counting only the elements it owns, so that a tensor several ranks hold
-// (a norm's weight, a copied key/value head) counts once. The gradients and the moments are
+// (a norm's weight, a copied key/value head) counts once. Under pipeline parallelism each rank's
+// layout holds its stages' units, and the norm and the search are completed over the pipeline
+// group as well (a tied wte's copy on the last stage is not owned: it counts once). The gradients and the moments are
 // local: the parts one after another. The f32 parameters (a 16-bit run's master weights) and the 16-bit weights are either
 // local too or the model's whole buffers, read at each part's range of the layout.
 //
@@ -52,6 +54,8 @@ struct OptimizerParts {
   Communicator* group = nullptr;
   // The ranks holding the other shards of the model (tensor parallelism), or none.
   Communicator* tensor_parallel = nullptr;
+  // The ranks holding the other stages of the model (pipeline parallelism), or none.
+  Communicator* pipeline = nullptr;
 
   // One process's (or one tensor-parallel rank's): the whole layout of the model's parameters,
   // gradients and 16-bit weights.

@@ -81,14 +81,17 @@ size_t DataParallel::working_set_bytes(const ParameterLayout& layout, DType prec
 }
 
 DataParallel::DataParallel(Transformer& model, Communicator& group, double bucket_mb, int zero_stage,
-                           const AdamWConfig& adamw)
+                           const AdamWConfig& adamw, Communicator* pipeline)
     : model_(model),
       group_(group),
+      pipeline_(pipeline),
       zero_stage_(zero_stage),
       shards_parameters_(parameters_sharded(zero_stage, model.precision())) {
   DT_CHECK(group.device() == model.device(), "data parallelism over a ", device_name(group.device()),
            " communicator for a model on ", device_name(model.device()));
   DT_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage ", zero_stage, " does not exist (0 to 3)");
+  DT_CHECK(model.single_stage() || zero_stage <= 1, "pipeline stages under ZeRO stage ", zero_stage,
+           ": stages 2 and 3 reduce or gather during every pass, which a schedule interleaves");
   const ParameterLayout& layout = model.layout();
   if (zero_stage == 0) {
     buckets_ = make_buckets(layout, std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024 / sizeof(float))));
@@ -117,12 +120,18 @@ DataParallel::DataParallel(Transformer& model, Communicator& group, double bucke
     gathering_.resize(parts_.size());
   }
   optimizer_.emplace(layout, optimizer_parts(), adamw);
-  model_.set_unit_hooks(this);
+  // A pipeline rank's stages run without hooks: reduce_gradients() follows the schedule.
+  if (model.single_stage()) model_.set_unit_hooks(this);
 }
 
 OptimizerParts DataParallel::optimizer_parts() {
-  if (zero_stage_ == 0) return OptimizerParts::whole(model_);
+  if (zero_stage_ == 0) {
+    OptimizerParts whole = OptimizerParts::whole(model_);
+    whole.pipeline = pipeline_;
+    return whole;
+  }
   OptimizerParts o;
+  o.pipeline = pipeline_;
   o.grads = grad_shard_.view(DType::f32, {shard_elements_});
   o.group = &group_;
   o.tensor_parallel = model_.regions().group();
@@ -222,6 +231,13 @@ void DataParallel::finish_oldest_reduction() {
     model_.grads().release(*r.unit);
   }
   reductions_.pop_front();
+}
+
+void DataParallel::reduce_gradients() {
+  reduce_during_next_backward(/*first_of_step=*/true);
+  for (size_t u = model_.layout().units().size(); u-- > 0;) gradients_final(u);
+  armed_ = false;
+  wait_for_gradients();
 }
 
 void DataParallel::wait_for_gradients() {

@@ -62,8 +62,12 @@ class DataParallel : public UnitHooks {
   // Reduces `model`'s gradients over `group`, the dp group (whose device must be the model's). With ZeRO the
   // model must have been made with storage(group size, zero_stage). `adamw` configures the
   // optimizer of this rank's parts. The model calls this object's hooks until it is destroyed.
+  // pipeline: the ranks holding the model's other stages (pipeline parallelism), whose gradients
+  // the norm counts too; the model is then this rank's stages, whose schedule interleaves the
+  // micro-batches' backwards, so the gradients are reduced after the last (reduce_gradients), at
+  // ZeRO stage 0 or 1.
   DataParallel(Transformer& model, Communicator& group, double bucket_mb, int zero_stage = 0,
-               const AdamWConfig& adamw = {});
+               const AdamWConfig& adamw = {}, Communicator* pipeline = nullptr);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -107,6 +111,9 @@ class DataParallel : public UnitHooks {
   void reduce_during_next_backward(bool first_of_step);
   // Waits until every bucket or unit of the armed backward is reduced over the group.
   void wait_for_gradients();
+  // Reduces every gradient over the group now, after backward (a pipeline rank's): the buckets or
+  // units from the last, in flight together, then waits.
+  void reduce_gradients();
 
   // The optimizer of this rank's parts (optim/adamw.h): the whole layout at stage 0 (the
   // model's f32 parameters, gradients and 16-bit weights), else this rank's part of every unit,
@@ -172,6 +179,7 @@ class DataParallel : public UnitHooks {
 
   Transformer& model_;
   Communicator& group_;
+  Communicator* pipeline_;
   int zero_stage_;
   std::vector<kernels::FlatRange> buckets_;  // stage 0: from the end of the buffer to its start
   std::vector<Part> parts_;                  // ZeRO: per unit, in layout order

@@ -9,7 +9,7 @@
 namespace dt {
 
 StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches, float loss_scale,
-                               DataParallel* data_parallel) {
+                               DataParallel* data_parallel, pipeline::PipelineParallel* pipeline) {
   StepStats stats;
   stats.loss_scale = loss_scale;
   for (const MicroBatch& mb : micro_batches) stats.targets += Transformer::count_targets(mb.targets);
@@ -23,7 +23,16 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
   const float token_scale = static_cast<float>(loss_scale / static_cast<double>(stats.targets));
   model.grads().zero();
   double loss_sum = 0;
-  for (size_t m = 0; m < micro_batches.size(); ++m) {
+  if (pipeline != nullptr) {
+    {
+      const trace::ComputeScope span(str(pipeline->schedule().name, " schedule of ", micro_batches.size(),
+                                         " micro-batches"));
+      loss_sum = pipeline->forward_backward(micro_batches, token_scale);
+    }
+    pipeline->sum_tied_gradients();
+    if (data_parallel != nullptr) data_parallel->reduce_gradients();
+  }
+  for (size_t m = 0; pipeline == nullptr && m < micro_batches.size(); ++m) {
     const bool reduce = data_parallel != nullptr &&
                         (m + 1 == micro_batches.size() || data_parallel->reduces_every_micro_batch());
     if (reduce) data_parallel->reduce_during_next_backward(/*first_of_step=*/m == 0);
@@ -58,18 +67,21 @@ void apply_update(AdamW& optimizer, float lr, float max_grad_norm, StepStats& st
 }
 
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
-                     float max_grad_norm, LossScaler* scaler, int64_t step, DataParallel* data_parallel) {
+                     float max_grad_norm, LossScaler* scaler, int64_t step, DataParallel* data_parallel,
+                     pipeline::PipelineParallel* pipeline) {
   DT_CHECK(data_parallel == nullptr || &data_parallel->optimizer() == &optimizer,
            "with data parallelism the optimizer is the DataParallel's");
-  StepStats stats =
-      accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f, data_parallel);
+  StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f,
+                                         data_parallel, pipeline);
   apply_update(optimizer, lr, max_grad_norm, stats, scaler, step, data_parallel);
   return stats;
 }
 
 StepStats train_step(Transformer& model, DataParallel& data_parallel, std::span<const MicroBatch> micro_batches,
-                     float lr, float max_grad_norm, LossScaler* scaler, int64_t step) {
-  return train_step(model, data_parallel.optimizer(), micro_batches, lr, max_grad_norm, scaler, step, &data_parallel);
+                     float lr, float max_grad_norm, LossScaler* scaler, int64_t step,
+                     pipeline::PipelineParallel* pipeline) {
+  return train_step(model, data_parallel.optimizer(), micro_batches, lr, max_grad_norm, scaler, step, &data_parallel,
+                    pipeline);
 }
 
 }  // namespace dt

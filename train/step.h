@@ -29,13 +29,9 @@
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline/pipeline_parallel.h"
 
 namespace dt {
-
-struct MicroBatch {
-  Tensor tokens;   // (B, T) i32
-  Tensor targets;  // (B, T) i32, kernels::kIgnoreIndex where there is no target
-};
 
 struct StepStats {
   double loss = 0;        // mean over the counted targets
@@ -49,8 +45,11 @@ struct StepStats {
 
 // Zeroes the gradients, then runs forward and backward of every micro-batch, accumulating the
 // gradient of loss_scale times the global-batch mean loss. Sets loss, loss_scale and targets.
+// With pipeline parallelism the micro-batches go through the pipeline's schedule (every pp rank
+// passes the same ones), the tied embedding's gradient is summed between its holders, and the
+// data-parallel reduction follows.
 StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> micro_batches, float loss_scale = 1,
-                               DataParallel* data_parallel = nullptr);
+                               DataParallel* data_parallel = nullptr, pipeline::PipelineParallel* pipeline = nullptr);
 // Global norm, clipping coefficient and the AdamW update (optim/adamw.h), or a skipped step when
 // a gradient is not finite. Sets grad_norm, grad_scale, applied and nonfinite. With a scaler,
 // reports the outcome to it (which throws when the run has diverged); `step` is for its
@@ -61,9 +60,10 @@ void apply_update(AdamW& optimizer, float lr, float max_grad_norm, StepStats& st
 // Both: one training step, with the scaler's current scale.
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0,
-                     DataParallel* data_parallel = nullptr);
+                     DataParallel* data_parallel = nullptr, pipeline::PipelineParallel* pipeline = nullptr);
 // One training step with data parallelism, at any ZeRO stage: its optimizer's update.
 StepStats train_step(Transformer& model, DataParallel& data_parallel, std::span<const MicroBatch> micro_batches,
-                     float lr, float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0);
+                     float lr, float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0,
+                     pipeline::PipelineParallel* pipeline = nullptr);
 
 }  // namespace dt

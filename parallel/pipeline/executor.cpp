@@ -52,7 +52,7 @@ void CommunicatorTransport::finish() {
 }
 
 PipelineRank::PipelineRank(const Schedule& schedule, int rank, std::vector<Stage*> stages, const FlatTensors& weights,
-                           const FlatTensors& grads, Transport& transport, std::vector<MicroBatchData> micro_batches,
+                           const FlatTensors& grads, Transport& transport, std::vector<MicroBatch> micro_batches,
                            float loss_scale)
     : schedule_(schedule),
       rank_(rank),
@@ -63,6 +63,9 @@ PipelineRank::PipelineRank(const Schedule& schedule, int rank, std::vector<Stage
       micro_batches_(std::move(micro_batches)),
       loss_scale_(loss_scale),
       losses_(micro_batches_.size(), 0.0) {
+  for (const std::vector<Action>& list : schedule.actions)
+    for (const Action& a : list) training_ = training_ || a.op != Op::forward && a.op != Op::send_forward &&
+                                                             a.op != Op::recv_forward;
   DT_CHECK(static_cast<int>(stages_.size()) == schedule.stages() &&
                static_cast<int>(micro_batches_.size()) == schedule.micro_batches,
            "a pipeline rank needs a stage slot per stage and data per micro-batch");
@@ -94,7 +97,7 @@ bool PipelineRank::advance() {
 
 bool PipelineRank::run(const Action& a) {
   const int s = a.stage, k = a.micro_batch, S = schedule_.stages();
-  const MicroBatchData& data = micro_batches_[k];
+  const MicroBatch& data = micro_batches_[k];
   Stage* stage = stages_[s];
   // What crosses between stages: (rows, C), all of the micro-batch's rows or with sequence
   // parallelism this tensor-parallel rank's part.
@@ -113,6 +116,7 @@ bool PipelineRank::run(const Action& a) {
     case Op::send_forward:
       transport_.send(a.op, s, k, outputs_.at({s, k}));
       outputs_.erase({s, k});
+      if (!training_) stage->release(k);  // sent from a copy
       return true;
     case Op::send_backward: {
       const Buffer& din = input_gradients_.at({s, k});
@@ -126,13 +130,18 @@ bool PipelineRank::run(const Action& a) {
       const Tensor in = s == 0 ? data.tokens
                         : local ? outputs_.at({s - 1, k})
                                 : inputs_.at({s, k}).view(weights_.dtype(), boundary);
-      const Tensor out = stage->forward(k, in, weights_, /*backward_follows=*/true, data.tokens.shape);
-      if (local) outputs_.erase({s - 1, k});
+      const Tensor out = stage->forward(k, in, weights_, /*backward_follows=*/training_, data.tokens.shape);
+      if (local) {
+        outputs_.erase({s - 1, k});
+        if (!training_) stages_[s - 1]->release(k);
+      }
       inputs_.erase({s, k});
-      if (s + 1 < S)
-        outputs_[{s, k}] = out;  // a view of the stage's activations, kept until its backward
-      else
-        losses_[k] = stage->loss(k, data.targets, loss_scale_, /*with_gradient=*/true);
+      if (s + 1 < S) {
+        outputs_[{s, k}] = out;  // a view of the stage's activations, kept until sent or used
+      } else {
+        losses_[k] = stage->loss(k, data.targets, loss_scale_, /*with_gradient=*/training_);
+        if (!training_) stage->release(k);
+      }
       return true;
     }
     case Op::backward:

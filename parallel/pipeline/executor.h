@@ -61,16 +61,12 @@ class CommunicatorTransport final : public Transport {
   std::vector<std::pair<Buffer, CollectiveHandle>> sending_;
 };
 
-struct MicroBatchData {
-  Tensor tokens, targets;  // (B, T) i32
-};
-
 // One rank of a pipeline: its stages (by stage index: stages[s] for the stages the schedule puts
 // on this rank, nullptr elsewhere), over the weights and gradients they share.
 class PipelineRank {
  public:
   PipelineRank(const Schedule& schedule, int rank, std::vector<Stage*> stages, const FlatTensors& weights,
-               const FlatTensors& grads, Transport& transport, std::vector<MicroBatchData> micro_batches,
+               const FlatTensors& grads, Transport& transport, std::vector<MicroBatch> micro_batches,
                float loss_scale);
   // Runs actions until the next one must wait or the list ends; returns whether it ran any.
   bool advance();
@@ -94,8 +90,11 @@ class PipelineRank {
   const FlatTensors& weights_;
   const FlatTensors& grads_;
   Transport& transport_;
-  std::vector<MicroBatchData> micro_batches_;
+  std::vector<MicroBatch> micro_batches_;
   float loss_scale_;
+  // Whether the schedule runs backward; forwards alone (evaluation) free each micro-batch's
+  // activations once they have been passed on.
+  bool training_ = false;
   size_t next_ = 0;
   std::vector<double> losses_;
   // By (stage, micro-batch): what a stage received (its input; its output's gradient), its forward's

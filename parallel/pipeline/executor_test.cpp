@@ -70,7 +70,7 @@ void expect_whole_models_numbers(const char* preset, const Case& c) {
   FlatTensors grads(layout, MemTag::gradients);
   grads.zero();
   InProcessTransport transport;
-  std::vector<MicroBatchData> data;
+  std::vector<MicroBatch> data;
   for (int k = 0; k < c.micro_batches; ++k) data.push_back({tokens[k].t, targets[k].t});
   std::vector<PipelineRank> ranks;
   for (int r = 0; r < c.ranks; ++r) {
@@ -130,7 +130,7 @@ TEST(Mpi, PipelineRanksInTheirOwnProcessesGiveTheWholeModelsGradients) {
     FlatTensors weights(layout, MemTag::parameters);
     init_parameters(weights, 3);
     std::vector<OwnedTensor> tokens, targets;
-    std::vector<MicroBatchData> data;
+    std::vector<MicroBatch> data;
     for (int k = 0; k < c.micro_batches; ++k) {
       tokens.push_back(ids(config, 2 * k)), targets.push_back(ids(config, 2 * k + 1));
       data.push_back({tokens.back().t, targets.back().t});

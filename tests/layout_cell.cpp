@@ -1,0 +1,182 @@
+#include "tests/layout_cell.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+
+#include "comm/mpi.h"
+#include "parallel/data_parallel.h"
+#include "parallel/parallel_dims.h"
+#include "parallel/pipeline/pipeline_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
+#include "tests/training_batches.h"
+#include "train/step.h"
+
+namespace dt::testing {
+
+namespace {
+
+constexpr int kB = 2, kT = 16;
+
+// gpt2-tiny with 6 heads of 8 (so that 4 ranks split them 2, 2, 1, 1), and llama-tiny: 6 query
+// heads over 2 key/value heads (split over 2 ranks, copied over 3 and 4), an untied output layer,
+// or tied. Both have the vocabulary of 997 (250, 249, 249, 249 rows over 4 ranks) and an MLP of
+// 192 and 128 columns. Under pipeline parallelism one block more than stages, so that one stage
+// has two and the stages are uneven.
+ModelConfig test_model(const LayoutCell& cell, int stages) {
+  ModelConfig c = model_preset(cell.family == "gpt2" ? "gpt2-tiny" : "llama-tiny");
+  if (cell.family == "gpt2") c.n_head = 6;
+  if (cell.family == "llama_tied") c.tied_embeddings = true;
+  if (cell.pp > 1) c.n_layer = stages + 1;
+  return c;
+}
+
+// The largest difference between this rank's parameters (its shard of its stages) and the
+// reference's at the same places of the whole tensors, relative to the reference's largest
+// parameter.
+double shard_difference(const FlatTensors& reference, const FlatTensors& shard) {
+  double largest = 0, reference_largest = 0;
+  for (const ParamInfo& p : reference.layout().params()) {
+    const Tensor x = reference.unpadded(p);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      reference_largest = std::max(reference_largest, static_cast<double>(std::fabs(x.ptr<float>()[i])));
+  }
+  for (const ParamInfo& p : shard.layout().params()) {
+    const float* mine = shard.unpadded(p).ptr<float>();
+    const float* expected = reference.unpadded(p.name).ptr<float>();
+    for (const ParamInfo::Run& run : p.runs())
+      for (int64_t i = 0; i < run.count; ++i)
+        largest = std::max(largest, static_cast<double>(std::fabs(mine[run.local + i] - expected[run.global + i])));
+  }
+  return largest / reference_largest;
+}
+
+// Bounds, relative (the parameters to the largest, a norm's weight of about 1), over 3 steps at
+// lr 1e-3.
+//
+// f32: the tensor-parallel run sums each row-parallel product in two parts, and the loss's
+// exponentials per slice, where one rank sums them in one. Pipeline parallelism adds its own
+// rounding in two places only: the gradient norm's sum of squares is completed over the stages
+// (double sums in another order), and a tied wte's two shares of its gradient (the lookup's and
+// the output projection's) are summed in the schedule's order — on two ranks, once at the end;
+// every other gradient is the same sum in the same order (llama, untied, matches bit for bit).
+// That is rounding, and Adam turns it into parameter differences where a gradient nearly
+// cancels: its first update moves an element by about lr whatever the gradient's size, so an
+// element whose tiny gradient changes sign differs by 2 lr. So the norms are bounded twice: at
+// the first step, where both runs hold the same parameters, the gradient itself is compared
+// (largest measured over the tp and pp matrices, 250 cells: 6.0e-8; bound 4e-7); later steps'
+// norms are of parameters that differ that way (largest 1.2e-6, gpt2's tied wte under ZB-V at
+// dp 2 × tp 2 × pp 2; bound 1e-5). Losses: 2.2e-8 measured; parameters 3.3e-5; bounds 6-9x.
+// A wrong reduction lies far above them: without the copied key/value heads' sum (llama-tiny over
+// 3 and 4 ranks) the losses move by 5e-5 to 1.7e-4, the norms by 3-4%, the parameters by 5.8e-3.
+//
+// bf16: each rank rounds its partial product to bf16 before the f32 sum (one rank rounds the
+// whole product once), so activations differ by a bf16 ulp (2^-8 relative) here and there and
+// every later number follows: measured losses 8.3e-5, norms 1.4e-3 (bounds 12x and 7x). The
+// parameters: Adam moves an element by about lr per step whatever its gradient's size, so an
+// element whose tiny gradient changes sign moves by about 2 lr per step differently: 3 steps ×
+// 2e-3 = 6e-3, and 5.0e-3 is measured (tp 6); the bound, 1e-2, leaves room for Adam's steps a
+// little above lr. The bf16 cells check that the 16-bit path works; the f32 cells are the ones
+// tight enough to tell a wrong reduction (which moves the norms past the bf16 bound too: 3-4%).
+struct Bounds {
+  double losses, first_norm, norms, parameters;
+};
+Bounds bounds(DType precision) {
+  if (precision == DType::f32) return {.losses = 2e-7, .first_norm = 4e-7, .norms = 1e-5, .parameters = 2e-4};
+  return {.losses = 1e-3, .first_norm = 1e-2, .norms = 1e-2, .parameters = 1e-2};
+}
+
+}  // namespace
+
+std::string cell_name(const LayoutCell& c) {
+  std::string schedule = c.schedule;  // a test's name is letters, digits and underscores
+  std::ranges::replace(schedule, '-', '_');
+  return str(c.family, "_", dtype_name(c.precision), "_dp", c.dp, "_zero", c.zero, c.sp ? "_sp" : "",
+             c.recompute == Recompute::none ? "" : str("_", recompute_name(c.recompute)),
+             c.pp == 1 ? "" : str("_pp", c.pp, "_", schedule, c.virtual_stages > 1 ? str("_v", c.virtual_stages) : ""));
+}
+
+void expect_layout_matches_one_rank(const LayoutCell& cell) {
+  std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
+  const int tp = world->size() / cell.dp / cell.pp;
+  ProcessGroups groups = make_process_groups(std::move(world), {.dp = cell.dp, .tp = tp, .pp = cell.pp});
+  const int rank = groups.world->rank(), dp_rank = groups.coords.dp;
+  const int steps = 3;
+  for (const int accumulation : cell.accumulations) {
+    std::optional<pipeline::Schedule> schedule;
+    if (cell.pp > 1) schedule = pipeline::make_schedule(cell.schedule, cell.pp, accumulation, cell.virtual_stages);
+    const ModelConfig config = test_model(cell, schedule ? schedule->stages() : 1);
+    const int micro_batches = cell.dp * accumulation;
+    Transformer one(config, kB, kT, cell.recompute, cell.precision);
+    AdamW one_optimizer(one.layout(), OptimizerParts::whole(one), {});
+    init_parameters(one.params(), 7);
+    one_optimizer.round_weights();
+
+    std::optional<TensorParallel> tensor_parallel;
+    if (tp > 1) tensor_parallel.emplace(*groups.tp, config, cell.sp);
+    const RankStages stages =
+        schedule ? pipeline::PipelineParallel::rank_stages(config, *schedule, groups.coords.pp, kT) : RankStages{};
+    Transformer mine(config, kB, kT, cell.recompute, cell.precision, Device::cpu,
+                     DataParallel::storage(cell.dp, cell.zero), tensor_parallel ? &*tensor_parallel : nullptr, stages);
+    DataParallel data_parallel(mine, *groups.dp, /*bucket_mb=*/0.05, cell.zero, {},
+                               schedule ? groups.pp.get() : nullptr);
+    std::optional<pipeline::PipelineParallel> pipeline;
+    if (schedule) pipeline.emplace(mine, *groups.pp, *schedule);
+    FlatTensors whole(mine.layout(), MemTag::workspace);  // this rank's part of the model, whole
+    init_parameters(whole, 7);
+    data_parallel.take_parameters(whole);
+
+    std::vector<double> one_losses, one_norms, losses, norms;
+    for (int step = 0; step < steps; ++step) {
+      const GlobalBatch batch(micro_batches * kB, kT, config.vocab_size, step);
+      std::vector<MicroBatch> all, own;
+      for (int m = 0; m < micro_batches; ++m) all.push_back(batch.micro_batch(m, kB));
+      for (int m = 0; m < accumulation; ++m) own.push_back(batch.micro_batch(m * cell.dp + dp_rank, kB));
+      const StepStats a = train_step(one, one_optimizer, all, 1e-3f, 1.0f);
+      const StepStats b = train_step(mine, data_parallel, own, 1e-3f, 1.0f, nullptr, step + 1,
+                                     pipeline ? &*pipeline : nullptr);
+      EXPECT_EQ(a.targets, b.targets);
+      one_losses.push_back(a.loss), one_norms.push_back(a.grad_norm);
+      losses.push_back(b.loss), norms.push_back(b.grad_norm);
+    }
+    // This rank's part of the f32 parameters, gathered over dp where ZeRO shards them.
+    std::optional<FlatTensors> gathered;
+    const FlatTensors* parameters = &mine.params();
+    if (data_parallel.shards_parameters()) {
+      if (groups.dp->rank() == 0) gathered.emplace(mine.layout(), MemTag::workspace);
+      data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
+      parameters = gathered ? &*gathered : nullptr;
+    }
+    const double loss_diff = max_relative_difference(losses, one_losses);
+    const double norm_diff = max_relative_difference(norms, one_norms);
+    const double parameter_diff = parameters != nullptr ? shard_difference(one.params(), *parameters) : 0;
+    const std::string what = str(cell_name(cell), " tp ", tp, " accumulation ", accumulation, " rank ", rank);
+    const Bounds bound = bounds(cell.precision);
+    EXPECT_LT(loss_diff, bound.losses) << what;
+    EXPECT_LT(max_relative_difference({norms[0]}, {one_norms[0]}), bound.first_norm) << what;
+    EXPECT_LT(norm_diff, bound.norms) << what;
+    EXPECT_LT(parameter_diff, bound.parameters) << what;
+    const double worst_loss = all_reduce_value(*groups.world, loss_diff, ReduceOp::max);
+    const double worst_norm = all_reduce_value(*groups.world, norm_diff, ReduceOp::max);
+    const double worst = all_reduce_value(*groups.world, parameter_diff, ReduceOp::max);
+    if (rank == 0)
+      std::printf("%s: %s, %d micro-batch%s per dp rank: losses within %.2e, gradient norms within %.2e, "
+                  "parameters within %.2e of the largest\n",
+                  cell_name(cell).c_str(), groups.dims.describe().c_str(), accumulation,
+                  accumulation == 1 ? "" : "es", worst_loss, worst_norm, worst);
+    // What every tp rank holds whole (a norm's weight, here the last) is the same bits on each.
+    if (parameters != nullptr && mine.layout().part().head) {
+      const Tensor ln_f = parameters->unpadded("ln_f.weight");
+      Buffer lead(ln_f.bytes(), MemTag::workspace);
+      std::memcpy(lead.data(), ln_f.data, ln_f.bytes());
+      groups.tp->broadcast(lead.view(DType::f32, {ln_f.numel()}), 0).wait();
+      EXPECT_EQ(std::memcmp(lead.data(), ln_f.data, ln_f.bytes()), 0) << what << ": ln_f differs from tp rank 0's";
+    }
+  }
+}
+
+}  // namespace dt::testing

@@ -1,0 +1,37 @@
+// One cell of a parallel layout's equivalence matrix: dp × tp × pp ranks (the world of an
+// mpirun), with ZeRO, sequence parallelism, recomputation, a precision and a pipeline schedule,
+// trained for a few steps beside the one-rank reference, which every rank trains itself on the
+// whole global batch so that the comparison needs no files. Losses, gradient norms and every
+// parameter a rank holds are compared with the reference at the same places of the whole model,
+// within bounds whose reasons are written in layout_cell.cpp.
+// Used by parallel/tensor/tensor_parallel_test.cpp and parallel/pipeline/pipeline_parallel_test.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/recompute.h"
+
+namespace dt::testing {
+
+struct LayoutCell {
+  std::string family;  // gpt2 (tied), llama (untied), llama_tied
+  DType precision = DType::f32;
+  int dp = 1, zero = 0;
+  bool sp = false;
+  Recompute recompute = Recompute::none;
+  int pp = 1;                    // the tp size is what is left of the world
+  std::string schedule = "1f1b";  // with pp > 1
+  int virtual_stages = 1;
+  // Micro-batches per dp rank and step, each run of the cell; under pp the schedule's count.
+  std::vector<int> accumulations = {1, 2};
+};
+
+// The cell's name: family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]].
+std::string cell_name(const LayoutCell& cell);
+
+// Runs the cell in this process's MPI world (gtest expectations).
+void expect_layout_matches_one_rank(const LayoutCell& cell);
+
+}  // namespace dt::testing
