@@ -304,6 +304,60 @@ TEST(TrainCli, TensorParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenLay
   }
 }
 
+// Pipeline parallelism — every schedule, with dp and ZeRO 1, with tp and sp — trains the
+// one-process model (gpt2-tiny deepened to 5 blocks, so that the stages are uneven, its tied wte
+// on the first and the last stage), evaluates like it through the pipeline, and its checkpoints
+// (each stage's tensors, the tied wte once) resume in one process and under another pipeline
+// size, schedule and layout on the same loss curve. A traced run writes every rank's forwards,
+// backwards, weight passes, sends and receives.
+TEST(TrainCli, PipelineRunsTrainLikeOneProcessAndCheckpointsMoveBetweenStageCounts) {
+  const TrainRun run;
+  const std::string base = "model.n_layer=5 train.micro_batch_size=2 ";
+  const std::string six = base + "train.steps=6 checkpoint.every=3", three = base + "train.steps=3";
+  ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
+  const std::vector<double> expected = run.losses("one");
+  const double expected_val = run.final_validation_loss("one");
+  const auto pp = [](int ranks, const std::string& schedule) {
+    return str(" parallel.pp=", ranks, " parallel.pp_schedule=", schedule);
+  };
+  const std::string dp2_zero1 = " parallel.dp=2 parallel.zero_stage=1", tp2_sp = " parallel.tp=2 parallel.sp=true";
+  const auto pp2 = run_dtrain(run.args("pp2_1f1b", six + pp(2, "1f1b") + " log.trace=true"), testing::mpirun(2));
+  ASSERT_EQ(pp2.status, 0) << pp2.output;
+  EXPECT_NE(pp2.output.find("2 pipeline ranks of 2 stages run the 1f1b schedule over 4 micro-batches"),
+            std::string::npos) << pp2.output;
+  ASSERT_EQ(run_dtrain(run.args("pp3_zb_h1", six + pp(3, "zb-h1")), testing::mpirun(3)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("pp2_interleaved", six + pp(2, "interleaved") + " parallel.pp_virtual=2"),
+                       testing::mpirun(2)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("pp2_zb_v", six + pp(2, "zb-v")), testing::mpirun(2)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("pp2_dp2", six + pp(2, "afab") + dp2_zero1), testing::mpirun(4)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("pp2_tp2", six + pp(2, "1f1b") + tp2_sp), testing::mpirun(4)).status, 0);
+  // pp 2 to one process; one process to pp 3; pp 2 (zb-v) to pp 4; pp 3 to dp 2 × pp 2 at ZeRO 1.
+  ASSERT_EQ(run_dtrain(run.args("pp2_to_one", three + pp(2, "1f1b")), testing::mpirun(2)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("pp2_to_one", six)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("one_to_pp3", three)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("one_to_pp3", six + pp(3, "1f1b")), testing::mpirun(3)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("zb_v_to_pp4", three + pp(2, "zb-v")), testing::mpirun(2)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("zb_v_to_pp4", six + pp(4, "1f1b")), testing::mpirun(4)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("pp3_to_dp2", three + pp(3, "zb-h1")), testing::mpirun(3)).status, 0);
+  const auto to_dp2 = run_dtrain(run.args("pp3_to_dp2", six + pp(2, "1f1b") + dp2_zero1), testing::mpirun(4));
+  ASSERT_EQ(to_dp2.status, 0) << to_dp2.output;
+  EXPECT_NE(to_dp2.output.find("resumed from "), std::string::npos) << to_dp2.output;
+  for (const char* name : {"pp2_1f1b", "pp3_zb_h1", "pp2_interleaved", "pp2_zb_v", "pp2_dp2", "pp2_tp2", "pp2_to_one",
+                           "one_to_pp3", "zb_v_to_pp4", "pp3_to_dp2"}) {
+    const std::vector<double> got = run.losses(name);
+    ASSERT_EQ(got.size(), 6u) << name;
+    // The tied wte's two shares summed in the schedule's order, the norm over the stages: fp32
+    // rounding (tests/layout_cell.cpp measures ~1e-8 of the losses over 3 steps).
+    for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+    EXPECT_NEAR(run.final_validation_loss(name), expected_val, 1e-5 * expected_val) << name;
+  }
+  // The trace: each rank's track holds its stage's passes and its messages.
+  std::ifstream in(run.path("pp2_1f1b") / "trace.json");
+  const std::string trace((std::istreambuf_iterator<char>(in)), {});
+  for (const char* span : {"forward stage 0 micro-batch 3", "backward stage 1 micro-batch 0", "send", "recv"})
+    EXPECT_NE(trace.find(span), std::string::npos) << span;
+}
+
 // ZeRO in 16-bit precision keeps the f32 master weights only as each rank's parts: two ranks
 // train the one-process bf16 run at stages 1 and 3, a stage-3 checkpoint (the master weights in
 // parts) resumes in one process, a one-process checkpoint resumes at stage 2, and f16 with loss

@@ -65,6 +65,25 @@ TEST_F(Workflow, TrainingValidatesAndSamplesAtTheEnd) {
     EXPECT_NE(train_output_->find(expected), std::string::npos) << expected << "\n" << *train_output_;
 }
 
+// A pipeline of two ranks gathers its stages on the lead for the sample (the tied wte from the
+// first stage's rank): after the same steps it samples the one-process run's text, and evaluates
+// its validation loss through the pipeline.
+TEST_F(Workflow, APipelineSamplesTheTextOfOneProcess) {
+  const std::string args = str("train ", file("run.toml"), " train.steps=4 train.micro_batch_size=4 log.run_dir=");
+  const auto one = run_dtrain(args + file("run_one"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto pipeline = run_dtrain(args + file("run_pp2") + " parallel.pp=2", testing::mpirun(2));
+  ASSERT_EQ(pipeline.status, 0) << pipeline.output;
+  for (const char* line : {"step 4: sample: ", "step 4: validation loss "}) {
+    const auto text = [&](const std::string& output) {
+      const size_t at = output.find(line);
+      return at == std::string::npos ? std::string("(none)") : output.substr(at, output.find('\n', at) - at);
+    };
+    ASSERT_NE(text(one.output), "(none)") << one.output;
+    EXPECT_EQ(text(pipeline.output), text(one.output)) << pipeline.output;
+  }
+}
+
 TEST_F(Workflow, EvalGivesTheValidationLossTheRunLogged) {
   const auto result = run_dtrain(str("eval --checkpoint ", checkpoints(), " --data ", file("data"),
                                      " --seq-len 32 --batch-size 8 --batches 4"));

@@ -5,6 +5,7 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline/pipeline_parallel.h"
 
 namespace dt {
 
@@ -16,21 +17,32 @@ size_t MemoryPlan::allocated() const {
 
 namespace {
 
-// Tensor-parallel rank `shard`'s plan.
+// Tensor-parallel rank `shard`'s plan, of pipeline rank `pp_rank` under `schedule`.
 MemoryPlan plan_rank(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                     int dp_ranks, int zero_stage, TensorShard shard, bool sp) {
+                     int dp_ranks, int zero_stage, TensorShard shard, bool sp, const pipeline::Schedule* schedule,
+                     int pp_rank) {
   MemoryPlan plan;
   const auto add = [&](MemTag tag, size_t bytes) { plan.bytes[static_cast<int>(tag)] += bytes; };
   const ParameterStorage storage = DataParallel::storage(dp_ranks, zero_stage);
-  const ParameterLayout layout(config, storage.unit_multiple, shard);
-  // The model: its flat buffers, one micro-batch's activations and the rotary tables.
+  RankStages stages{.all = {StageUnits::whole(config)}, .held = {0}, .deferred_weights = false};
+  int in_flight = 1;
+  if (schedule != nullptr) {
+    stages = pipeline::PipelineParallel::rank_stages(config, *schedule, pp_rank, seq_len);
+    in_flight = schedule->promised_in_flight.at(static_cast<size_t>(pp_rank));
+  }
+  std::vector<StageUnits> held;
+  for (const int s : stages.held) held.push_back(stages.all[static_cast<size_t>(s)]);
+  const ParameterLayout layout(config, storage.unit_multiple, shard, ModelPart::of(held, config.n_layer));
+  // The model: its flat buffers, its stages' activations and the rotary tables.
   const Transformer::ParameterBuffers model = Transformer::parameter_buffers(precision, storage);
   for (const auto& spec : {std::optional(model.params), std::optional(model.grads), model.weights})
     if (spec) add(spec->tag, FlatTensors::held_bytes(layout, spec->dtype, spec->storage));
-  const ActivationBytes activations =
-      Stage::activation_bytes(config, StageUnits::whole(config), recompute, precision, batch_size, seq_len, shard, sp);
-  add(MemTag::activations, static_cast<size_t>(activations.kept + activations.shared));
-  add(MemTag::workspace, static_cast<size_t>(activations.scratch));
+  for (const StageUnits& units : held) {
+    const ActivationBytes activations = Stage::activation_bytes(config, units, recompute, precision, batch_size,
+                                                                seq_len, shard, sp, stages.deferred_weights);
+    add(MemTag::activations, static_cast<size_t>(activations.kept * in_flight + activations.shared));
+    add(MemTag::workspace, static_cast<size_t>(activations.scratch));
+  }
   if (config.family == ModelFamily::llama) add(MemTag::workspace, rope_table_bytes(config, seq_len));
   // The optimizer: the whole layout's moments at stage 0, else the shards and their moments.
   const int64_t local = zero_stage == 0 ? layout.total_elements() : DataParallel::shard_elements(layout, dp_ranks);
@@ -44,20 +56,24 @@ MemoryPlan plan_rank(const ModelConfig& config, int batch_size, int seq_len, Rec
 }  // namespace
 
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                       int dp_ranks, int zero_stage, int tp_ranks, bool sp) {
+                       int dp_ranks, int zero_stage, int tp_ranks, bool sp, const pipeline::Schedule* schedule) {
   MemoryPlan largest;
-  for (int r = 0; r < tp_ranks; ++r) {
-    const MemoryPlan plan =
-        plan_rank(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage, {r, tp_ranks}, sp);
-    if (r == 0 || plan.total() > largest.total()) largest = plan;
-  }
+  bool first = true;
+  for (int pp_rank = 0; pp_rank < (schedule != nullptr ? schedule->ranks : 1); ++pp_rank)
+    for (int r = 0; r < tp_ranks; ++r) {
+      const MemoryPlan plan = plan_rank(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage,
+                                        {r, tp_ranks}, sp, schedule, pp_rank);
+      if (first || plan.total() > largest.total()) largest = plan;
+      first = false;
+    }
   return largest;
 }
 
 void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                       int dp_ranks, int zero_stage, int tp_ranks, bool sp) {
+                       int dp_ranks, int zero_stage, int tp_ranks, bool sp, const pipeline::Schedule* schedule) {
   const size_t needed =
-      plan_memory(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage, tp_ranks, sp).total();
+      plan_memory(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage, tp_ranks, sp, schedule)
+          .total();
   const size_t available = device_free_bytes(Device::cuda);
   if (needed <= available) return;
   throw Error(str("training this model needs about ", format_bytes(static_cast<double>(needed)),
@@ -66,7 +82,7 @@ void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, R
                   "micro-batch of ", batch_size, " x ", seq_len, " tokens, recompute ", recompute_name(recompute),
                   ") but the GPU has ", format_bytes(static_cast<double>(available)), " free; ",
                   zero_stage < 3 ? "raise parallel.zero_stage (up to 3) or " : "",
-                  "use more data-parallel or tensor-parallel ranks, a smaller micro_batch_size or seq_len, "
+                  "use more data-parallel, tensor-parallel or pipeline ranks, a smaller micro_batch_size or seq_len, "
                   "train.recompute = \"full\", "
                   "precision bf16, or a smaller model"));
 }

@@ -14,6 +14,7 @@
 #include "core/allocator.h"
 #include "model/config.h"
 #include "model/recompute.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace dt {
 
@@ -26,13 +27,18 @@ struct MemoryPlan {
 
 // One rank's: micro-batches of batch_size x seq_len tokens under `recompute`, in `precision`,
 // with ZeRO `zero_stage` over `dp_ranks` data-parallel ranks; with `tp_ranks` tensor-parallel
-// ranks (and sequence parallelism when `sp`), the plan of the rank whose share is the largest.
+// ranks (and sequence parallelism when `sp`), and a pipeline `schedule` (none: one stage), the
+// plan of the rank whose share is the largest. A pipeline rank's activations are each of its
+// stages' kept activations times the micro-batches the schedule promises to hold at once, plus
+// their shared and scratch regions: a bound (a stage's activation store grows to it).
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                       int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false);
+                       int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false,
+                       const pipeline::Schedule* schedule = nullptr);
 
 // Before a GPU run allocates: the plan's total against the GPU's free memory; the error names
 // every figure and the fixes (a higher ZeRO stage, recomputation, bf16, smaller micro-batches).
 void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                       int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false);
+                       int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false,
+                       const pipeline::Schedule* schedule = nullptr);
 
 }  // namespace dt

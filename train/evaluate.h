@@ -5,6 +5,7 @@
 
 #include "data/token_dataset.h"
 #include "model/transformer.h"
+#include "parallel/pipeline/pipeline_parallel.h"
 #include "train/batch_buffers.h"
 
 namespace dt {
@@ -15,7 +16,9 @@ struct Evaluation {
 };
 
 // Uses the model's micro-batch shape; evaluates min(batches, what the split holds) batches,
-// at least one. scratch: one micro-batch of the model's shape on its device.
-Evaluation evaluate(Transformer& model, const TokenDataset& split, int batches, BatchBuffers& scratch);
+// at least one. scratch: one micro-batch of the model's shape on its device. A pipeline rank's
+// model runs its stages' forwards through `pipeline` (every rank of its group evaluates).
+Evaluation evaluate(Transformer& model, const TokenDataset& split, int batches, BatchBuffers& scratch,
+                    pipeline::PipelineParallel* pipeline = nullptr);
 
 }  // namespace dt

@@ -15,8 +15,10 @@
 
 #include "ckpt/hf_config.h"
 #include "core/error.h"
-#include "model/tensor_shard.h"
 #include "core/suggest.h"
+#include "model/tensor_shard.h"
+#include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/schedule.h"
 #include "train/run_config_keys.h"
 
 namespace dt {
@@ -383,6 +385,37 @@ std::string batch_fixes(int global, int micro, int dp) {
   return fix;
 }
 
+// Pipeline parallelism: the schedule must exist for the step's micro-batches, the stages must
+// have a block each, and what the schedules cannot run with is named.
+void check_pipeline(const RunConfig& config, bool model_complete, Checker& check) {
+  const RunConfig::Parallel& p = config.parallel;
+  if (p.pp_virtual < 1) return check.report("parallel.pp_virtual", "must be at least 1");
+  if (p.pp_virtual > 1 && p.pp_schedule != "interleaved")
+    return check.report("parallel.pp_virtual", str("virtual stages are the interleaved schedule's, and parallel."
+                                                   "pp_schedule = \"", p.pp_schedule, "\"; set parallel.pp_virtual = 1, "
+                                                   "or parallel.pp_schedule = \"interleaved\""));
+  if (p.pp <= 1) return;
+  const bool zero_bubble = p.pp_schedule.starts_with("zb");
+  if (zero_bubble && config.train.recompute != Recompute::none)
+    check.report("train.recompute", str("the ", p.pp_schedule, " schedule runs each weight-gradient pass apart from "
+                                        "its backward, reading the activations forward kept, so none may be "
+                                        "recomputed; set train.recompute = \"none\", or parallel.pp_schedule = "
+                                        "\"1f1b\""));
+  if (p.zero_stage >= 2)
+    check.report("parallel.zero_stage", str("ZeRO stage ", p.zero_stage, " reduces (and at 3 gathers) during every "
+                                            "micro-batch's pass, which a pipeline schedule interleaves across "
+                                            "micro-batches; with parallel.pp = ", p.pp,
+                                            " use parallel.zero_stage = 0 or 1"));
+  const int micro_batches = config.accumulation_steps();
+  if (micro_batches < 1) return;  // reported with the batch sizes
+  try {
+    const pipeline::Schedule schedule = pipeline::make_schedule(p.pp_schedule, p.pp, micro_batches, p.pp_virtual);
+    if (model_complete) pipeline::partition_stages(config.model, schedule.stages(), config.data.seq_len);
+  } catch (const ConfigError& e) {
+    check.report("parallel.pp", e.message());
+  }
+}
+
 void check_values(RunConfig& config, bool model_complete, Checker& check) {
   const auto& t = config.train;
   const auto& p = config.parallel;
@@ -446,9 +479,10 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
                                                        : p.ep;
     if (value < 1)
       check.report(key, "must be at least 1");
-    else if (key != "parallel.dp" && key != "parallel.tp")  // built: parallel/data_parallel.h, parallel/tensor/
+    else if (key != "parallel.dp" && key != "parallel.tp" && key != "parallel.pp")  // built: parallel/
       check.require(value == 1, key, str(what, " is not built yet; set ", key, " = 1"));
   }
+  check_pipeline(config, model_complete, check);
   if (model_complete && p.tp > 1) {
     try {
       check_tensor_parallel(config.model, p.tp);

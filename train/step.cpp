@@ -24,11 +24,8 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
   model.grads().zero();
   double loss_sum = 0;
   if (pipeline != nullptr) {
-    {
-      const trace::ComputeScope span(str(pipeline->schedule().name, " schedule of ", micro_batches.size(),
-                                         " micro-batches"));
-      loss_sum = pipeline->forward_backward(micro_batches, token_scale);
-    }
+    // Each of the schedule's actions is a span of its own (pipeline/executor.h).
+    loss_sum = pipeline->forward_backward(micro_batches, token_scale);
     pipeline->sum_tied_gradients();
     if (data_parallel != nullptr) data_parallel->reduce_gradients();
   }

@@ -26,6 +26,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/launch_check.h"
 #include "parallel/parallel_dims.h"
+#include "parallel/pipeline/pipeline_parallel.h"
 #include "parallel/tensor/tensor_parallel.h"
 #include "plan/memory.h"
 #include "train/batch_buffers.h"
@@ -131,17 +132,28 @@ TrainSummary run_training(const RunConfig& config) {
   // ZeRO pads the layout's units to equal parts over the dp ranks and shards the optimizer's
   // state (from stage 2 the gradients, at stage 3 the parameters too); the DataParallel holds the
   // optimizer of this rank's parts at every stage.
-  const int zero_stage = config.parallel.zero_stage, tp = groups.dims.tp;
+  const int zero_stage = config.parallel.zero_stage, tp = groups.dims.tp, pp = groups.dims.pp;
+  const int accumulation = config.accumulation_steps();
+  // Pipeline parallelism: the schedule of each step's micro-batches over the pp ranks.
+  std::optional<pipeline::Schedule> schedule;
+  if (pp > 1)
+    schedule = pipeline::make_schedule(config.parallel.pp_schedule, pp, accumulation, config.parallel.pp_virtual);
   // The whole run's memory per rank against the GPU's, before anything is allocated.
   if (device == Device::cuda)
     check_fits_on_gpu(mc, B, T, config.train.recompute, config.train.precision, groups.dims.dp, zero_stage, tp,
-                      config.parallel.sp);
-  // Tensor parallelism: the model is this rank's shard, communicating over the tp group.
+                      config.parallel.sp, schedule ? &*schedule : nullptr);
+  // Tensor parallelism: the model is this rank's shard, communicating over the tp group; pipeline
+  // parallelism: it holds this rank's stages.
   std::optional<TensorParallel> tensor_parallel;
   if (tp > 1) tensor_parallel.emplace(*groups.tp, mc, config.parallel.sp);
   Transformer model(mc, B, T, config.train.recompute, config.train.precision, device,
-                    DataParallel::storage(groups.dims.dp, zero_stage), tensor_parallel ? &*tensor_parallel : nullptr);
-  DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb, zero_stage, config.adamw);
+                    DataParallel::storage(groups.dims.dp, zero_stage), tensor_parallel ? &*tensor_parallel : nullptr,
+                    schedule ? pipeline::PipelineParallel::rank_stages(mc, *schedule, groups.coords.pp, T)
+                             : RankStages{});
+  DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb, zero_stage, config.adamw,
+                             schedule ? groups.pp.get() : nullptr);
+  std::optional<pipeline::PipelineParallel> pipeline;
+  if (schedule) pipeline.emplace(model, *groups.pp, *schedule);
   AdamW& optimizer = data_parallel.optimizer();
   std::unique_ptr<LossScaler> scaler;
   if (config.loss_scale.enabled) scaler = std::make_unique<LossScaler>(config.loss_scale.config);
@@ -189,13 +201,12 @@ TrainSummary run_training(const RunConfig& config) {
     write_text_file(config.log.run_dir / "version.txt", dtrain_version() + "\n");
   }
 
-  const int accumulation = config.accumulation_steps();
   const int64_t tokens_per_step = config.tokens_per_step();
   if (lead) {  // the run's header, once for the job
     std::printf("dtrain %s\n", dtrain_version().c_str());
     std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %s\n",
                 std::string(model_family_name(mc.family)).c_str(), mc.n_layer, mc.d_model, mc.n_head,
-                static_cast<long long>(model.layout().num_parameters()), origin.c_str());
+                static_cast<long long>(ParameterLayout(mc).num_parameters()), origin.c_str());
     std::printf("batch %d sequences x %d tokens = %lld tokens per step (%d micro-batch%s of %d) | %lld tokens in %s\n",
                 config.global_batch_size(), T, static_cast<long long>(tokens_per_step), accumulation,
                 accumulation == 1 ? "" : "es", B, static_cast<long long>(train_data.size()),
@@ -203,10 +214,13 @@ TrainSummary run_training(const RunConfig& config) {
     if (groups.world->size() > 1)
       std::printf("%s over %s: each dp rank trains on its share of every step's batch%s%s\n",
                   groups.dims.describe().c_str(), groups.world->backend().c_str(),
-                  tp == 1 ? ""
-                          : str(" | each of the ", tp, " tp ranks holds a slice of every block and of the vocabulary",
-                                config.parallel.sp ? ", and its part of each micro-batch's tokens between them" : "")
-                                .c_str(),
+                  str(tp == 1 ? ""
+                              : str(" | each of the ", tp, " tp ranks holds a slice of every block and of the "
+                                    "vocabulary", config.parallel.sp ? ", and its part of each micro-batch's tokens "
+                                    "between them" : ""),
+                      pp == 1 ? ""
+                              : str(" | ", pp, " pipeline ranks of ", schedule->stages(), " stages run the ",
+                                    schedule->name, " schedule over ", accumulation, " micro-batches")).c_str(),
                   zero_stage == 0 ? ""
                                   : str(" | ZeRO stage ", zero_stage, ": ", zero_sharding(zero_stage),
                                         " sharded over the ", groups.dims.dp, " dp ranks").c_str());
@@ -230,16 +244,16 @@ TrainSummary run_training(const RunConfig& config) {
   // sample gathers the shards on the lead.
   const auto validate = [&](int64_t step, ProgressDisplay& progress) {
     if (!val_data || (zero_stage < 3 && groups.coords.dp != 0)) return;
-    const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch);
+    const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch, pipeline ? &*pipeline : nullptr);
     if (!lead) return;
     summary.val_loss = e.loss;
     if (metrics) metrics->log_validation(step, e.loss);
     progress.message(str("step ", step, ": validation loss ", fixed(e.loss, 4), " (perplexity ",
                          fixed(std::exp(e.loss), 2), ", ", e.tokens, " tokens)"));
   };
-  const ParameterLayout whole_layout(mc);
+  const ParameterLayout whole_layout(mc), stages_layout(mc, kParamAlignment, {}, model.layout().part());
   const auto sample = [&](int64_t step, ProgressDisplay& progress) {
-    if (!tokenizer || (!lead && !sharded_parameters && tp == 1)) return;
+    if (!tokenizer || (!lead && !sharded_parameters && tp == 1 && pp == 1)) return;
     // This tp rank's f32 parameters whole: the model's, or gathered over dp on dp rank 0.
     std::optional<FlatTensors> gathered;
     if (sharded_parameters) {
@@ -247,14 +261,20 @@ TrainSummary run_training(const RunConfig& config) {
       data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
     }
     const FlatTensors& mine = gathered ? *gathered : model.params();
-    // Then every tp rank's shard placed in the whole model on the lead.
-    std::optional<FlatTensors> whole;
+    // Then every tp rank's shard placed in its stages' part of the model on tp rank 0, and every
+    // pipeline rank's part in the whole model on the lead.
+    std::optional<FlatTensors> stages_whole, whole;
     if (tp > 1 && groups.coords.dp == 0) {
+      if (groups.coords.tp == 0) stages_whole.emplace(stages_layout, MemTag::workspace, Device::cpu);
+      gather_shards(*groups.tp, mine, stages_whole ? &*stages_whole : nullptr);
+    }
+    const FlatTensors& part = stages_whole ? *stages_whole : mine;
+    if (pp > 1 && groups.coords.dp == 0 && groups.coords.tp == 0) {
       if (lead) whole.emplace(whole_layout, MemTag::workspace, Device::cpu);
-      gather_shards(*groups.tp, mine, whole ? &*whole : nullptr);
+      pipeline->gather_parameters(part, whole ? &*whole : nullptr);
     }
     if (!lead) return;
-    progress.message(str("step ", step, ": sample: ", sample_text(config, whole ? *whole : mine, *tokenizer)));
+    progress.message(str("step ", step, ": sample: ", sample_text(config, whole ? *whole : part, *tokenizer)));
   };
   // Every rank calls the save: what is sharded each rank writes its parts of, what every rank of
   // a dp group holds whole its rank 0 writes, each tp rank its own slices (train/training_checkpoint.h).
@@ -291,7 +311,7 @@ TrainSummary run_training(const RunConfig& config) {
     step_batches.upload();
     const float lr = config.lr.at(step);
     const StepStats stats = train_step(model, data_parallel, step_batches.on_device(), lr, config.train.grad_clip,
-                                       scaler.get(), step + 1);
+                                       scaler.get(), step + 1, pipeline ? &*pipeline : nullptr);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     summary.last_loss = stats.loss;

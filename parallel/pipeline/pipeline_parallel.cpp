@@ -87,4 +87,24 @@ void PipelineParallel::sum_tied_gradients() {
   embedding_group_->all_reduce(wte, ReduceOp::sum).wait();
 }
 
+void PipelineParallel::gather_parameters(const FlatTensors& mine, FlatTensors* whole) {
+  const bool lead = group_.rank() == 0;
+  DT_CHECK(lead == (whole != nullptr), "gathering stages: rank 0 of the group, and only it, passes the whole");
+  const ParameterLayout& layout = mine.layout();
+  DT_CHECK(layout.shard().size == 1, "gathering stages from a tensor-parallel shard: gather the shards first");
+  if (!lead) return group_.send(mine.all(), 0).wait();
+  place_slices(mine, *whole);
+  for (int r = 1; r < group_.size(); ++r) {
+    // Rank r's layout, made here from its stages.
+    const RankStages stages = rank_stages(layout.config(), schedule_, r, model_.seq_len());
+    std::vector<StageUnits> held;
+    for (const int s : stages.held) held.push_back(stages.all[static_cast<size_t>(s)]);
+    const ParameterLayout theirs(layout.config(), layout.unit_multiple(), {},
+                                 ModelPart::of(held, layout.config().n_layer));
+    const FlatTensors received(theirs, MemTag::workspace, mine.device());
+    group_.recv(received.all(), r).wait();
+    place_slices(received, *whole);
+  }
+}
+
 }  // namespace dt::pipeline

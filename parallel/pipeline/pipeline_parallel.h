@@ -54,6 +54,12 @@ class PipelineParallel {
   // Where wte is held twice (see above): sums its gradient between its two holders.
   void sum_tied_gradients();
 
+  // The whole model's f32 parameters on rank 0 of the group from every rank's: `mine` holds this
+  // rank's stages whole (every tp shard placed), in whole storage; rank 0 places every rank's
+  // owned tensors into `whole` (the whole model's layout, on the CPU), the others pass nullptr.
+  // For a sample of the model's text. A collective over the group.
+  void gather_parameters(const FlatTensors& mine, FlatTensors* whole);
+
   // Each compute kind's time in the last forward_backward (pipeline/executor.h).
   const std::map<Op, PipelineRank::Busy>& busy() const { return busy_; }
 

@@ -165,7 +165,7 @@ void gather_shards(Communicator& group, const FlatTensors& shard, FlatTensors* w
   place_slices(shard, *whole);
   for (int r = 1; r < group.size(); ++r) {
     // Rank r's layout, made here from the same model and unit multiple.
-    const ParameterLayout theirs(layout.config(), layout.unit_multiple(), {r, group.size()});
+    const ParameterLayout theirs(layout.config(), layout.unit_multiple(), {r, group.size()}, layout.part());
     const FlatTensors received(theirs, MemTag::workspace, shard.device());
     group.recv(received.all(), r).wait();
     place_slices(received, *whole);
