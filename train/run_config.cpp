@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -408,11 +409,22 @@ void check_pipeline(const RunConfig& config, bool model_complete, Checker& check
                                             " use parallel.zero_stage = 0 or 1"));
   const int micro_batches = config.accumulation_steps();
   if (micro_batches < 1) return;  // reported with the batch sizes
+  std::optional<pipeline::Schedule> schedule;
   try {
-    const pipeline::Schedule schedule = pipeline::make_schedule(p.pp_schedule, p.pp, micro_batches, p.pp_virtual);
-    if (model_complete) pipeline::partition_stages(config.model, schedule.stages(), config.data.seq_len);
+    schedule = pipeline::make_schedule(p.pp_schedule, p.pp, micro_batches, p.pp_virtual);
   } catch (const ConfigError& e) {
-    check.report("parallel.pp", e.message());
+    return check.report("parallel.pp_schedule",
+                        str(e.message(), " (train.global_batch_size ", config.global_batch_size(), " / (",
+                            "train.micro_batch_size ", config.train.micro_batch_size, " x parallel.dp ", p.dp,
+                            ") = ", micro_batches, " micro-batches per step)"));
+  }
+  try {
+    if (model_complete) pipeline::partition_stages(config.model, schedule->stages(), config.data.seq_len);
+  } catch (const ConfigError& e) {
+    check.report("parallel.pp", str("the ", p.pp_schedule, " schedule over ", p.pp, " ranks has ", e.message(),
+                                    p.pp_schedule == "zb-v" ? " (zb-v runs 2 stages per rank)"
+                                    : p.pp_virtual > 1  ? " (parallel.pp x parallel.pp_virtual)"
+                                                        : ""));
   }
 }
 

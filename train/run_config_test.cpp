@@ -231,12 +231,56 @@ TEST(RunConfig, ModelFieldProblemsNameTheirKeys) {
 TEST(RunConfig, ParallelismNotBuiltYetIsRejectedWithTheFix) {
   testing::TempDir dir;
   const auto e = load_error(write_config(dir, std::string(kTiny) +
-                                                  "[parallel]\ndp = 2\ntp = 2\npp = 2\nzero_stage = 3\nsp = true\n"
-                                                  "[train]\nglobal_batch_size = 16\n"));
-  for (const char* built : {"parallel.dp", "parallel.tp", "parallel.zero_stage", "parallel.sp"})
+                                                  "[parallel]\ndp = 2\ntp = 2\npp = 2\ncp = 2\nzero_stage = 1\n"
+                                                  "sp = true\n[train]\nglobal_batch_size = 16\n"));
+  for (const char* built : {"parallel.dp", "parallel.tp", "parallel.pp", "parallel.zero_stage", "parallel.sp"})
     EXPECT_EQ(e.find(built), std::string::npos) << built << " is built:\n" << e;
-  EXPECT_NE(e.find("parallel.pp = 2: pipeline parallelism is not built yet; set parallel.pp = 1"), std::string::npos)
+  EXPECT_NE(e.find("parallel.cp = 2: context parallelism is not built yet; set parallel.cp = 1"), std::string::npos)
       << e;
+}
+
+// gpt2-tiny has 2 blocks; 8 micro-batches of 2 sequences per step.
+TEST(RunConfig, PipelineLayoutsTheScheduleCannotRunNameWhatWorks) {
+  testing::TempDir dir;
+  const std::string tiny = std::string(kTiny) + "[train]\nmicro_batch_size = 2\nglobal_batch_size = 16\n";
+  EXPECT_EQ(load_error(write_config(dir, tiny), {"parallel.pp=2", "parallel.pp_schedule=\"zb-h1\""}), "");
+  const auto deep = load_error(write_config(dir, tiny), {"parallel.pp=3"});
+  EXPECT_NE(deep.find("parallel.pp = 3: the 1f1b schedule over 3 ranks has 3 pipeline stages: more pipeline stages "
+                      "than the model's 2 blocks (model.n_layer), and each stage needs one; use at most 2 stages"),
+            std::string::npos)
+      << deep;
+  const auto v = load_error(write_config(dir, tiny), {"parallel.pp=2", "parallel.pp_schedule=\"zb-v\""});
+  EXPECT_NE(v.find("has 4 pipeline stages: more pipeline stages than the model's 2 blocks (model.n_layer), and each "
+                   "stage needs one; use at most 2 stages (zb-v runs 2 stages per rank)"),
+            std::string::npos)
+      << v;
+  const auto counts = load_error(write_config(dir, tiny), {"model.n_layer=6", "parallel.pp=3", "parallel.pp_schedule=\"interleaved\"", "parallel.pp_virtual=2"});
+  EXPECT_NE(counts.find("parallel.pp_schedule = \"interleaved\": the interleaved schedule takes micro-batches in "
+                        "groups of the 3 pipeline ranks, and 8 is not a multiple of 3; use 6 or 9 micro-batches "
+                        "(train.global_batch_size 16 / (train.micro_batch_size 2 x parallel.dp 1) = 8 micro-batches "
+                        "per step)"),
+            std::string::npos)
+      << counts;
+  const auto unknown = load_error(write_config(dir, tiny), {"parallel.pp=2", "parallel.pp_schedule=\"zb-h2\""});
+  EXPECT_NE(unknown.find("afab, 1f1b, interleaved, zb-h1, zb-v"), std::string::npos) << unknown;
+  const auto virtual_stages = load_error(write_config(dir, tiny), {"parallel.pp=2", "parallel.pp_virtual=2"});
+  EXPECT_NE(virtual_stages.find("parallel.pp_virtual = 2: virtual stages are the interleaved schedule's, and "
+                                "parallel.pp_schedule = \"1f1b\"; set parallel.pp_virtual = 1, or "
+                                "parallel.pp_schedule = \"interleaved\""),
+            std::string::npos)
+      << virtual_stages;
+  const auto zero = load_error(write_config(dir, tiny), {"parallel.pp=2", "parallel.zero_stage=2"});
+  EXPECT_NE(zero.find("parallel.zero_stage = 2: ZeRO stage 2 reduces (and at 3 gathers) during every micro-batch's "
+                      "pass, which a pipeline schedule interleaves across micro-batches; with parallel.pp = 2 use "
+                      "parallel.zero_stage = 0 or 1"),
+            std::string::npos)
+      << zero;
+  const auto recompute = load_error(write_config(dir, tiny), {"parallel.pp=2", "parallel.pp_schedule=\"zb-h1\"",
+                                                              "train.recompute=\"selective\""});
+  EXPECT_NE(recompute.find("train.recompute = \"selective\": the zb-h1 schedule runs each weight-gradient pass apart "
+                           "from its backward"),
+            std::string::npos)
+      << recompute;
 }
 
 // gpt2-tiny has 3 heads; micro-batches of 2 x 64 tokens.

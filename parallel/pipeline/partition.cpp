@@ -11,7 +11,7 @@ namespace dt::pipeline {
 std::vector<StageUnits> partition_stages(const ModelConfig& config, int stages, int seq_len) {
   const int L = config.n_layer;
   if (stages < 1 || stages > L)
-    throw ConfigError(str("parallel.pp = ", stages, " (with its virtual stages): ", stages < 1 ? "must be at least 1" :
+    throw ConfigError(str(stages, " pipeline stages: ", stages < 1 ? "there must be at least 1" :
                           str("more pipeline stages than the model's ", L, " blocks (model.n_layer), and each stage "
                               "needs one; use at most ", L, " stages")));
   const double block = block_flops(config, seq_len), head = head_flops(config);

@@ -14,7 +14,7 @@
 namespace dt::pipeline {
 
 // The units of each of `stages` stages for sequences of seq_len tokens. Throws dt::ConfigError
-// naming parallel.pp when there are more stages than blocks.
+// when there are more stages than blocks.
 std::vector<StageUnits> partition_stages(const ModelConfig& config, int stages, int seq_len);
 
 }  // namespace dt::pipeline
