@@ -28,6 +28,25 @@ TEST(ConfigCli, ShowPrintsTheResolvedConfigurationAndWhatItImplies) {
             result.output.substr(0, result.output.find("\n# Derived quantities")));
 }
 
+// Under pipeline parallelism each pp rank's line names its stages — ZB-V's V puts the first and
+// the last on rank 0, so no copy of the tied wte is needed there — and what it holds at most.
+TEST(ConfigCli, ShowNamesEachPipelineRanksStages) {
+  const auto result = run_dtrain(str("config show ", DTRAIN_SOURCE_DIR, "/configs/gpt2-124m.toml parallel.pp=2 "
+                                     "parallel.pp_schedule=1f1b"));
+  ASSERT_EQ(result.status, 0) << result.output;
+  // The head's output projection (50,257 x 768) weighs as much as 4 blocks: the balance counts it.
+  for (const char* expected : {"# pp rank 0          stage 0: embeddings, blocks 0-7: ",
+                               "# pp rank 1          stage 1: blocks 8-11, head: ", "(with a copy of the tied wte)",
+                               "up to 2 micro-batches held (1f1b)", "up to 1 micro-batch held (1f1b)"})
+    EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n" << result.output;
+  const auto v = run_dtrain(str("config show ", DTRAIN_SOURCE_DIR, "/configs/gpt2-124m.toml parallel.pp=2 "
+                                "parallel.pp_schedule=zb-v"));
+  ASSERT_EQ(v.status, 0) << v.output;
+  EXPECT_NE(v.output.find("# pp rank 0          stage 0: embeddings, blocks "), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("; stage 3: blocks "), std::string::npos) << v.output;
+  EXPECT_EQ(v.output.find("copy of the tied wte"), std::string::npos) << v.output;
+}
+
 TEST(ConfigCli, MistakesExitNonZeroListingEveryProblem) {
   testing::TempDir dir;
   std::ofstream(dir.path() / "bad.toml") << "[model]\npreset = \"gpt2-tiny\"\n[trian]\nsteps = 3\n";

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "data/token_dataset.h"
 #include "model/parameters.h"
+#include "parallel/pipeline/pipeline_parallel.h"
 #include "plan/memory.h"
 #include "train/run_config.h"
 #include "train/run_config_keys.h"
@@ -77,6 +78,10 @@ std::string derived_quantities(const RunConfig& config) {
   const double per_token = flops.model / static_cast<double>(tokens_per_step);
   const int64_t run_tokens = tokens_per_step * config.train.steps;
 
+  std::optional<pipeline::Schedule> schedule;
+  if (config.dims().pp > 1)
+    schedule = pipeline::make_schedule(config.parallel.pp_schedule, config.dims().pp, config.accumulation_steps(),
+                                       config.parallel.pp_virtual);
   std::vector<std::pair<std::string, std::string>> lines = {
       {"global batch", str(config.global_batch_size(), " sequences x ", T, " tokens = ", grouped(tokens_per_step),
                            " tokens per step")},
@@ -96,11 +101,13 @@ std::string derived_quantities(const RunConfig& config) {
       {"memory", str(format_bytes(static_cast<double>(
                          plan_memory(m, config.train.micro_batch_size, T, config.train.recompute,
                                      config.train.precision, config.dims().dp, config.parallel.zero_stage,
-                                     config.dims().tp, config.parallel.sp)
+                                     config.dims().tp, config.parallel.sp, schedule ? &*schedule : nullptr)
                              .total())),
                      config.dims().world_size() > 1 ? " per rank (the largest share)" : "", " on the ",
                      config.train.device,
-                     ": parameters, gradients, AdamW moments and one micro-batch's activations",
+                     schedule ? ": parameters, gradients, AdamW moments and the activations of the micro-batches "
+                                "its stages hold"
+                              : ": parameters, gradients, AdamW moments and one micro-batch's activations",
                      config.parallel.zero_stage > 0 ? str(", ZeRO stage ", config.parallel.zero_stage, " over ",
                                                           config.dims().dp, " ranks with its working set")
                                                     : "")},
@@ -124,6 +131,26 @@ std::string derived_quantities(const RunConfig& config) {
                            config.parallel.sp ? str(", tokens ", even_part(int64_t{config.train.micro_batch_size} * T, tp, r).size(),
                                                     " of each micro-batch's ", config.train.micro_batch_size * T)
                                               : ""));
+  }
+  // Under pipeline parallelism, the stages each pp rank runs.
+  for (int r = 0; schedule && r < schedule->ranks; ++r) {
+    const RankStages stages = pipeline::PipelineParallel::rank_stages(m, *schedule, r, T);
+    std::string held;
+    std::vector<StageUnits> units;
+    for (const int s : stages.held) {
+      const StageUnits& u = stages.all[static_cast<size_t>(s)];
+      units.push_back(u);
+      held += str(held.empty() ? "" : "; ", "stage ", s, ": ", u.embeddings ? "embeddings, " : "",
+                  u.end_block - u.first_block == 1 ? "block " : "blocks ", span(u.first_block, u.end_block), u.head ? ", head" : "");
+    }
+    const ParameterLayout part(m, kParamAlignment, {}, ModelPart::of(units, m.n_layer));
+    lines.emplace_back(str("pp rank ", r),
+                       str(held, ": ", grouped(part.num_parameters()), " parameters",
+                           part.holds_wte_copy() ? " (with a copy of the tied wte)" : "", ", up to ",
+                           schedule->promised_in_flight[static_cast<size_t>(r)],
+                           schedule->promised_in_flight[static_cast<size_t>(r)] == 1 ? " micro-batch" : " micro-batches",
+                           " held (",
+                           schedule->name, ")"));
   }
   std::string data;
   if (config.data.dir.empty()) {

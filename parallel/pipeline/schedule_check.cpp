@@ -14,17 +14,17 @@ double ScheduleCheck::bubble() const {
   return worst;
 }
 
-namespace {
-
-double cost(Op op) {
+double PassTimes::of(Op op) const {
   switch (op) {
-    case Op::forward:
-    case Op::backward_input:
-    case Op::backward_weight: return 1;
-    case Op::backward: return 2;
+    case Op::forward: return forward;
+    case Op::backward: return backward;
+    case Op::backward_input: return backward_input;
+    case Op::backward_weight: return backward_weight;
     default: return 0;
   }
 }
+
+namespace {
 
 std::string describe(const Action& a, int rank) {
   return str(op_name(a.op), "(stage ", a.stage, ", micro-batch ", a.micro_batch, ") on rank ", rank);
@@ -32,9 +32,12 @@ std::string describe(const Action& a, int rank) {
 
 }  // namespace
 
-ScheduleCheck check_schedule(const Schedule& s) {
+ScheduleCheck check_schedule(const Schedule& s, const std::vector<PassTimes>& times) {
   ScheduleCheck check;
   const int p = s.ranks, m = s.micro_batches, S = s.stages();
+  DT_CHECK(times.empty() || times.size() == static_cast<size_t>(p), "pass times for ", times.size(), " of ", p,
+           " ranks");
+  const auto cost = [&](Op op, int r) { return times.empty() ? PassTimes{}.of(op) : times[static_cast<size_t>(r)].of(op); };
   check.peak_in_flight.assign(static_cast<size_t>(p), 0);
   check.busy.assign(static_cast<size_t>(p), 0);
   check.timeline.assign(static_cast<size_t>(p), {});
@@ -141,9 +144,9 @@ ScheduleCheck check_schedule(const Schedule& s) {
         }
         double start = clock[r];
         for (const double* t : needs) start = std::max(start, *t);
-        const double end = start + cost(a.op);
-        check.busy[r] += cost(a.op);
-        if (cost(a.op) > 0) check.timeline[r].push_back({a, start, end});
+        const double end = start + cost(a.op, r);
+        check.busy[r] += cost(a.op, r);
+        if (cost(a.op, r) > 0) check.timeline[r].push_back({a, start, end});
         clock[r] = a.op == Op::recv_forward || a.op == Op::recv_backward ? start : end;
         done[{a.op, st, k}] = end;
         // Activations held: from the forward to the stage's last backward action.

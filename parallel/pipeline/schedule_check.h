@@ -16,7 +16,7 @@
 //                 promises.
 //
 // The simulation also times the schedule, a forward, an input pass and a weight pass one unit
-// each (a whole backward two), transfers free: the bubble of each rank is its idle time over its
+// each (a whole backward two) unless given other times, transfers free: the bubble of each rank is its idle time over its
 // busy time, which theory puts at (p − 1)/m for 1F1B and all-forward-all-backward,
 // (p − 1)/(v·m) for interleaved, and about a third of 1F1B's for ZB-H1.
 #pragma once
@@ -44,6 +44,15 @@ struct ScheduleCheck {
   bool ok() const { return problem.empty(); }
 };
 
-ScheduleCheck check_schedule(const Schedule& schedule);
+// How long each compute action takes on a rank: units by default (a backward is two passes).
+struct PassTimes {
+  double forward = 1, backward = 2, backward_input = 1, backward_weight = 1;
+  double of(Op op) const;  // 0 for communication
+};
+
+// `times`: each rank's pass times for the simulation (none: units). With measured times the
+// bubble is the schedule's on ranks that run those passes, transfers free: what a measured
+// bubble is compared with beside theory.
+ScheduleCheck check_schedule(const Schedule& schedule, const std::vector<PassTimes>& times = {});
 
 }  // namespace dt::pipeline

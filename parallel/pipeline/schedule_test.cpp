@@ -60,6 +60,22 @@ TEST(Schedule, BubblesAreWhatTheorySays) {
     }
 }
 
+// Replayed with measured pass times: times scaled alike leave the bubble as it is; a slower last
+// rank (the head's vocabulary) widens everyone's wait; ZB-H1 without weight passes to fill its
+// bubble is 1F1B's.
+TEST(Schedule, ReplayedWithPassTimes) {
+  const Schedule one_f_one_b = make_schedule("1f1b", 4, 8);
+  const double units = check_schedule(one_f_one_b).bubble();
+  const std::vector<PassTimes> doubled(4, PassTimes{2, 4, 2, 2});
+  EXPECT_NEAR(check_schedule(one_f_one_b, doubled).bubble(), units, 1e-12);
+  std::vector<PassTimes> slow_head(4);
+  slow_head[3] = {1.5, 3, 1.5, 1.5};
+  EXPECT_GT(check_schedule(one_f_one_b, slow_head).bubble(), units);
+  const Schedule zb = make_schedule("zb-h1", 4, 8);
+  EXPECT_LT(check_schedule(zb).bubble(), units / 2);
+  EXPECT_NEAR(check_schedule(zb, std::vector<PassTimes>(4, PassTimes{1, 2, 2, 0})).bubble(), units, 1e-12);
+}
+
 TEST(Schedule, PeakMemoryIsThePromise) {
   for (const int p : {2, 4}) {
     const ScheduleCheck afab = check_schedule(make_schedule("afab", p, 16));
