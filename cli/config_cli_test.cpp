@@ -43,7 +43,7 @@ TEST(ConfigCli, ShowNamesEachPipelineRanksStages) {
                                 "parallel.pp_schedule=zb-v"));
   ASSERT_EQ(v.status, 0) << v.output;
   EXPECT_NE(v.output.find("# pp rank 0          stage 0: embeddings, blocks "), std::string::npos) << v.output;
-  EXPECT_NE(v.output.find("; stage 3: blocks "), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("; stage 3: block 11, head: "), std::string::npos) << v.output;
   EXPECT_EQ(v.output.find("copy of the tied wte"), std::string::npos) << v.output;
 }
 
