@@ -7,6 +7,7 @@
 // Used by parallel/tensor/tensor_parallel_test.cpp and parallel/pipeline/pipeline_parallel_test.cpp.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct LayoutCell {
 
 // The cell's name: family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]].
 std::string cell_name(const LayoutCell& cell);
+
+// How GoogleTest prints a cell: its name.
+inline void PrintTo(const LayoutCell& cell, std::ostream* os) { *os << cell_name(cell); }
 
 // Runs the cell in this process's MPI world (gtest expectations).
 void expect_layout_matches_one_rank(const LayoutCell& cell);
