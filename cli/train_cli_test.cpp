@@ -409,8 +409,8 @@ TEST(TrainCli, AZeroCheckpointWithoutOneRanksFileIsRefusedNamingIt) {
 }
 
 // Multi-rank GPU code on one GPU: two ranks with CUDA buffers through the MPI backend (staged
-// in host memory) train the one-GPU model — as dp ranks at ZeRO 0 and 1, and as tp ranks with
-// and without sequence parallelism.
+// in host memory) train the one-GPU model — as dp ranks at ZeRO 0 and 1, as tp ranks with
+// and without sequence parallelism, and as pipeline ranks under 1F1B and ZB-H1.
 TEST(TrainCli, OnTheGpuTwoRanksThroughMpiTrainLikeOne) {
   DT_SKIP_WITHOUT_CUDA();
   const TrainRun run;
@@ -420,13 +420,16 @@ TEST(TrainCli, OnTheGpuTwoRanksThroughMpiTrainLikeOne) {
   for (const auto& [name, layout] : {std::pair{"dp2_zero0", " parallel.dp=2 parallel.zero_stage=0"},
                                      std::pair{"dp2_zero1", " parallel.dp=2 parallel.zero_stage=1"},
                                      std::pair{"tp2", " parallel.tp=2"},
-                                     std::pair{"tp2_sp", " parallel.tp=2 parallel.sp=true"}}) {
+                                     std::pair{"tp2_sp", " parallel.tp=2 parallel.sp=true"},
+                                     std::pair{"pp2_1f1b", " parallel.pp=2"},
+                                     std::pair{"pp2_zb_h1", " parallel.pp=2 parallel.pp_schedule=zb-h1"}}) {
     const auto two = run_dtrain(run.args(name, six + layout), testing::mpirun(2));
     ASSERT_EQ(two.status, 0) << two.output;
     const std::vector<double> got = run.losses(name);
     ASSERT_EQ(got.size(), 6u);
     // As on the CPU (TwoDataParallelRanksTrainLikeOneProcessAndResumeInOne,
-    // TensorParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenLayouts): the same sums in
+    // TensorParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenLayouts,
+    // PipelineRunsTrainLikeOneProcessAndCheckpointsMoveBetweenStageCounts): the same sums in
     // another grouping, fp32 rounding carried by Adam.
     for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
   }
