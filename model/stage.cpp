@@ -273,7 +273,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   DT_CHECK(weights_now || (deferred_weights_ && hooks_ == nullptr),
            "a deferred weight pass needs a stage made with deferred_weights, and no unit hooks");
   const auto [B, T] = shapes_.at(k);
-  const int64_t N = B * T, C = config_.d_model;
+  const int64_t N = B * T;
   const Regions& r = *regions_;
   const int64_t P = parallel_.rows(N).size();
   const auto scratch = [&](const ActivationRegion& region) { return store_.view(k, region, N); };

@@ -64,8 +64,8 @@ PipelineRank::PipelineRank(const Schedule& schedule, int rank, std::vector<Stage
       loss_scale_(loss_scale),
       losses_(micro_batches_.size(), 0.0) {
   for (const std::vector<Action>& list : schedule.actions)
-    for (const Action& a : list) training_ = training_ || a.op != Op::forward && a.op != Op::send_forward &&
-                                                             a.op != Op::recv_forward;
+    for (const Action& a : list)
+      training_ = training_ || (a.op != Op::forward && a.op != Op::send_forward && a.op != Op::recv_forward);
   DT_CHECK(static_cast<int>(stages_.size()) == schedule.stages() &&
                static_cast<int>(micro_batches_.size()) == schedule.micro_batches,
            "a pipeline rank needs a stage slot per stage and data per micro-batch");
