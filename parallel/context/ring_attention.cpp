@@ -1,0 +1,181 @@
+#include "parallel/context/ring_attention.h"
+
+#include <vector>
+
+#include "core/device.h"
+#include "kernels/attention_block.h"
+#include "kernels/convert.h"
+#include "kernels/rope.h"
+
+namespace dt {
+
+namespace k = kernels;
+
+namespace {
+
+size_t bytes_of(DType dtype, int64_t n) { return static_cast<size_t>(n) * dtype_size(dtype); }
+
+// Columns [first, first + width) of every row of x (rows, W) into `to` (rows, width), or back.
+void copy_columns(Tensor to, int64_t to_first, const Tensor& from, int64_t from_first, int64_t width) {
+  const size_t e = dtype_size(from.dtype);
+  copy_rows(static_cast<char*>(to.data) + to_first * e, static_cast<size_t>(to.dim(1)) * e,
+            static_cast<const char*>(from.data) + from_first * e, static_cast<size_t>(from.dim(1)) * e,
+            static_cast<size_t>(width) * e, static_cast<size_t>(from.dim(0)), from.device);
+}
+
+}  // namespace
+
+RingAttention::RingAttention(Communicator& group, ContextLayout layout, kernels::AttentionHeads heads,
+                             int64_t batch, Tensor rope_cos, Tensor rope_sin)
+    : group_(group),
+      layout_(layout),
+      heads_(heads),
+      B_(batch),
+      Tl_(layout.local_len()),
+      Tc_(layout.chunk_len()) {
+  layout_.validate();
+  DT_CHECK(group.size() == layout.ranks && group.rank() == layout.rank, "ring attention of cp rank ", layout.rank,
+           " of ", layout.ranks, " over a group of ", group.size(), " as rank ", group.rank());
+  if (!rope_cos.defined()) return;
+  // The tables' rows of this rank's chunks, one after another.
+  const int64_t half = rope_cos.dim(1);
+  cos_ = Buffer(bytes_of(rope_cos.dtype, Tl_ * half), MemTag::workspace, rope_cos.device, false);
+  sin_ = Buffer(bytes_of(rope_sin.dtype, Tl_ * half), MemTag::workspace, rope_sin.device, false);
+  const std::vector<int> chunks = layout_.own_chunks();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const size_t row = bytes_of(rope_cos.dtype, half), at = i * static_cast<size_t>(Tc_) * row;
+    const size_t from = static_cast<size_t>(chunks[i] * Tc_) * row, n = static_cast<size_t>(Tc_) * row;
+    copy_bytes(static_cast<char*>(cos_.data()) + at, rope_cos.device, static_cast<const char*>(rope_cos.data) + from,
+               rope_cos.device, n);
+    copy_bytes(static_cast<char*>(sin_.data()) + at, rope_sin.device, static_cast<const char*>(rope_sin.data) + from,
+               rope_sin.device, n);
+  }
+}
+
+template <typename Fn>
+void RingAttention::for_each_pair(int owner, Fn&& fn) const {
+  const std::vector<int> queries = layout_.own_chunks(), keys = layout_.chunks_of(owner);
+  for (int64_t b = 0; b < B_; ++b)
+    for (size_t a = 0; a < queries.size(); ++a)
+      for (size_t c = 0; c < keys.size(); ++c) {
+        if (keys[c] > queries[a]) continue;  // a later chunk: masked out entirely
+        fn(b, static_cast<int64_t>(a), static_cast<int64_t>(c),
+           keys[c] == queries[a] ? k::BlockMask::causal : k::BlockMask::full);
+      }
+}
+
+void RingAttention::forward(Tensor qkv, Tensor atty, Tensor lse) {
+  if (cos_.data() != nullptr) {
+    const int64_t half = cos_.bytes() / dtype_size(DType::f32) / Tl_;
+    k::rope_forward(qkv.reshape({B_, Tl_, qkv.dim(1)}), cos_.view(DType::f32, {Tl_, half}),
+                    sin_.view(DType::f32, {Tl_, half}), heads_.n_head, heads_.n_kv_head);
+  }
+  rerun(qkv, atty, lse);
+}
+
+void RingAttention::rerun(Tensor qkv, Tensor atty, Tensor lse) {
+  const int64_t N = B_ * Tl_, W = qkv.dim(1), A = atty.dim(1), KV = W - A, NH = heads_.n_head;
+  const int64_t local_chunks = static_cast<int64_t>(layout_.own_chunks().size());
+  const DType storage = qkv.dtype, acc = storage == DType::f64 ? DType::f64 : DType::f32;
+  const Device device = qkv.device;
+  const int P = group_.size(), r = group_.rank();
+  // The block in hand and the one arriving, each (N, KV): this rank's keys and values first.
+  Buffer blocks[2] = {Buffer(bytes_of(storage, N * KV), MemTag::activations, device, false),
+                      Buffer(bytes_of(storage, N * KV), MemTag::activations, device, false)};
+  copy_columns(blocks[0].view(storage, {N, KV}), 0, qkv, A, KV);
+  // The output accumulates in f32: atty itself when it is f32.
+  Buffer out_acc;
+  const Tensor out = storage == acc ? atty : (out_acc = Buffer(bytes_of(acc, N * A), MemTag::workspace, device, false))
+                                                 .view(acc, {N, A});
+  std::vector<bool> started(static_cast<size_t>(B_ * local_chunks), false);
+  const auto rows = [&](const Tensor& t, int64_t b, int64_t chunk) {
+    return t.slice_rows(b * Tl_ + chunk * Tc_, Tc_).reshape({1, Tc_, t.dim(1)});
+  };
+  for (int step = 0; step < P; ++step) {
+    const Tensor block = blocks[step % 2].view(storage, {N, KV});
+    // The next block travels while this one is computed.
+    CollectiveHandle sent, received;
+    if (step + 1 < P) {
+      sent = group_.send(block, (r + 1) % P);
+      received = group_.recv(blocks[(step + 1) % 2].view(storage, {N, KV}), (r - 1 + P) % P);
+    }
+    for_each_pair((r - step + P) % P, [&](int64_t b, int64_t a, int64_t c, k::BlockMask mask) {
+      const size_t which = static_cast<size_t>(b * local_chunks + a);
+      const Tensor lse_rows = lse.reshape({lse.numel()}).slice_rows(which * NH * Tc_, NH * Tc_).reshape({1, NH, Tc_});
+      k::attention_block_forward(rows(out, b, a), lse_rows, rows(qkv, b, a), rows(block, b, c), heads_, mask,
+                                 !started[which]);
+      started[which] = true;
+    });
+    if (step + 1 < P) {
+      sent.wait();
+      received.wait();
+    }
+  }
+  if (storage != acc) k::convert(atty, out);
+}
+
+void RingAttention::backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) {
+  const int64_t N = B_ * Tl_, W = qkv.dim(1), A = atty.dim(1), KV = W - A, NH = heads_.n_head;
+  const int64_t local_chunks = static_cast<int64_t>(layout_.own_chunks().size());
+  const DType storage = qkv.dtype, acc = storage == DType::f64 ? DType::f64 : DType::f32;
+  const Device device = qkv.device;
+  const int P = group_.size(), r = group_.rank();
+  // Each block travels with its keys' and values' gradient (f32), which every rank adds to.
+  Buffer blocks[2] = {Buffer(bytes_of(storage, N * KV), MemTag::activations, device, false),
+                      Buffer(bytes_of(storage, N * KV), MemTag::activations, device, false)};
+  Buffer grads[2] = {Buffer(bytes_of(acc, N * KV), MemTag::activations, device, true),
+                     Buffer(bytes_of(acc, N * KV), MemTag::activations, device, false)};
+  copy_columns(blocks[0].view(storage, {N, KV}), 0, qkv, A, KV);
+  const Buffer dq_acc(bytes_of(acc, N * A), MemTag::workspace, device, true);
+  const Tensor dq = dq_acc.view(acc, {N, A});
+  const auto rows = [&](const Tensor& t, int64_t b, int64_t chunk) {
+    return t.slice_rows(b * Tl_ + chunk * Tc_, Tc_).reshape({1, Tc_, t.dim(1)});
+  };
+  for (int step = 0; step < P; ++step) {
+    const Tensor block = blocks[step % 2].view(storage, {N, KV}), grad = grads[step % 2].view(acc, {N, KV});
+    CollectiveHandle sent, received;
+    if (step + 1 < P) {  // the keys and values travel while this step computes
+      sent = group_.send(block, (r + 1) % P);
+      received = group_.recv(blocks[(step + 1) % 2].view(storage, {N, KV}), (r - 1 + P) % P);
+    }
+    for_each_pair((r - step + P) % P, [&](int64_t b, int64_t a, int64_t c, k::BlockMask mask) {
+      const size_t which = static_cast<size_t>(b * local_chunks + a);
+      const Tensor lse_rows = lse.reshape({lse.numel()}).slice_rows(which * NH * Tc_, NH * Tc_).reshape({1, NH, Tc_});
+      k::attention_block_backward(rows(dq, b, a), rows(grad, b, c), rows(datty, b, a), rows(qkv, b, a),
+                                  rows(block, b, c), rows(atty, b, a), lse_rows, heads_, mask);
+    });
+    // The block's gradient goes on with it; after the last step, to the block's owner (the next
+    // rank): the gradient that arrives is this rank's own, complete.
+    if (P > 1) {
+      const Tensor next = grads[(step + 1) % 2].view(acc, {N, KV});
+      CollectiveHandle grad_sent = group_.send(grad, (r + 1) % P), grad_received = group_.recv(next, (r - 1 + P) % P);
+      grad_sent.wait();
+      grad_received.wait();
+    }
+    if (step + 1 < P) {
+      sent.wait();
+      received.wait();
+    }
+  }
+  // The gradients into dqkv's columns, in the storage type: q, then this rank's keys and values.
+  const Tensor own = grads[P == 1 ? 0 : P % 2].view(acc, {N, KV});
+  if (storage == acc) {
+    copy_columns(dqkv, 0, dq, 0, A);
+    copy_columns(dqkv, A, own, 0, KV);
+  } else {
+    const Buffer rounded(bytes_of(storage, N * W), MemTag::workspace, device, false);
+    const Tensor q16 = rounded.view(storage, {N * W}).slice_rows(0, N * A).reshape({N, A});
+    const Tensor kv16 = rounded.view(storage, {N * W}).slice_rows(N * A, N * KV).reshape({N, KV});
+    k::convert(q16, dq);
+    k::convert(kv16, own);
+    copy_columns(dqkv, 0, q16, 0, A);
+    copy_columns(dqkv, A, kv16, 0, KV);
+  }
+  if (cos_.data() != nullptr) {
+    const int64_t half = cos_.bytes() / dtype_size(DType::f32) / Tl_;
+    k::rope_backward(dqkv.reshape({B_, Tl_, W}), cos_.view(DType::f32, {Tl_, half}),
+                     sin_.view(DType::f32, {Tl_, half}), heads_.n_head, heads_.n_kv_head);
+  }
+}
+
+}  // namespace dt

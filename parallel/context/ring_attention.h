@@ -1,0 +1,54 @@
+// Ring attention: the causal attention of sequences whose tokens are spread over the ranks of a
+// context-parallel group (context_layout.h), each rank holding its chunks' queries, keys and
+// values. The keys and values travel around the ring: at step s rank r holds the block of rank
+// r − s, sends it on to rank r + 1 and receives the next from rank r − 1 while it computes its
+// queries' attention against the block in hand (kernels/attention_block.h) — in full against a
+// chunk that lies before the query chunk, causally against the same chunk, not at all against a
+// later one — and merges it into the running output and log-sum-exp. After cp steps every query
+// has seen every key it attends to. Only the key/value heads travel (grouped-query attention
+// sends NKV of the NH + 2·NKV heads' columns).
+//
+// Backward runs the ring again with the blocks and, beside each, the gradient of its keys and
+// values: each rank adds its queries' share into the block's gradient and passes both on; after
+// the last step one more hop brings every block's gradient home. The query gradients stay local.
+// Everything is accumulated in f32 (f64 for f64) and rounded once into the storage type, and
+// sums run in the ring's order, the same on every run.
+//
+// It is the block's attention core (model/attention_core.h): llama's rotary angles are those of
+// the rank's tokens' positions in the whole sequence. The lse it keeps is laid out per chunk —
+// (B, local chunks, NH, chunk length) — for its own backward.
+#pragma once
+
+#include <cstdint>
+
+#include "comm/communicator.h"
+#include "core/buffer.h"
+#include "model/attention_core.h"
+#include "parallel/context/context_layout.h"
+
+namespace dt {
+
+class RingAttention final : public TrainingAttention {
+ public:
+  // `group`: the cp group, its rank order the layout's. rope_cos, rope_sin: the whole sequence's
+  // tables (>= layout.seq_len rows, model/rope_tables.h), or undefined for gpt2.
+  RingAttention(Communicator& group, ContextLayout layout, kernels::AttentionHeads heads, int64_t batch,
+                Tensor rope_cos, Tensor rope_sin);
+  void forward(Tensor qkv, Tensor atty, Tensor lse) override;
+  void rerun(Tensor qkv, Tensor atty, Tensor lse) override;
+  void backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) override;
+
+ private:
+  // Runs fn(b, query chunk a, block chunk c, mask) for every pair of this rank's query chunks and
+  // the chunks of rank `owner`'s block that they attend to (local indices).
+  template <typename Fn>
+  void for_each_pair(int owner, Fn&& fn) const;
+
+  Communicator& group_;
+  ContextLayout layout_;
+  kernels::AttentionHeads heads_;
+  int64_t B_, Tl_, Tc_;
+  Buffer cos_, sin_;  // the rotary tables' rows of this rank's positions
+};
+
+}  // namespace dt
