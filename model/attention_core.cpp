@@ -7,6 +7,16 @@ namespace dt {
 
 namespace k = kernels;
 
+std::unique_ptr<TrainingAttention> AttentionScope::core(kernels::AttentionHeads heads, int64_t B, int64_t T,
+                                                        Tensor rope_cos, Tensor rope_sin) const {
+  return std::make_unique<CausalSelfAttention>(heads, B, T, rope_cos, rope_sin);
+}
+
+const AttentionScope& AttentionScope::local() {
+  static const AttentionScope scope;
+  return scope;
+}
+
 CausalSelfAttention::CausalSelfAttention(kernels::AttentionHeads heads, int64_t batch, int64_t seq_len,
                                          Tensor rope_cos, Tensor rope_sin)
     : heads_(heads),

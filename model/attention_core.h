@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/attention.h"
@@ -30,6 +32,27 @@ class TrainingAttention : public AttentionCore {
   virtual void rerun(Tensor qkv, Tensor atty, Tensor lse) = 0;
   // Sets dqkv from datty, through attention and the rotation.
   virtual void backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) = 0;
+};
+
+// Where a stage's tokens lie in their sequences and how they attend: the tokens of a
+// micro-batch's sequences, positions 0..T-1, attending among themselves (one rank, or tensor
+// parallelism), or under context parallelism this rank's chunks of each sequence, attending
+// across the cp group (parallel/context/).
+class AttentionScope {
+ public:
+  // A run of consecutive positions in the whole sequence.
+  struct Positions {
+    int64_t first = 0, count = 0;
+  };
+  virtual ~AttentionScope() = default;
+  // The core for B sequences of T tokens held here; rope_cos, rope_sin: the stage's tables
+  // (>= T rows) or undefined.
+  virtual std::unique_ptr<TrainingAttention> core(kernels::AttentionHeads heads, int64_t B, int64_t T,
+                                                  Tensor rope_cos, Tensor rope_sin) const;
+  // Where the T tokens held here lie in their sequence, run by run, in order.
+  virtual std::vector<Positions> positions(int64_t T) const { return {{0, T}}; }
+  // The scope of a micro-batch's own tokens.
+  static const AttentionScope& local();
 };
 
 // Causal self-attention over a micro-batch of B sequences of T tokens (kernels/attention.h), of

@@ -1,6 +1,7 @@
 #include "model/layers.h"
 
 #include "core/buffer.h"
+#include "core/device.h"
 #include "kernels/add.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
@@ -99,16 +100,50 @@ Embedding::Embedding(const ParameterLayout& layout)
       adds_positions_(wpe_ != nullptr && wpe_->slice.pieces.front().owned) {}
 
 void Embedding::forward(const FlatTensors& weights, Tensor x, Tensor tokens, int64_t first_position) const {
-  const int64_t B = tokens.dim(0), T = tokens.dim(1);
-  // The unpadded rows: the ids of the padding rows are another rank's.
-  k::embedding_forward(x, tokens.reshape({B * T}), weights.unpadded(*wte_), first_id_);
-  if (adds_positions_)
-    k::position_embedding_forward(x.reshape({B, T, x.dim(1)}), weights.stored(*wpe_).slice_rows(first_position, T));
+  forward(weights, x, tokens, {{first_position, tokens.dim(1)}});
 }
 
-void Embedding::backward(const FlatTensors& grads, Tensor tokens, Tensor dx) const {
-  const int64_t B = tokens.dim(0), T = tokens.dim(1);
-  if (wpe_ != nullptr) k::position_embedding_backward(grads.stored(*wpe_), dx.reshape({B, T, dx.dim(1)}));
+void Embedding::forward(const FlatTensors& weights, Tensor x, Tensor tokens,
+                        const std::vector<AttentionScope::Positions>& positions) const {
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = x.dim(1);
+  // The unpadded rows: the ids of the padding rows are another rank's.
+  k::embedding_forward(x, tokens.reshape({B * T}), weights.unpadded(*wte_), first_id_);
+  if (!adds_positions_) return;
+  const Tensor table = weights.stored(*wpe_);
+  if (positions.size() == 1) return k::position_embedding_forward(x.reshape({B, T, C}), table.slice_rows(positions[0].first, T));
+  // Several runs: their rows of the table gathered, in the tokens' order.
+  const Buffer gathered(static_cast<size_t>(T * C) * dtype_size(table.dtype), MemTag::workspace, table.device, false);
+  const Tensor rows = gathered.view(table.dtype, {T, C});
+  int64_t at = 0;
+  for (const AttentionScope::Positions& run : positions) {
+    copy_bytes(rows.slice_rows(at, run.count).data, table.device, table.slice_rows(run.first, run.count).data,
+               table.device, static_cast<size_t>(run.count * C) * dtype_size(table.dtype));
+    at += run.count;
+  }
+  k::position_embedding_forward(x.reshape({B, T, C}), rows);
+}
+
+void Embedding::backward(const FlatTensors& grads, Tensor tokens, Tensor dx,
+                         const std::vector<AttentionScope::Positions>& positions) const {
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = dx.dim(1);
+  if (wpe_ != nullptr) {
+    const Tensor table = grads.stored(*wpe_);
+    if (positions.size() <= 1) {
+      k::position_embedding_backward(table.slice_rows(positions.empty() ? 0 : positions[0].first, T),
+                                     dx.reshape({B, T, C}));
+    } else {
+      // Several runs: the gradient of the gathered rows, added into each run's rows.
+      const Buffer gathered(static_cast<size_t>(T * C) * dtype_size(table.dtype), MemTag::workspace, table.device,
+                            true);
+      const Tensor rows = gathered.view(table.dtype, {T, C});
+      k::position_embedding_backward(rows, dx.reshape({B, T, C}));
+      int64_t at = 0;
+      for (const AttentionScope::Positions& run : positions) {
+        k::accumulate(table.slice_rows(run.first, run.count), rows.slice_rows(at, run.count));
+        at += run.count;
+      }
+    }
+  }
   k::embedding_backward(grads.unpadded(*wte_), tokens.reshape({B * T}), dx, first_id_);
 }
 

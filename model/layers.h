@@ -18,8 +18,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
+#include "model/attention_core.h"
 #include "model/config.h"
 #include "model/parallel_regions.h"
 #include "model/parameters.h"
@@ -78,8 +80,13 @@ class Embedding {
 
   // x (B*T, C) from tokens (B, T) i32, the sequences starting at position first_position.
   void forward(const FlatTensors& weights, Tensor x, Tensor tokens, int64_t first_position = 0) const;
-  // The tables' gradients += from dx (B*T, C), for sequences starting at position 0.
-  void backward(const FlatTensors& grads, Tensor tokens, Tensor dx) const;
+  // The same for tokens at `positions` of their sequences, run by run (a context-parallel rank's
+  // chunks; model/attention_core.h).
+  void forward(const FlatTensors& weights, Tensor x, Tensor tokens,
+               const std::vector<AttentionScope::Positions>& positions) const;
+  // The tables' gradients += from dx (B*T, C), for tokens at `positions` (by default 0..T-1).
+  void backward(const FlatTensors& grads, Tensor tokens, Tensor dx,
+                const std::vector<AttentionScope::Positions>& positions = {}) const;
   const ParamInfo& token_table() const { return *wte_; }
 
  private:

@@ -102,11 +102,12 @@ int64_t part_rows(int64_t max_rows, int ranks, bool sequence_parallel) {
 }  // namespace
 
 Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
-             int batch_size, int seq_len, ParallelRegions& regions, bool deferred_weights)
+             int batch_size, int seq_len, ParallelRegions& regions, bool deferred_weights, const AttentionScope& scope)
     : config_(layout.config()),
       dims_(layout.dims()),
       units_(units),
       parallel_(regions),
+      scope_(scope),
       head_unit_(units.head ? layout.head_unit() : 0),
       output_unit_(units.head ? layout.unit_of(Linear::output_projection(layout).weight()) : 0),
       regions_(std::make_unique<Regions>(
@@ -231,17 +232,17 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
     // This rank's vocabulary rows looked up: the sum over the group is the lookup, of this rank's
     // rows with sequence parallelism (the whole lookup then goes through dtmp).
     const Tensor lookup = parallel_.sequence_parallel() ? region(k, regions_->dtmp, N) : x;
-    embedding_->forward(weights, lookup, in);
+    embedding_->forward(weights, lookup, in, scope_.positions(T));
     parallel_.row_output(lookup, x);
     if (!tied_here) weights_done(0);
   } else {
     copy_bytes(x.data, x.device, in.data, in.device, x.bytes());
   }
-  CausalSelfAttention attention(dims_.heads.attention(), B, T, rope_.cos, rope_.sin);
+  const std::unique_ptr<TrainingAttention> attention = scope_.core(dims_.heads.attention(), B, T, rope_.cos, rope_.sin);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const size_t u = blocks_[i].unit();
     weights_needed(u, forward_next(u));
-    blocks_[i].forward(weights, block_input(k, i, N), block_activations(k, i, N), attention);
+    blocks_[i].forward(weights, block_input(k, i, N), block_activations(k, i, N), *attention);
     weights_done(u);
   }
   const Tensor out = block_input(k, blocks_.size(), N);
@@ -302,7 +303,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   } else {
     copy_bytes(dres.data, dres.device, dout.data, dout.device, dres.bytes());
   }
-  CausalSelfAttention attention(dims_.heads.attention(), B, T, rope_.cos, rope_.sin);
+  const std::unique_ptr<TrainingAttention> attention = scope_.core(dims_.heads.attention(), B, T, rope_.cos, rope_.sin);
   const Tensor datty = dtmp.reshape({dtmp.numel()}).slice_rows(0, N * dims_.attention_width()).reshape(
       {N, dims_.attention_width()});
   // At once, the residual stream's gradient is updated in place in dres; deferred, each block's
@@ -320,14 +321,14 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
     weights_needed(u, backward_next(u));
     gradients_needed(u);
     blocks_[i].backward_input(weights, grads, block_input(k, i, N), block_activations(k, i, N),
-                              weights_now ? at_once : deferred_gradients(k, i, N), attention, weights_now);
+                              weights_now ? at_once : deferred_gradients(k, i, N), *attention, weights_now);
     weights_done(u);
     gradients_final(u);
   }
   if (!units_.embeddings) return dinput;
   if (!weights_now) return Tensor{};  // the lookup's gradient is a weight pass
   gradients_needed(0);
-  embedding_->backward(grads, tokens, parallel_.row_output_gradient(dres, gathered));
+  embedding_->backward(grads, tokens, parallel_.row_output_gradient(dres, gathered), scope_.positions(T));
   gradients_final(0);
   return Tensor{};
 }
@@ -345,7 +346,8 @@ void Stage::backward_weight(int k, Tensor tokens, const FlatTensors& grads) {
   for (size_t i = blocks_.size(); i-- > 0;)
     blocks_[i].backward_weight(grads, block_activations(k, i, N), deferred_gradients(k, i, N));
   if (units_.embeddings)
-    embedding_->backward(grads, tokens, parallel_.row_output_gradient(store_.view(k, r.dinput, P), gathered));
+    embedding_->backward(grads, tokens, parallel_.row_output_gradient(store_.view(k, r.dinput, P), gathered),
+                         scope_.positions(T));
 }
 
 Tensor Stage::logits(int k) const {

@@ -58,10 +58,12 @@ class Stage {
  public:
   // Micro-batches of at most (batch_size, seq_len) tokens, activations in `precision` on `device`.
   // `regions` must outlive the stage. With `deferred_weights` each micro-batch also keeps what a
-  // deferred weight pass reads (no recomputation, no unit hooks).
+  // deferred weight pass reads (no recomputation, no unit hooks). `scope` (which must outlive the
+  // stage) says where its tokens lie in their sequences and makes its attention core: under
+  // context parallelism seq_len is this rank's tokens of each sequence.
   Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
         int batch_size, int seq_len, ParallelRegions& regions = ParallelRegions::single_rank(),
-        bool deferred_weights = false);
+        bool deferred_weights = false, const AttentionScope& scope = AttentionScope::local());
   ~Stage();
   // The activation memory such a stage lays out, without making one, on tensor-parallel rank
   // `shard`, with or without sequence parallelism.
@@ -120,6 +122,7 @@ class Stage {
   const ShardDims& dims_;
   StageUnits units_;
   ParallelRegions& parallel_;
+  const AttentionScope& scope_;
   std::vector<Block> blocks_;
   std::optional<Embedding> embedding_;
   std::optional<Norm> ln_f_;

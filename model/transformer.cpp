@@ -25,7 +25,7 @@ std::vector<StageUnits> held_units(const ModelConfig& config, const RankStages& 
 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                          DType precision, Device device, const ParameterStorage& storage, ParallelRegions* regions,
-                         const RankStages& stages)
+                         const RankStages& stages, const AttentionScope* scope)
     : regions_(regions != nullptr ? *regions : ParallelRegions::single_rank()),
       layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating
               storage.unit_multiple, regions_.shard(), ModelPart::of(held_units(config, stages), config.n_layer)),
@@ -39,13 +39,15 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
       seq_len_(seq_len) {
   if (stages.all.empty())
     stages_.push_back(std::make_unique<Stage>(layout_, StageUnits::whole(config), recompute, precision, device,
-                                              batch_size, seq_len, regions_));
+                                              batch_size, seq_len, regions_, false,
+                                              scope != nullptr ? *scope : AttentionScope::local()));
   else
     stages_.resize(stages.all.size());
   for (const int s : stages.held)
     stages_.at(static_cast<size_t>(s)) =
         std::make_unique<Stage>(layout_, stages.all.at(static_cast<size_t>(s)), recompute, precision, device,
-                                batch_size, seq_len, regions_, stages.deferred_weights);
+                                batch_size, seq_len, regions_, stages.deferred_weights,
+                                scope != nullptr ? *scope : AttentionScope::local());
   if (const auto weights = parameter_buffers(precision, storage).weights)
     compute_weights_.emplace(layout_, weights->tag, device, weights->dtype, weights->storage);
   master_weights_ = precision != DType::f32 && storage.master_weights;

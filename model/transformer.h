@@ -66,9 +66,12 @@ class Transformer {
   // shard (regions->shard(), model/tensor_shard.h). None: one rank's, the whole model.
   // stages: under pipeline parallelism, the stages this rank runs; the model then holds only
   // their units (ModelPart, model/parameters.h) and runs them through stage(), not forward().
+  // scope: under context parallelism (parallel/context/), where this rank's seq_len tokens lie in
+  // their sequences and how they attend across the cp group; it must outlive the model.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
               DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {},
-              ParallelRegions* regions = nullptr, const RankStages& stages = {});
+              ParallelRegions* regions = nullptr, const RankStages& stages = {},
+              const AttentionScope* scope = nullptr);
   ~Transformer();
 
   // The flat buffers such a model makes, each with its tag, dtype and storage: the f32

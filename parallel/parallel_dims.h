@@ -44,6 +44,9 @@ struct ProcessGroups {
   ParallelDims dims;
   ParallelDims::Coords coords;
   std::unique_ptr<Communicator> world, dp, cp, tp, pp;
+  // dp × cp: the ranks that hold the same parameters and split the global batch's tokens (context
+  // parallelism joins data parallelism for the gradients' sum and ZeRO's shards).
+  std::unique_ptr<Communicator> dp_cp;
 };
 
 // Splits `world` into the groups of `dims` (a collective: every rank calls it). Checks the world

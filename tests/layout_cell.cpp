@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "comm/mpi.h"
+#include "parallel/context/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/pipeline/pipeline_parallel.h"
@@ -97,13 +98,20 @@ std::string cell_name(const LayoutCell& c) {
   std::ranges::replace(schedule, '-', '_');
   return str(c.family, "_", dtype_name(c.precision), "_dp", c.dp, "_zero", c.zero, c.sp ? "_sp" : "",
              c.recompute == Recompute::none ? "" : str("_", recompute_name(c.recompute)),
-             c.pp == 1 ? "" : str("_pp", c.pp, "_", schedule, c.virtual_stages > 1 ? str("_v", c.virtual_stages) : ""));
+             c.pp == 1 ? "" : str("_pp", c.pp, "_", schedule, c.virtual_stages > 1 ? str("_v", c.virtual_stages) : ""),
+             c.cp == 1 ? "" : str("_cp", c.cp, c.zigzag ? "" : "_plain"));
 }
 
 void expect_layout_matches_one_rank(const LayoutCell& cell) {
   std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
-  const int tp = world->size() / cell.dp / cell.pp;
-  ProcessGroups groups = make_process_groups(std::move(world), {.dp = cell.dp, .tp = tp, .pp = cell.pp});
+  const int tp = world->size() / cell.dp / cell.pp / cell.cp;
+  ProcessGroups groups =
+      make_process_groups(std::move(world), {.dp = cell.dp, .cp = cell.cp, .tp = tp, .pp = cell.pp});
+  // Context parallelism splits longer sequences: 48 tokens cut into 4, 6 or 8 chunks.
+  const int T = cell.cp == 1 ? kT : 48;
+  std::optional<ContextParallel> context;
+  if (cell.cp > 1) context.emplace(*groups.cp, test_model(cell, 1), T, cell.zigzag, Device::cpu);
+  const int T_local = T / cell.cp;
   const int rank = groups.world->rank(), dp_rank = groups.coords.dp;
   const int steps = 3;
   for (const int accumulation : cell.accumulations) {
@@ -111,7 +119,7 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     if (cell.pp > 1) schedule = pipeline::make_schedule(cell.schedule, cell.pp, accumulation, cell.virtual_stages);
     const ModelConfig config = test_model(cell, schedule ? schedule->stages() : 1);
     const int micro_batches = cell.dp * accumulation;
-    Transformer one(config, kB, kT, cell.recompute, cell.precision);
+    Transformer one(config, kB, T, cell.recompute, cell.precision);
     AdamW one_optimizer(one.layout(), OptimizerParts::whole(one), {});
     init_parameters(one.params(), 7);
     one_optimizer.round_weights();
@@ -120,9 +128,11 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     if (tp > 1) tensor_parallel.emplace(*groups.tp, config, cell.sp);
     const RankStages stages =
         schedule ? pipeline::PipelineParallel::rank_stages(config, *schedule, groups.coords.pp, kT) : RankStages{};
-    Transformer mine(config, kB, kT, cell.recompute, cell.precision, Device::cpu,
-                     DataParallel::storage(cell.dp, cell.zero), tensor_parallel ? &*tensor_parallel : nullptr, stages);
-    DataParallel data_parallel(mine, *groups.dp, /*bucket_mb=*/0.05, cell.zero, {},
+    // cp joins dp: the parameters' gradients are summed, and ZeRO shards, over dp × cp.
+    Transformer mine(config, kB, T_local, cell.recompute, cell.precision, Device::cpu,
+                     DataParallel::storage(cell.dp * cell.cp, cell.zero), tensor_parallel ? &*tensor_parallel : nullptr,
+                     stages, context ? &*context : nullptr);
+    DataParallel data_parallel(mine, *groups.dp_cp, /*bucket_mb=*/0.05, cell.zero, {},
                                schedule ? groups.pp.get() : nullptr);
     std::optional<pipeline::PipelineParallel> pipeline;
     if (schedule) pipeline.emplace(mine, *groups.pp, *schedule);
@@ -132,10 +142,22 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
 
     std::vector<double> one_losses, one_norms, losses, norms;
     for (int step = 0; step < steps; ++step) {
-      const GlobalBatch batch(micro_batches * kB, kT, config.vocab_size, step);
+      const GlobalBatch batch(micro_batches * kB, T, config.vocab_size, step);
       std::vector<MicroBatch> all, own;
       for (int m = 0; m < micro_batches; ++m) all.push_back(batch.micro_batch(m, kB));
       for (int m = 0; m < accumulation; ++m) own.push_back(batch.micro_batch(m * cell.dp + dp_rank, kB));
+      // Under context parallelism, this rank's tokens of each sequence.
+      std::vector<Buffer> parts;
+      for (MicroBatch& mb : own) {
+        if (!context) break;
+        const auto take = [&](Tensor whole) {
+          parts.emplace_back(static_cast<size_t>(kB * T_local) * sizeof(int32_t), MemTag::workspace);
+          const Tensor part = parts.back().view(DType::i32, {kB, T_local});
+          context->take_own(whole, part);
+          return part;
+        };
+        mb = {take(mb.tokens), take(mb.targets)};
+      }
       const StepStats a = train_step(one, one_optimizer, all, 1e-3f, 1.0f);
       const StepStats b = train_step(mine, data_parallel, own, 1e-3f, 1.0f, nullptr, step + 1,
                                      pipeline ? &*pipeline : nullptr);
@@ -147,7 +169,7 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     std::optional<FlatTensors> gathered;
     const FlatTensors* parameters = &mine.params();
     if (data_parallel.shards_parameters()) {
-      if (groups.dp->rank() == 0) gathered.emplace(mine.layout(), MemTag::workspace);
+      if (groups.dp_cp->rank() == 0) gathered.emplace(mine.layout(), MemTag::workspace);
       data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
       parameters = gathered ? &*gathered : nullptr;
     }

@@ -1,0 +1,43 @@
+// Context parallelism: every sequence of a micro-batch is cut over the cp group's ranks
+// (context_layout.h: zig-zag or plain chunks), each rank running the model on its tokens only.
+// Everything but attention works token by token and needs nothing from the other ranks, given
+// each token's position (learned positions, rotary angles); attention is ring attention
+// (ring_attention.h). ContextParallel is the model's AttentionScope (model/attention_core.h):
+// the stage asks it where its tokens lie and for the attention core of each micro-batch.
+//
+// The rest of the run treats the cp ranks like data-parallel ones: each holds a part of every
+// sequence's tokens and targets, so the global batch's target count, the loss and the
+// replicated parameters' gradients are summed over dp × cp (the DataParallel's group is
+// ProcessGroups::dp_cp), and ZeRO shards over dp × cp.
+#pragma once
+
+#include "comm/communicator.h"
+#include "model/attention_core.h"
+#include "model/config.h"
+#include "model/rope_tables.h"
+#include "parallel/context/context_layout.h"
+
+namespace dt {
+
+class ContextParallel final : public AttentionScope {
+ public:
+  // `group`: the cp group. seq_len: the whole sequences' length (a multiple of the layout's
+  // chunks); the model on this rank runs seq_len / cp tokens of each.
+  ContextParallel(Communicator& group, const ModelConfig& config, int seq_len, bool zigzag, Device device);
+
+  const ContextLayout& layout() const { return layout_; }
+  std::unique_ptr<TrainingAttention> core(kernels::AttentionHeads heads, int64_t B, int64_t T, Tensor rope_cos,
+                                          Tensor rope_sin) const override;
+  std::vector<Positions> positions(int64_t T) const override;
+
+  // This rank's tokens of whole sequences: (B, seq_len) i32 into (B, seq_len / cp) (tokens or
+  // targets), on the CPU.
+  void take_own(Tensor whole, Tensor own) const;
+
+ private:
+  Communicator& group_;
+  ContextLayout layout_;
+  RopeTables rope_;  // the whole sequences' angles (llama)
+};
+
+}  // namespace dt
