@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "comm/mpi.h"
+#include "kernels/cross_entropy.h"
 #include "parallel/context/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/parallel_dims.h"
@@ -99,7 +100,7 @@ std::string cell_name(const LayoutCell& c) {
   return str(c.family, "_", dtype_name(c.precision), "_dp", c.dp, "_zero", c.zero, c.sp ? "_sp" : "",
              c.recompute == Recompute::none ? "" : str("_", recompute_name(c.recompute)),
              c.pp == 1 ? "" : str("_pp", c.pp, "_", schedule, c.virtual_stages > 1 ? str("_v", c.virtual_stages) : ""),
-             c.cp == 1 ? "" : str("_cp", c.cp, c.zigzag ? "" : "_plain"));
+             c.cp == 1 ? "" : str("_cp", c.cp, c.zigzag ? "" : "_plain", c.padded ? "_padded" : ""));
 }
 
 void expect_layout_matches_one_rank(const LayoutCell& cell) {
@@ -107,11 +108,12 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
   const int tp = world->size() / cell.dp / cell.pp / cell.cp;
   ProcessGroups groups =
       make_process_groups(std::move(world), {.dp = cell.dp, .cp = cell.cp, .tp = tp, .pp = cell.pp});
-  // Context parallelism splits longer sequences: 48 tokens cut into 4, 6 or 8 chunks.
-  const int T = cell.cp == 1 ? kT : 48;
+  // Context parallelism splits longer sequences: 48 tokens cut into 4, 6 or 8 chunks, or 45,
+  // padded to 48.
+  const int T = cell.cp == 1 ? kT : cell.padded ? 45 : 48;
   std::optional<ContextParallel> context;
   if (cell.cp > 1) context.emplace(*groups.cp, test_model(cell, 1), T, cell.zigzag, Device::cpu);
-  const int T_local = T / cell.cp;
+  const int T_local = context ? context->local_len() : T;
   const int rank = groups.world->rank(), dp_rank = groups.coords.dp;
   const int steps = 3;
   for (const int accumulation : cell.accumulations) {
@@ -150,13 +152,14 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
       std::vector<Buffer> parts;
       for (MicroBatch& mb : own) {
         if (!context) break;
-        const auto take = [&](Tensor whole) {
+        // The padding, if any: token 0, its target ignored.
+        const auto take = [&](Tensor whole, int32_t fill) {
           parts.emplace_back(static_cast<size_t>(kB * T_local) * sizeof(int32_t), MemTag::workspace);
           const Tensor part = parts.back().view(DType::i32, {kB, T_local});
-          context->take_own(whole, part);
+          context->take_own(whole, part, fill);
           return part;
         };
-        mb = {take(mb.tokens), take(mb.targets)};
+        mb = {take(mb.tokens, 0), take(mb.targets, kernels::kIgnoreIndex)};
       }
       const StepStats a = train_step(one, one_optimizer, all, 1e-3f, 1.0f);
       const StepStats b = train_step(mine, data_parallel, own, 1e-3f, 1.0f, nullptr, step + 1,

@@ -25,13 +25,14 @@ struct LayoutCell {
   int pp = 1;                    // the tp size is what is left of the world
   int cp = 1;                    // context parallelism: each sequence over cp ranks
   bool zigzag = true;            // its chunks zig-zag (else plain)
+  bool padded = false;           // a length that the chunks do not divide: padded inside
   std::string schedule = "1f1b";  // with pp > 1
   int virtual_stages = 1;
   // Micro-batches per dp rank and step, each run of the cell; under pp the schedule's count.
   std::vector<int> accumulations = {1, 2};
 };
 
-// The cell's name: family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]][_cpC[_plain]].
+// The cell's name: family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]][_cpC[_plain][_padded]].
 std::string cell_name(const LayoutCell& cell);
 
 // How GoogleTest prints a cell: its name.

@@ -1,7 +1,5 @@
 #include "parallel/context/context_parallel.h"
 
-#include <cstring>
-
 #include "core/error.h"
 #include "parallel/context/ring_attention.h"
 
@@ -9,9 +7,20 @@ namespace dt {
 
 ContextParallel::ContextParallel(Communicator& group, const ModelConfig& config, int seq_len, bool zigzag,
                                  Device device)
-    : group_(group), layout_{.ranks = group.size(), .rank = group.rank(), .zigzag = zigzag, .seq_len = seq_len} {
+    : group_(group),
+      seq_len_(seq_len),
+      layout_{.ranks = group.size(), .rank = group.rank(), .zigzag = zigzag, .seq_len = seq_len} {
+  const int chunks = layout_.chunks();
+  layout_.seq_len = (seq_len + chunks - 1) / chunks * chunks;
   layout_.validate();
-  if (config.family == ModelFamily::llama) rope_ = make_rope_tables(config, seq_len, device);
+  // Learned positions exist up to the model's max_seq_len; the padding's are never used but must
+  // be rows of the table.
+  if (config.family == ModelFamily::gpt2 && layout_.seq_len > config.max_seq_len)
+    throw Error(str("context parallelism over ", layout_.ranks, " ranks pads sequences of ", seq_len, " tokens to ",
+                    layout_.seq_len, " (", chunks, " equal chunks), beyond model.max_seq_len = ", config.max_seq_len,
+                    "; use a data.seq_len that is a multiple of ", chunks, ", or at most ",
+                    config.max_seq_len / chunks * chunks));
+  if (config.family == ModelFamily::llama) rope_ = make_rope_tables(config, static_cast<int>(layout_.seq_len), device);
 }
 
 std::unique_ptr<TrainingAttention> ContextParallel::core(kernels::AttentionHeads heads, int64_t B, int64_t T,
@@ -28,16 +37,17 @@ std::vector<AttentionScope::Positions> ContextParallel::positions(int64_t T) con
   return runs;
 }
 
-void ContextParallel::take_own(Tensor whole, Tensor own) const {
-  const int64_t B = whole.dim(0), T = layout_.seq_len, Tl = layout_.local_len(), Tc = layout_.chunk_len();
+void ContextParallel::take_own(Tensor whole, Tensor own, int32_t fill) const {
+  const int64_t B = whole.dim(0), T = seq_len_, Tl = layout_.local_len();
   DT_CHECK(whole.dtype == DType::i32 && whole.device == Device::cpu && whole.dim(1) == T && own.dim(0) == B &&
                own.dim(1) == Tl,
            "taking a cp rank's tokens: ", whole.describe(), " into ", own.describe());
-  const std::vector<int> chunks = layout_.own_chunks();
+  const std::vector<int64_t> positions = layout_.positions();
   for (int64_t b = 0; b < B; ++b)
-    for (size_t i = 0; i < chunks.size(); ++i)
-      std::memcpy(own.ptr<int32_t>() + b * Tl + static_cast<int64_t>(i) * Tc,
-                  whole.ptr<int32_t>() + b * T + chunks[i] * Tc, static_cast<size_t>(Tc) * sizeof(int32_t));
+    for (int64_t t = 0; t < Tl; ++t) {
+      const int64_t p = positions[static_cast<size_t>(t)];
+      own.ptr<int32_t>()[b * Tl + t] = p < T ? whole.ptr<int32_t>()[b * T + p] : fill;
+    }
 }
 
 }  // namespace dt

@@ -21,21 +21,28 @@ namespace dt {
 
 class ContextParallel final : public AttentionScope {
  public:
-  // `group`: the cp group. seq_len: the whole sequences' length (a multiple of the layout's
-  // chunks); the model on this rank runs seq_len / cp tokens of each.
+  // `group`: the cp group. seq_len: the whole sequences' length. A length that does not split
+  // into the layout's chunks is padded at the end of every sequence to one that does: the padding
+  // comes after every real token, so no real query attends to it, and its targets are ignored,
+  // so it adds nothing to the loss or any gradient. The model on this rank runs
+  // padded_len() / cp tokens of each sequence.
   ContextParallel(Communicator& group, const ModelConfig& config, int seq_len, bool zigzag, Device device);
 
   const ContextLayout& layout() const { return layout_; }
+  int seq_len() const { return seq_len_; }
+  int padded_len() const { return static_cast<int>(layout_.seq_len); }
+  int local_len() const { return static_cast<int>(layout_.local_len()); }
   std::unique_ptr<TrainingAttention> core(kernels::AttentionHeads heads, int64_t B, int64_t T, Tensor rope_cos,
                                           Tensor rope_sin) const override;
   std::vector<Positions> positions(int64_t T) const override;
 
-  // This rank's tokens of whole sequences: (B, seq_len) i32 into (B, seq_len / cp) (tokens or
-  // targets), on the CPU.
-  void take_own(Tensor whole, Tensor own) const;
+  // This rank's tokens of whole sequences: (B, seq_len) i32 into (B, local_len()), on the CPU;
+  // `fill` where the padding falls (a token id for tokens, the ignore index for targets).
+  void take_own(Tensor whole, Tensor own, int32_t fill) const;
 
  private:
   Communicator& group_;
+  int seq_len_;
   ContextLayout layout_;
   RopeTables rope_;  // the whole sequences' angles (llama)
 };

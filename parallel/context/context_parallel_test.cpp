@@ -33,6 +33,8 @@ std::vector<LayoutCell> cells() {
     out.push_back({.family = family, .recompute = Recompute::selective, .cp = 2});
     out.push_back({.family = family, .recompute = Recompute::full, .cp = 2});
     out.push_back({.family = family, .precision = DType::bf16, .cp = 2});
+    out.push_back({.family = family, .cp = 2, .padded = true});  // 45 tokens over 4 chunks
+    out.push_back({.family = family, .cp = 3, .zigzag = false, .padded = true});
   }
   return out;
 }
