@@ -358,6 +358,48 @@ TEST(TrainCli, PipelineRunsTrainLikeOneProcessAndCheckpointsMoveBetweenStageCoun
     EXPECT_NE(trace.find(span), std::string::npos) << span;
 }
 
+// Context parallelism — zig-zag and plain, over 2 and 4 ranks, with dp and ZeRO 1, with a
+// pipeline, and with a sequence length the chunks do not divide (padded) — trains the
+// one-process model, evaluates like it (each cp rank its tokens of every validation sequence),
+// and its checkpoints (the cp ranks hold the same parameters, like dp ranks) move to one process
+// and from one process to cp 4, on the one-process loss curve.
+TEST(TrainCli, ContextParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenLayouts) {
+  const TrainRun run;
+  const std::string six = "train.steps=6 checkpoint.every=3", three = "train.steps=3";
+  ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("one_30", six + " data.seq_len=30")).status, 0);
+  const auto cp2 = run_dtrain(run.args("cp2", six + " parallel.cp=2"), testing::mpirun(2));
+  ASSERT_EQ(cp2.status, 0) << cp2.output;
+  EXPECT_NE(cp2.output.find("each sequence's 32 tokens over the 2 cp ranks (zig-zag chunks), attention in a ring"),
+            std::string::npos)
+      << cp2.output;
+  ASSERT_EQ(run_dtrain(run.args("cp2_plain", six + " parallel.cp=2 parallel.cp_zigzag=false"), testing::mpirun(2)).status,
+            0);
+  ASSERT_EQ(run_dtrain(run.args("cp4", six + " parallel.cp=4"), testing::mpirun(4)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("cp2_dp2", six + " parallel.cp=2 parallel.dp=2 parallel.zero_stage=1"),
+                       testing::mpirun(4)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("cp2_pp2", six + " parallel.cp=2 parallel.pp=2"), testing::mpirun(4)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("cp4_30", six + " parallel.cp=4 data.seq_len=30"), testing::mpirun(4)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("cp2_to_one", three + " parallel.cp=2"), testing::mpirun(2)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("cp2_to_one", six)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("one_to_cp4", three)).status, 0);
+  const auto to_cp4 = run_dtrain(run.args("one_to_cp4", six + " parallel.cp=4"), testing::mpirun(4));
+  ASSERT_EQ(to_cp4.status, 0) << to_cp4.output;
+  EXPECT_NE(to_cp4.output.find("resumed from "), std::string::npos) << to_cp4.output;
+  for (const auto& [name, reference] :
+       {std::pair{"cp2", "one"}, std::pair{"cp2_plain", "one"}, std::pair{"cp4", "one"}, std::pair{"cp2_dp2", "one"},
+        std::pair{"cp2_pp2", "one"}, std::pair{"cp4_30", "one_30"}, std::pair{"cp2_to_one", "one"},
+        std::pair{"one_to_cp4", "one"}}) {
+    const std::vector<double> got = run.losses(name), expected = run.losses(reference);
+    ASSERT_EQ(got.size(), 6u) << name;
+    // Attention merged block by block and the loss summed over the ranks: fp32 rounding
+    // (tests/layout_cell.cpp measures ~1e-8 of the losses over 3 steps).
+    for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+    const double val = run.final_validation_loss(reference);
+    EXPECT_NEAR(run.final_validation_loss(name), val, 1e-5 * val) << name;
+  }
+}
+
 // ZeRO in 16-bit precision keeps the f32 master weights only as each rank's parts: two ranks
 // train the one-process bf16 run at stages 1 and 3, a stage-3 checkpoint (the master weights in
 // parts) resumes in one process, a one-process checkpoint resumes at stage 2, and f16 with loss

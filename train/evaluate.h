@@ -5,6 +5,7 @@
 
 #include "data/token_dataset.h"
 #include "model/transformer.h"
+#include "parallel/context/context_parallel.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "train/batch_buffers.h"
 
@@ -17,8 +18,10 @@ struct Evaluation {
 
 // Uses the model's micro-batch shape; evaluates min(batches, what the split holds) batches,
 // at least one. scratch: one micro-batch of the model's shape on its device. A pipeline rank's
-// model runs its stages' forwards through `pipeline` (every rank of its group evaluates).
+// model runs its stages' forwards through `pipeline` (every rank of its group evaluates); a
+// context-parallel rank's reads whole sequences and runs its tokens of them, the loss summed
+// over the cp group (every rank of it evaluates).
 Evaluation evaluate(Transformer& model, const TokenDataset& split, int batches, BatchBuffers& scratch,
-                    pipeline::PipelineParallel* pipeline = nullptr);
+                    pipeline::PipelineParallel* pipeline = nullptr, const ContextParallel* context = nullptr);
 
 }  // namespace dt

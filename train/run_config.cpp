@@ -386,6 +386,26 @@ std::string batch_fixes(int global, int micro, int dp) {
   return fix;
 }
 
+// Context parallelism: every chunk of a sequence needs a token; a length the chunks do not divide
+// is padded, which learned positions must cover.
+void check_context(const RunConfig& config, bool model_complete, Checker& check) {
+  const RunConfig::Parallel& p = config.parallel;
+  const int T = config.data.seq_len;
+  if (p.cp <= 1 || T < 1) return;
+  const int chunks = p.cp_zigzag ? 2 * p.cp : p.cp;
+  if (T < chunks)
+    return check.report("parallel.cp", str("context parallelism cuts each sequence into ", chunks, " chunks (",
+                                           p.cp_zigzag ? "2 x parallel.cp, zig-zag" : "parallel.cp", "), and data.seq_len = ",
+                                           T, " leaves some without a token; use parallel.cp <= ",
+                                           p.cp_zigzag ? T / 2 : T, p.cp_zigzag ? ", or parallel.cp_zigzag = false" : ""));
+  const int padded = (T + chunks - 1) / chunks * chunks;
+  if (model_complete && config.model.family == ModelFamily::gpt2 && padded > config.model.max_seq_len)
+    check.report("data.seq_len", str("context parallelism pads sequences of ", T, " tokens to ", padded, " (", chunks,
+                                     " equal chunks), beyond model.max_seq_len = ", config.model.max_seq_len,
+                                     "; use a data.seq_len that is a multiple of ", chunks, ", or at most ",
+                                     config.model.max_seq_len / chunks * chunks));
+}
+
 // Pipeline parallelism: the schedule must exist for the step's micro-batches, the stages must
 // have a block each, and what the schedules cannot run with is named.
 void check_pipeline(const RunConfig& config, bool model_complete, Checker& check) {
@@ -491,10 +511,11 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
                                                        : p.ep;
     if (value < 1)
       check.report(key, "must be at least 1");
-    else if (key != "parallel.dp" && key != "parallel.tp" && key != "parallel.pp")  // built: parallel/
+    else if (key == "parallel.ep")  // the others are built: parallel/
       check.require(value == 1, key, str(what, " is not built yet; set ", key, " = 1"));
   }
   check_pipeline(config, model_complete, check);
+  check_context(config, model_complete, check);
   if (model_complete && p.tp > 1) {
     try {
       check_tensor_parallel(config.model, p.tp);

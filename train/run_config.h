@@ -9,7 +9,7 @@
 //   [optim]       lr, min_lr_ratio, warmup_steps, decay, decay_steps, beta1, beta2, eps,
 //                 weight_decay, decay_embeddings
 //   [loss_scale]  enabled, initial, growth_interval, min_scale
-//   [parallel]    dp, tp, pp, cp, ep, zero_stage, sp, pp_schedule, pp_virtual,
+//   [parallel]    dp, tp, pp, cp, ep, zero_stage, sp, pp_schedule, pp_virtual, cp_zigzag,
 //                 bucket_mb, timeout_s, backend
 //   [checkpoint]  dir, every, keep_last, resume
 //   [log]         run_dir, every, progress, tensorboard, trace
@@ -83,6 +83,7 @@ struct RunConfig {
     bool sp = false;  // sequence parallelism, over the tp ranks
     std::string pp_schedule = "1f1b";
     int pp_virtual = 1;  // virtual stages per pipeline rank (interleaved)
+    bool cp_zigzag = true;  // context parallelism's chunks: zig-zag (balanced) or plain
     double bucket_mb = 25;
     double timeout_s = 600;  // a collective waiting longer: the watchdog reports and ends the job
     std::string backend = "auto";  // "auto" (NCCL for CUDA, MPI for the CPU), "mpi" or "nccl"

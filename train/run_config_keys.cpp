@@ -239,6 +239,7 @@ std::vector<ConfigKey> make_keys() {
       key("parallel", "sp", &C::parallel, &C::Parallel::sp),
       choice_key("parallel", "pp_schedule", kPipelineSchedules, &C::parallel, &C::Parallel::pp_schedule),
       key("parallel", "pp_virtual", &C::parallel, &C::Parallel::pp_virtual),
+      key("parallel", "cp_zigzag", &C::parallel, &C::Parallel::cp_zigzag),
       key("parallel", "bucket_mb", &C::parallel, &C::Parallel::bucket_mb),
       key("parallel", "timeout_s", &C::parallel, &C::Parallel::timeout_s),
       choice_key("parallel", "backend", kCommBackends, &C::parallel, &C::Parallel::backend),

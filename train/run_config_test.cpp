@@ -231,12 +231,30 @@ TEST(RunConfig, ModelFieldProblemsNameTheirKeys) {
 TEST(RunConfig, ParallelismNotBuiltYetIsRejectedWithTheFix) {
   testing::TempDir dir;
   const auto e = load_error(write_config(dir, std::string(kTiny) +
-                                                  "[parallel]\ndp = 2\ntp = 2\npp = 2\ncp = 2\nzero_stage = 1\n"
-                                                  "sp = true\n[train]\nglobal_batch_size = 16\n"));
-  for (const char* built : {"parallel.dp", "parallel.tp", "parallel.pp", "parallel.zero_stage", "parallel.sp"})
+                                                  "[parallel]\ndp = 2\ntp = 2\npp = 2\ncp = 2\nep = 2\n"
+                                                  "zero_stage = 1\nsp = true\n[train]\nglobal_batch_size = 16\n"));
+  for (const char* built : {"parallel.dp", "parallel.tp", "parallel.pp", "parallel.cp", "parallel.zero_stage",
+                            "parallel.sp"})
     EXPECT_EQ(e.find(built), std::string::npos) << built << " is built:\n" << e;
-  EXPECT_NE(e.find("parallel.cp = 2: context parallelism is not built yet; set parallel.cp = 1"), std::string::npos)
+  EXPECT_NE(e.find("parallel.ep = 2: expert parallelism is not built yet; set parallel.ep = 1"), std::string::npos)
       << e;
+}
+
+// Context parallelism cuts 64-token sequences into 2 x cp chunks (zig-zag) or cp.
+TEST(RunConfig, ContextParallelSizesTheSequenceCannotTakeNameASizeThatWorks) {
+  testing::TempDir dir;
+  EXPECT_EQ(load_error(write_config(dir, kTiny), {"parallel.cp=4", "data.seq_len=30"}), "");  // padded to 32
+  const auto short_seq = load_error(write_config(dir, kTiny), {"parallel.cp=4", "data.seq_len=6"});
+  EXPECT_NE(short_seq.find("parallel.cp = 4: context parallelism cuts each sequence into 8 chunks (2 x parallel.cp, "
+                           "zig-zag), and data.seq_len = 6 leaves some without a token; use parallel.cp <= 3, or "
+                           "parallel.cp_zigzag = false"),
+            std::string::npos)
+      << short_seq;
+  const auto positions = load_error(write_config(dir, kTiny), {"parallel.cp=3", "data.seq_len=62"});
+  EXPECT_NE(positions.find("context parallelism pads sequences of 62 tokens to 66 (6 equal chunks), beyond "
+                           "model.max_seq_len = 64; use a data.seq_len that is a multiple of 6, or at most 60"),
+            std::string::npos)
+      << positions;
 }
 
 // gpt2-tiny has 2 blocks; 8 micro-batches of 2 sequences per step.

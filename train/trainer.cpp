@@ -26,6 +26,8 @@
 #include "parallel/data_parallel.h"
 #include "parallel/launch_check.h"
 #include "parallel/parallel_dims.h"
+#include "kernels/cross_entropy.h"
+#include "parallel/context/context_parallel.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "parallel/tensor/tensor_parallel.h"
 #include "plan/memory.h"
@@ -138,19 +140,26 @@ TrainSummary run_training(const RunConfig& config) {
   std::optional<pipeline::Schedule> schedule;
   if (pp > 1)
     schedule = pipeline::make_schedule(config.parallel.pp_schedule, pp, accumulation, config.parallel.pp_virtual);
+  // Context parallelism: the model runs this rank's tokens of every sequence, attending across
+  // the cp group; the cp ranks join the dp ranks in the gradients' sum and ZeRO's shards.
+  const int cp = groups.dims.cp, shard_ranks = groups.dims.dp * cp;
+  std::optional<ContextParallel> context;
+  if (cp > 1) context.emplace(*groups.cp, mc, T, config.parallel.cp_zigzag, device);
+  const int T_local = context ? context->local_len() : T;
   // The whole run's memory per rank against the GPU's, before anything is allocated.
   if (device == Device::cuda)
-    check_fits_on_gpu(mc, B, T, config.train.recompute, config.train.precision, groups.dims.dp, zero_stage, tp,
+    check_fits_on_gpu(mc, B, T_local, config.train.recompute, config.train.precision, shard_ranks, zero_stage, tp,
                       config.parallel.sp, schedule ? &*schedule : nullptr);
   // Tensor parallelism: the model is this rank's shard, communicating over the tp group; pipeline
   // parallelism: it holds this rank's stages.
   std::optional<TensorParallel> tensor_parallel;
   if (tp > 1) tensor_parallel.emplace(*groups.tp, mc, config.parallel.sp);
-  Transformer model(mc, B, T, config.train.recompute, config.train.precision, device,
-                    DataParallel::storage(groups.dims.dp, zero_stage), tensor_parallel ? &*tensor_parallel : nullptr,
+  Transformer model(mc, B, T_local, config.train.recompute, config.train.precision, device,
+                    DataParallel::storage(shard_ranks, zero_stage), tensor_parallel ? &*tensor_parallel : nullptr,
                     schedule ? pipeline::PipelineParallel::rank_stages(mc, *schedule, groups.coords.pp, T)
-                             : RankStages{});
-  DataParallel data_parallel(model, *groups.dp, config.parallel.bucket_mb, zero_stage, config.adamw,
+                             : RankStages{},
+                    context ? &*context : nullptr);
+  DataParallel data_parallel(model, *groups.dp_cp, config.parallel.bucket_mb, zero_stage, config.adamw,
                              schedule ? groups.pp.get() : nullptr);
   std::optional<pipeline::PipelineParallel> pipeline;
   if (schedule) pipeline.emplace(model, *groups.pp, *schedule);
@@ -220,7 +229,11 @@ TrainSummary run_training(const RunConfig& config) {
                                     "between them" : ""),
                       pp == 1 ? ""
                               : str(" | ", pp, " pipeline ranks of ", schedule->stages(), " stages run the ",
-                                    schedule->name, " schedule over ", accumulation, " micro-batches")).c_str(),
+                                    schedule->name, " schedule over ", accumulation, " micro-batches"),
+                      cp == 1 ? ""
+                              : str(" | each sequence's ", context->padded_len(), " tokens over the ", cp, " cp ranks (",
+                                    config.parallel.cp_zigzag ? "zig-zag" : "plain", " chunks), attention in a ring"))
+                      .c_str(),
                   zero_stage == 0 ? ""
                                   : str(" | ZeRO stage ", zero_stage, ": ", zero_sharding(zero_stage),
                                         " sharded over the ", groups.dims.dp, " dp ranks").c_str());
@@ -235,8 +248,13 @@ TrainSummary run_training(const RunConfig& config) {
   const StepFlops flops = training_flops(mc, T, tokens_per_step, config.train.recompute);
   std::fflush(stdout);
 
-  BatchBuffers step_batches(accumulation, B, T, device);
-  BatchBuffers eval_batch(1, B, T, device);
+  // What the loader reads (whole sequences), and under context parallelism this rank's tokens of
+  // them, which the model runs.
+  BatchBuffers step_batches(accumulation, B, T, context ? Device::cpu : device);
+  std::optional<BatchBuffers> own_batches;
+  if (context) own_batches.emplace(accumulation, B, T_local, device);
+  BatchBuffers& model_batches = own_batches ? *own_batches : step_batches;
+  BatchBuffers eval_batch(1, B, T_local, device);
   // Evaluation, samples and checkpoints are the lead rank's: every dp rank holds the same model.
   // Under ZeRO 3 every forward gathers each unit from all ranks, so every rank evaluates (the
   // same batches), and a sample or a save first gathers the whole parameters on the lead rank.
@@ -244,7 +262,8 @@ TrainSummary run_training(const RunConfig& config) {
   // sample gathers the shards on the lead.
   const auto validate = [&](int64_t step, ProgressDisplay& progress) {
     if (!val_data || (zero_stage < 3 && groups.coords.dp != 0)) return;
-    const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch, pipeline ? &*pipeline : nullptr);
+    const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch, pipeline ? &*pipeline : nullptr,
+                                  context ? &*context : nullptr);
     if (!lead) return;
     summary.val_loss = e.loss;
     if (metrics) metrics->log_validation(step, e.loss);
@@ -254,22 +273,24 @@ TrainSummary run_training(const RunConfig& config) {
   const ParameterLayout whole_layout(mc), stages_layout(mc, kParamAlignment, {}, model.layout().part());
   const auto sample = [&](int64_t step, ProgressDisplay& progress) {
     if (!tokenizer || (!lead && !sharded_parameters && tp == 1 && pp == 1)) return;
-    // This tp rank's f32 parameters whole: the model's, or gathered over dp on dp rank 0.
+    // This tp rank's f32 parameters whole: the model's, or gathered over dp × cp on its rank 0,
+    // which alone goes on.
+    const bool shard_lead = groups.dp_cp->rank() == 0;
     std::optional<FlatTensors> gathered;
     if (sharded_parameters) {
-      if (groups.coords.dp == 0) gathered.emplace(model.layout(), MemTag::workspace, Device::cpu);
+      if (shard_lead) gathered.emplace(model.layout(), MemTag::workspace, Device::cpu);
       data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
     }
     const FlatTensors& mine = gathered ? *gathered : model.params();
     // Then every tp rank's shard placed in its stages' part of the model on tp rank 0, and every
     // pipeline rank's part in the whole model on the lead.
     std::optional<FlatTensors> stages_whole, whole;
-    if (tp > 1 && groups.coords.dp == 0) {
+    if (tp > 1 && shard_lead) {
       if (groups.coords.tp == 0) stages_whole.emplace(stages_layout, MemTag::workspace, Device::cpu);
       gather_shards(*groups.tp, mine, stages_whole ? &*stages_whole : nullptr);
     }
     const FlatTensors& part = stages_whole ? *stages_whole : mine;
-    if (pp > 1 && groups.coords.dp == 0 && groups.coords.tp == 0) {
+    if (pp > 1 && shard_lead && groups.coords.tp == 0) {
       if (lead) whole.emplace(whole_layout, MemTag::workspace, Device::cpu);
       pipeline->gather_parameters(part, whole ? &*whole : nullptr);
     }
@@ -308,9 +329,13 @@ TrainSummary run_training(const RunConfig& config) {
     if (fault_injected("step-kills-rank", step + 1)) std::raise(SIGKILL);
     for (int m = 0; m < step_batches.count(); ++m) loader.next(step_batches.host(m).tokens, step_batches.host(m).targets);
     const auto start = std::chrono::steady_clock::now();
-    step_batches.upload();
+    for (int m = 0; context && m < step_batches.count(); ++m) {
+      context->take_own(step_batches.host(m).tokens, own_batches->host(m).tokens, 0);
+      context->take_own(step_batches.host(m).targets, own_batches->host(m).targets, kernels::kIgnoreIndex);
+    }
+    model_batches.upload();
     const float lr = config.lr.at(step);
-    const StepStats stats = train_step(model, data_parallel, step_batches.on_device(), lr, config.train.grad_clip,
+    const StepStats stats = train_step(model, data_parallel, model_batches.on_device(), lr, config.train.grad_clip,
                                        scaler.get(), step + 1, pipeline ? &*pipeline : nullptr);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;

@@ -29,6 +29,7 @@ class ContextParallel final : public AttentionScope {
   ContextParallel(Communicator& group, const ModelConfig& config, int seq_len, bool zigzag, Device device);
 
   const ContextLayout& layout() const { return layout_; }
+  Communicator& group() const { return group_; }
   int seq_len() const { return seq_len_; }
   int padded_len() const { return static_cast<int>(layout_.seq_len); }
   int local_len() const { return static_cast<int>(layout_.local_len()); }
