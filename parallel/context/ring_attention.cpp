@@ -1,8 +1,10 @@
 #include "parallel/context/ring_attention.h"
 
+#include <optional>
 #include <vector>
 
 #include "core/device.h"
+#include "core/trace.h"
 #include "kernels/attention_block.h"
 #include "kernels/convert.h"
 #include "kernels/rope.h"
@@ -98,7 +100,9 @@ void RingAttention::rerun(Tensor qkv, Tensor atty, Tensor lse) {
     if (step + 1 < P) {
       sent = group_.send(block, (r + 1) % P);
       received = group_.recv(blocks[(step + 1) % 2].view(storage, {N, KV}), (r - 1 + P) % P);
+      bytes_sent_ += static_cast<int64_t>(block.bytes());
     }
+    const trace::ComputeScope span(str("ring attention forward, step ", step));
     for_each_pair((r - step + P) % P, [&](int64_t b, int64_t a, int64_t c, k::BlockMask mask) {
       const size_t which = static_cast<size_t>(b * local_chunks + a);
       const Tensor lse_rows = lse.reshape({lse.numel()}).slice_rows(which * NH * Tc_, NH * Tc_).reshape({1, NH, Tc_});
@@ -137,7 +141,9 @@ void RingAttention::backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty,
     if (step + 1 < P) {  // the keys and values travel while this step computes
       sent = group_.send(block, (r + 1) % P);
       received = group_.recv(blocks[(step + 1) % 2].view(storage, {N, KV}), (r - 1 + P) % P);
+      bytes_sent_ += static_cast<int64_t>(block.bytes());
     }
+    std::optional<trace::ComputeScope> span(std::in_place, str("ring attention backward, step ", step));
     for_each_pair((r - step + P) % P, [&](int64_t b, int64_t a, int64_t c, k::BlockMask mask) {
       const size_t which = static_cast<size_t>(b * local_chunks + a);
       const Tensor lse_rows = lse.reshape({lse.numel()}).slice_rows(which * NH * Tc_, NH * Tc_).reshape({1, NH, Tc_});
@@ -146,7 +152,9 @@ void RingAttention::backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty,
     });
     // The block's gradient goes on with it; after the last step, to the block's owner (the next
     // rank): the gradient that arrives is this rank's own, complete.
+    span.reset();
     if (P > 1) {
+      bytes_sent_ += static_cast<int64_t>(grad.bytes());
       const Tensor next = grads[(step + 1) % 2].view(acc, {N, KV});
       CollectiveHandle grad_sent = group_.send(grad, (r + 1) % P), grad_received = group_.recv(next, (r - 1 + P) % P);
       grad_sent.wait();

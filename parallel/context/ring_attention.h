@@ -12,7 +12,8 @@
 // values: each rank adds its queries' share into the block's gradient and passes both on; after
 // the last step one more hop brings every block's gradient home. The query gradients stay local.
 // Everything is accumulated in f32 (f64 for f64) and rounded once into the storage type, and
-// sums run in the ring's order, the same on every run.
+// sums run in the ring's order, the same on every run. Each step's compute is a span of the trace
+// (core/trace.h), so a trace shows how much of the ring's communication it hides.
 //
 // It is the block's attention core (model/attention_core.h): llama's rotary angles are those of
 // the rank's tokens' positions in the whole sequence. The lse it keeps is laid out per chunk —
@@ -37,6 +38,8 @@ class RingAttention final : public TrainingAttention {
   void forward(Tensor qkv, Tensor atty, Tensor lse) override;
   void rerun(Tensor qkv, Tensor atty, Tensor lse) override;
   void backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) override;
+  // The bytes this object has sent so far: the key/value blocks, and in backward their gradients.
+  int64_t bytes_sent() const { return bytes_sent_; }
 
  private:
   // Runs fn(b, query chunk a, block chunk c, mask) for every pair of this rank's query chunks and
@@ -49,6 +52,7 @@ class RingAttention final : public TrainingAttention {
   kernels::AttentionHeads heads_;
   int64_t B_, Tl_, Tc_;
   Buffer cos_, sin_;  // the rotary tables' rows of this rank's positions
+  int64_t bytes_sent_ = 0;
 };
 
 }  // namespace dt
