@@ -452,7 +452,8 @@ TEST(TrainCli, AZeroCheckpointWithoutOneRanksFileIsRefusedNamingIt) {
 
 // Multi-rank GPU code on one GPU: two ranks with CUDA buffers through the MPI backend (staged
 // in host memory) train the one-GPU model — as dp ranks at ZeRO 0 and 1, as tp ranks with
-// and without sequence parallelism, and as pipeline ranks under 1F1B and ZB-H1.
+// and without sequence parallelism, as pipeline ranks under 1F1B and ZB-H1, and as context-parallel
+// ranks (ring attention's blocks with CUDA buffers).
 TEST(TrainCli, OnTheGpuTwoRanksThroughMpiTrainLikeOne) {
   DT_SKIP_WITHOUT_CUDA();
   const TrainRun run;
@@ -464,7 +465,8 @@ TEST(TrainCli, OnTheGpuTwoRanksThroughMpiTrainLikeOne) {
                                      std::pair{"tp2", " parallel.tp=2"},
                                      std::pair{"tp2_sp", " parallel.tp=2 parallel.sp=true"},
                                      std::pair{"pp2_1f1b", " parallel.pp=2"},
-                                     std::pair{"pp2_zb_h1", " parallel.pp=2 parallel.pp_schedule=zb-h1"}}) {
+                                     std::pair{"pp2_zb_h1", " parallel.pp=2 parallel.pp_schedule=zb-h1"},
+                                     std::pair{"cp2", " parallel.cp=2"}}) {
     const auto two = run_dtrain(run.args(name, six + layout), testing::mpirun(2));
     ASSERT_EQ(two.status, 0) << two.output;
     const std::vector<double> got = run.losses(name);

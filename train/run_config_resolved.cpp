@@ -78,6 +78,9 @@ std::string derived_quantities(const RunConfig& config) {
   const double per_token = flops.model / static_cast<double>(tokens_per_step);
   const int64_t run_tokens = tokens_per_step * config.train.steps;
 
+  // Under context parallelism a rank runs its chunks of each (padded) sequence.
+  const int cp = config.dims().cp, chunks = config.parallel.cp_zigzag ? 2 * cp : cp;
+  const int local_T = cp == 1 ? T : (T + chunks - 1) / chunks * chunks / cp;
   std::optional<pipeline::Schedule> schedule;
   if (config.dims().pp > 1)
     schedule = pipeline::make_schedule(config.parallel.pp_schedule, config.dims().pp, config.accumulation_steps(),
@@ -99,8 +102,9 @@ std::string derived_quantities(const RunConfig& config) {
                                         " with ", recompute_name(config.train.recompute), " recomputation"))},
       {"FLOPs per step", scientific(flops.model)},
       {"memory", str(format_bytes(static_cast<double>(
-                         plan_memory(m, config.train.micro_batch_size, T, config.train.recompute,
-                                     config.train.precision, config.dims().dp, config.parallel.zero_stage,
+                         plan_memory(m, config.train.micro_batch_size, local_T, config.train.recompute,
+                                     config.train.precision, config.dims().dp * config.dims().cp,
+                                     config.parallel.zero_stage,
                                      config.dims().tp, config.parallel.sp, schedule ? &*schedule : nullptr)
                              .total())),
                      config.dims().world_size() > 1 ? " per rank (the largest share)" : "", " on the ",
