@@ -169,6 +169,38 @@ CollectiveHandle Communicator::recv(Tensor buffer, int peer) {
   return launch(std::move(c), [&] { return start_recv(buffer, peer); });
 }
 
+CollectiveHandle Communicator::exchange(Tensor send, int to, Tensor recv, int from) {
+  CollectiveInfo c = next(str("send to ", to, " and recv from ", from), send);
+  check_buffer(c, "send", send);
+  check_buffer(c, "recv", recv);
+  check_peer(c, "to", to);
+  check_peer(c, "from", from);
+  return launch(std::move(c), [&] { return start_exchange(send, to, recv, from); });
+}
+
+namespace {
+
+// Two works waited for together.
+class BothWork final : public Work {
+ public:
+  BothWork(std::unique_ptr<Work> a, std::unique_ptr<Work> b) : a_(std::move(a)), b_(std::move(b)) {}
+  void wait() override {
+    a_->wait();
+    b_->wait();
+  }
+  bool done() override { return a_->done() && b_->done(); }
+
+ private:
+  std::unique_ptr<Work> a_, b_;
+};
+
+}  // namespace
+
+std::unique_ptr<Work> Communicator::start_exchange(Tensor send, int to, Tensor recv, int from) {
+  std::unique_ptr<Work> sending = start_send(send, to);
+  return std::make_unique<BothWork>(std::move(sending), start_recv(recv, from));
+}
+
 CollectiveHandle Communicator::barrier(bool timed) {
   CollectiveInfo c = next(timed ? "barrier" : "barrier (untimed)", Tensor{});
   c.timed = timed;

@@ -103,6 +103,10 @@ class Communicator {
   CollectiveHandle all_to_all(Tensor out, Tensor in);
   CollectiveHandle send(Tensor buffer, int peer);
   CollectiveHandle recv(Tensor buffer, int peer);
+  // A send to `to` and a receive from `from` in flight together (one may be the other's peer):
+  // what a ring step needs. NCCL issues both in one group, so that two ranks sending to each
+  // other cannot both wait in their send.
+  CollectiveHandle exchange(Tensor send, int to, Tensor recv, int from);
   // `timed` = false exempts the barrier from the collective watchdog: for waiting out work only
   // some ranks do (rank 0's validation, samples, checkpoint writes), which may take longer than
   // any collective should.
@@ -133,6 +137,8 @@ class Communicator {
   virtual std::unique_ptr<Work> start_all_to_all(Tensor out, Tensor in) = 0;
   virtual std::unique_ptr<Work> start_send(Tensor buffer, int peer) = 0;
   virtual std::unique_ptr<Work> start_recv(Tensor buffer, int peer) = 0;
+  // By default a send and a receive started together, waited for together.
+  virtual std::unique_ptr<Work> start_exchange(Tensor send, int to, Tensor recv, int from);
   virtual std::unique_ptr<Work> start_barrier() = 0;
   virtual std::unique_ptr<Communicator> split_group(int color, int key, std::string name) = 0;
 

@@ -59,7 +59,7 @@ ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const Par
   g.tp = group({.dp = c.dp, .cp = c.cp, .tp = 0, .pp = c.pp}, c.tp, "tp");
   g.pp = group({.dp = c.dp, .cp = c.cp, .tp = c.tp, .pp = 0}, c.pp, "pp");
   // The ranks holding the same parameters: those that differ in dp or cp, ordered dp-major.
-  g.dp_cp = group({.dp = 0, .cp = 0, .tp = c.tp, .pp = c.pp}, c.dp * dims.cp + c.cp, "dp_cp");
+  if (dims.cp > 1) g.dp_cp_ = group({.dp = 0, .cp = 0, .tp = c.tp, .pp = c.pp}, c.dp * dims.cp + c.cp, "dp×cp");
   g.world = std::move(world);
   return g;
 }

@@ -45,8 +45,10 @@ struct ProcessGroups {
   ParallelDims::Coords coords;
   std::unique_ptr<Communicator> world, dp, cp, tp, pp;
   // dp × cp: the ranks that hold the same parameters and split the global batch's tokens (context
-  // parallelism joins data parallelism for the gradients' sum and ZeRO's shards).
-  std::unique_ptr<Communicator> dp_cp;
+  // parallelism joins data parallelism for the gradients' sum and ZeRO's shards); the dp group
+  // itself when cp is 1.
+  Communicator& dp_cp() const { return dp_cp_ ? *dp_cp_ : *dp; }
+  std::unique_ptr<Communicator> dp_cp_;  // made when cp > 1
 };
 
 // Splits `world` into the groups of `dims` (a collective: every rank calls it). Checks the world

@@ -134,7 +134,7 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     Transformer mine(config, kB, T_local, cell.recompute, cell.precision, Device::cpu,
                      DataParallel::storage(cell.dp * cell.cp, cell.zero), tensor_parallel ? &*tensor_parallel : nullptr,
                      stages, context ? &*context : nullptr);
-    DataParallel data_parallel(mine, *groups.dp_cp, /*bucket_mb=*/0.05, cell.zero, {},
+    DataParallel data_parallel(mine, groups.dp_cp(), /*bucket_mb=*/0.05, cell.zero, {},
                                schedule ? groups.pp.get() : nullptr);
     std::optional<pipeline::PipelineParallel> pipeline;
     if (schedule) pipeline.emplace(mine, *groups.pp, *schedule);
@@ -172,7 +172,7 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     std::optional<FlatTensors> gathered;
     const FlatTensors* parameters = &mine.params();
     if (data_parallel.shards_parameters()) {
-      if (groups.dp_cp->rank() == 0) gathered.emplace(mine.layout(), MemTag::workspace);
+      if (groups.dp_cp().rank() == 0) gathered.emplace(mine.layout(), MemTag::workspace);
       data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
       parameters = gathered ? &*gathered : nullptr;
     }

@@ -159,7 +159,7 @@ TrainSummary run_training(const RunConfig& config) {
                     schedule ? pipeline::PipelineParallel::rank_stages(mc, *schedule, groups.coords.pp, T)
                              : RankStages{},
                     context ? &*context : nullptr);
-  DataParallel data_parallel(model, *groups.dp_cp, config.parallel.bucket_mb, zero_stage, config.adamw,
+  DataParallel data_parallel(model, groups.dp_cp(), config.parallel.bucket_mb, zero_stage, config.adamw,
                              schedule ? groups.pp.get() : nullptr);
   std::optional<pipeline::PipelineParallel> pipeline;
   if (schedule) pipeline.emplace(model, *groups.pp, *schedule);
@@ -275,7 +275,7 @@ TrainSummary run_training(const RunConfig& config) {
     if (!tokenizer || (!lead && !sharded_parameters && tp == 1 && pp == 1)) return;
     // This tp rank's f32 parameters whole: the model's, or gathered over dp × cp on its rank 0,
     // which alone goes on.
-    const bool shard_lead = groups.dp_cp->rank() == 0;
+    const bool shard_lead = groups.dp_cp().rank() == 0;
     std::optional<FlatTensors> gathered;
     if (sharded_parameters) {
       if (shard_lead) gathered.emplace(model.layout(), MemTag::workspace, Device::cpu);

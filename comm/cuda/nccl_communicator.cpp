@@ -189,6 +189,14 @@ class NcclCommunicator final : public Communicator {
       DT_NCCL_CHECK(ncclRecv(buffer.data, nccl_count(buffer), nccl_type(buffer.dtype), peer, comm_, s), comm_);
     });
   }
+  std::unique_ptr<Work> start_exchange(Tensor send, int to, Tensor recv, int from) override {
+    return issue([&](cudaStream_t s) {
+      DT_NCCL_CHECK(ncclGroupStart(), comm_);
+      DT_NCCL_CHECK(ncclSend(send.data, nccl_count(send), nccl_type(send.dtype), to, comm_, s), comm_);
+      DT_NCCL_CHECK(ncclRecv(recv.data, nccl_count(recv), nccl_type(recv.dtype), from, comm_, s), comm_);
+      DT_NCCL_CHECK(ncclGroupEnd(), comm_);
+    });
+  }
   std::unique_ptr<Work> start_barrier() override {
     if (!barrier_word_.data()) barrier_word_ = Buffer(sizeof(float), MemTag::communication, Device::cuda, true);
     return issue([&](cudaStream_t s) {

@@ -8,7 +8,7 @@
 // The rest of the run treats the cp ranks like data-parallel ones: each holds a part of every
 // sequence's tokens and targets, so the global batch's target count, the loss and the
 // replicated parameters' gradients are summed over dp × cp (the DataParallel's group is
-// ProcessGroups::dp_cp), and ZeRO shards over dp × cp.
+// ProcessGroups::dp_cp()), and ZeRO shards over dp × cp.
 #pragma once
 
 #include "comm/communicator.h"

@@ -96,10 +96,9 @@ void RingAttention::rerun(Tensor qkv, Tensor atty, Tensor lse) {
   for (int step = 0; step < P; ++step) {
     const Tensor block = blocks[step % 2].view(storage, {N, KV});
     // The next block travels while this one is computed.
-    CollectiveHandle sent, received;
+    CollectiveHandle passed;
     if (step + 1 < P) {
-      sent = group_.send(block, (r + 1) % P);
-      received = group_.recv(blocks[(step + 1) % 2].view(storage, {N, KV}), (r - 1 + P) % P);
+      passed = group_.exchange(block, (r + 1) % P, blocks[(step + 1) % 2].view(storage, {N, KV}), (r - 1 + P) % P);
       bytes_sent_ += static_cast<int64_t>(block.bytes());
     }
     const trace::ComputeScope span(str("ring attention forward, step ", step));
@@ -110,10 +109,7 @@ void RingAttention::rerun(Tensor qkv, Tensor atty, Tensor lse) {
                                  !started[which]);
       started[which] = true;
     });
-    if (step + 1 < P) {
-      sent.wait();
-      received.wait();
-    }
+    if (step + 1 < P) passed.wait();
   }
   if (storage != acc) k::convert(atty, out);
 }
@@ -137,10 +133,9 @@ void RingAttention::backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty,
   };
   for (int step = 0; step < P; ++step) {
     const Tensor block = blocks[step % 2].view(storage, {N, KV}), grad = grads[step % 2].view(acc, {N, KV});
-    CollectiveHandle sent, received;
+    CollectiveHandle passed;
     if (step + 1 < P) {  // the keys and values travel while this step computes
-      sent = group_.send(block, (r + 1) % P);
-      received = group_.recv(blocks[(step + 1) % 2].view(storage, {N, KV}), (r - 1 + P) % P);
+      passed = group_.exchange(block, (r + 1) % P, blocks[(step + 1) % 2].view(storage, {N, KV}), (r - 1 + P) % P);
       bytes_sent_ += static_cast<int64_t>(block.bytes());
     }
     std::optional<trace::ComputeScope> span(std::in_place, str("ring attention backward, step ", step));
@@ -155,15 +150,9 @@ void RingAttention::backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty,
     span.reset();
     if (P > 1) {
       bytes_sent_ += static_cast<int64_t>(grad.bytes());
-      const Tensor next = grads[(step + 1) % 2].view(acc, {N, KV});
-      CollectiveHandle grad_sent = group_.send(grad, (r + 1) % P), grad_received = group_.recv(next, (r - 1 + P) % P);
-      grad_sent.wait();
-      grad_received.wait();
+      group_.exchange(grad, (r + 1) % P, grads[(step + 1) % 2].view(acc, {N, KV}), (r - 1 + P) % P).wait();
     }
-    if (step + 1 < P) {
-      sent.wait();
-      received.wait();
-    }
+    if (step + 1 < P) passed.wait();
   }
   // The gradients into dqkv's columns, in the storage type: q, then this rank's keys and values.
   const Tensor own = grads[P == 1 ? 0 : P % 2].view(acc, {N, KV});
