@@ -6,6 +6,7 @@
 #include <memory>
 #include <numeric>
 
+#include "bench/rank_figures.h"
 #include "comm/world.h"
 #include "core/trace.h"
 #include "model/rope_tables.h"
@@ -17,26 +18,11 @@ namespace dt {
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // A buffer of n f32 values drawn from N(0, 1).
 Buffer random_buffer(int64_t n, uint64_t seed) {
   Buffer b(static_cast<size_t>(n) * sizeof(float), MemTag::workspace);
   fill_normal(static_cast<float*>(b.data()), n, 0, ElementRng(seed, "bench cp"), 0.0f, 1.0f);
   return b;
-}
-
-// Every rank's value, in rank order.
-std::vector<double> gathered(Communicator& world, double value) {
-  const int R = world.size();
-  Buffer b(static_cast<size_t>(R) * sizeof(double), MemTag::workspace);
-  const Tensor all = b.view(DType::f64, {R});
-  all.ptr<double>()[world.rank()] = value;
-  world.all_gather(all, all.slice_rows(world.rank(), 1)).wait();
-  return {all.ptr<double>(), all.ptr<double>() + R};
 }
 
 }  // namespace
@@ -88,12 +74,12 @@ void run_context_bench(const ContextBenchOptions& o) {
       sent = ring.bytes_sent() - before;
     }
     trace::enable(false);
-    const std::vector<double> ms = gathered(*world, median(compute)), shares = gathered(*world, median(hidden));
+    const std::vector<double> ms = gathered_from_ranks(*world, median(compute)), shares = gathered_from_ranks(*world, median(hidden));
     // The ring's count: (cp − 1) blocks of B·T/cp rows of the key/value heads forward and again
     // backward, and cp of their f32 gradients.
     const double block = static_cast<double>(N * (W - A)) * sizeof(float);
     const double expected = cp > 1 ? (2.0 * (cp - 1) + cp) * block : 0;
-    const std::vector<double> bytes = gathered(*world, static_cast<double>(sent));
+    const std::vector<double> bytes = gathered_from_ranks(*world, static_cast<double>(sent));
     for (int r = 0; r < cp; ++r)
       if (bytes[static_cast<size_t>(r)] != expected)
         throw Error(str("bench cp: rank ", r, " sent ", bytes[static_cast<size_t>(r)], " bytes in a forward and "

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "bench/rank_figures.h"
 #include "comm/world.h"
 #include "core/allocator.h"
 #include "core/rng.h"
@@ -15,26 +16,7 @@
 
 namespace dt {
 
-namespace {
-
 using namespace pipeline;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Every rank's value, in rank order.
-std::vector<double> gathered(Communicator& world, double value) {
-  const int R = world.size();
-  Buffer b(static_cast<size_t>(R) * sizeof(double), MemTag::workspace);
-  const Tensor all = b.view(DType::f64, {R});
-  all.ptr<double>()[world.rank()] = value;
-  world.all_gather(all, all.slice_rows(world.rank(), 1)).wait();
-  return {all.ptr<double>(), all.ptr<double>() + R};
-}
-
-}  // namespace
 
 void run_pipeline_bench(const PipelineBenchOptions& o) {
   const std::unique_ptr<Communicator> world = make_world(Device::cpu, "mpi", nullptr, "pp");
@@ -100,12 +82,12 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
       if (repeat > 0) bubbles.push_back((elapsed - busy) / busy);
       last = me.busy();
     }
-    const std::vector<double> per_rank = gathered(*world, median(bubbles));
+    const std::vector<double> per_rank = gathered_from_ranks(*world, median(bubbles));
     const double activations =
         static_cast<double>(memory_stats(Device::cpu).current_bytes[static_cast<int>(MemTag::activations)] -
                             activations_before) /
         (1024.0 * 1024.0);
-    const std::vector<double> memory = gathered(*world, activations);
+    const std::vector<double> memory = gathered_from_ranks(*world, activations);
     const auto ms = [&](Op op) {
       const auto it = last.find(op);
       return it == last.end() || it->second.actions == 0 ? 0.0 : 1e3 * it->second.seconds / it->second.actions;
@@ -113,9 +95,9 @@ void run_pipeline_bench(const PipelineBenchOptions& o) {
     // The schedule replayed with every rank's measured pass times, transfers free: the bubble
     // the passes leave, apart from what the transfers and the machine add.
     std::vector<PassTimes> times(static_cast<size_t>(p));
-    const std::vector<double> forward = gathered(*world, ms(Op::forward)), backward = gathered(*world, ms(Op::backward)),
-                              input = gathered(*world, ms(Op::backward_input)),
-                              weight = gathered(*world, ms(Op::backward_weight));
+    const std::vector<double> forward = gathered_from_ranks(*world, ms(Op::forward)), backward = gathered_from_ranks(*world, ms(Op::backward)),
+                              input = gathered_from_ranks(*world, ms(Op::backward_input)),
+                              weight = gathered_from_ranks(*world, ms(Op::backward_weight));
     for (size_t r = 0; r < times.size(); ++r) times[r] = {forward[r], backward[r], input[r], weight[r]};
     const double replayed = check_schedule(schedule, times).bubble();
     if (lead) {

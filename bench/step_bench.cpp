@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/gpu_peaks.h"
+#include "bench/rank_figures.h"
 #include "core/allocator.h"
 #include "core/buffer.h"
 #include "core/device.h"
@@ -25,11 +26,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 }  // namespace
