@@ -1,5 +1,6 @@
 #include "parallel/context/ring_attention.h"
 
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -66,33 +67,52 @@ void RingAttention::for_each_pair(int owner, Fn&& fn) const {
       }
 }
 
+Tensor RingAttention::rows(const Tensor& t, int64_t b, int64_t chunk) const {
+  return t.slice_rows(b * Tl_ + chunk * Tc_, Tc_).reshape({1, Tc_, t.dim(1)});
+}
+
+Tensor RingAttention::lse_rows(const Tensor& lse, int64_t b, int64_t chunk) const {
+  const int64_t NH = heads_.n_head, local_chunks = static_cast<int64_t>(layout_.own_chunks().size());
+  return lse.reshape({lse.numel()}).slice_rows((b * local_chunks + chunk) * NH * Tc_, NH * Tc_).reshape({1, NH, Tc_});
+}
+
+std::array<Buffer, 2> RingAttention::key_value_blocks(const Tensor& qkv, int64_t A) const {
+  const int64_t N = B_ * Tl_, KV = qkv.dim(1) - A;
+  std::array<Buffer, 2> blocks = {Buffer(bytes_of(qkv.dtype, N * KV), MemTag::activations, qkv.device, false),
+                                  Buffer(bytes_of(qkv.dtype, N * KV), MemTag::activations, qkv.device, false)};
+  copy_columns(blocks[0].view(qkv.dtype, {N, KV}), 0, qkv, A, KV);
+  return blocks;
+}
+
+void RingAttention::rotate(Tensor qkv, bool backward) const {
+  if (cos_.data() == nullptr) return;
+  const int64_t half = cos_.bytes() / dtype_size(DType::f32) / Tl_;
+  const Tensor q = qkv.reshape({B_, Tl_, qkv.dim(1)}), cos = cos_.view(DType::f32, {Tl_, half}),
+               sin = sin_.view(DType::f32, {Tl_, half});
+  if (backward)
+    k::rope_backward(q, cos, sin, heads_.n_head, heads_.n_kv_head);
+  else
+    k::rope_forward(q, cos, sin, heads_.n_head, heads_.n_kv_head);
+}
+
 void RingAttention::forward(Tensor qkv, Tensor atty, Tensor lse) {
-  if (cos_.data() != nullptr) {
-    const int64_t half = cos_.bytes() / dtype_size(DType::f32) / Tl_;
-    k::rope_forward(qkv.reshape({B_, Tl_, qkv.dim(1)}), cos_.view(DType::f32, {Tl_, half}),
-                    sin_.view(DType::f32, {Tl_, half}), heads_.n_head, heads_.n_kv_head);
-  }
+  rotate(qkv, /*backward=*/false);
   rerun(qkv, atty, lse);
 }
 
 void RingAttention::rerun(Tensor qkv, Tensor atty, Tensor lse) {
-  const int64_t N = B_ * Tl_, W = qkv.dim(1), A = atty.dim(1), KV = W - A, NH = heads_.n_head;
+  const int64_t N = B_ * Tl_, W = qkv.dim(1), A = atty.dim(1), KV = W - A;
   const int64_t local_chunks = static_cast<int64_t>(layout_.own_chunks().size());
   const DType storage = qkv.dtype, acc = storage == DType::f64 ? DType::f64 : DType::f32;
-  const Device device = qkv.device;
   const int P = group_.size(), r = group_.rank();
   // The block in hand and the one arriving, each (N, KV): this rank's keys and values first.
-  Buffer blocks[2] = {Buffer(bytes_of(storage, N * KV), MemTag::activations, device, false),
-                      Buffer(bytes_of(storage, N * KV), MemTag::activations, device, false)};
-  copy_columns(blocks[0].view(storage, {N, KV}), 0, qkv, A, KV);
+  const std::array<Buffer, 2> blocks = key_value_blocks(qkv, A);
   // The output accumulates in f32: atty itself when it is f32.
   Buffer out_acc;
-  const Tensor out = storage == acc ? atty : (out_acc = Buffer(bytes_of(acc, N * A), MemTag::workspace, device, false))
-                                                 .view(acc, {N, A});
+  const Tensor out =
+      storage == acc ? atty
+                     : (out_acc = Buffer(bytes_of(acc, N * A), MemTag::workspace, qkv.device, false)).view(acc, {N, A});
   std::vector<bool> started(static_cast<size_t>(B_ * local_chunks), false);
-  const auto rows = [&](const Tensor& t, int64_t b, int64_t chunk) {
-    return t.slice_rows(b * Tl_ + chunk * Tc_, Tc_).reshape({1, Tc_, t.dim(1)});
-  };
   for (int step = 0; step < P; ++step) {
     const Tensor block = blocks[step % 2].view(storage, {N, KV});
     // The next block travels while this one is computed.
@@ -104,8 +124,7 @@ void RingAttention::rerun(Tensor qkv, Tensor atty, Tensor lse) {
     const trace::ComputeScope span(str("ring attention forward, step ", step));
     for_each_pair((r - step + P) % P, [&](int64_t b, int64_t a, int64_t c, k::BlockMask mask) {
       const size_t which = static_cast<size_t>(b * local_chunks + a);
-      const Tensor lse_rows = lse.reshape({lse.numel()}).slice_rows(which * NH * Tc_, NH * Tc_).reshape({1, NH, Tc_});
-      k::attention_block_forward(rows(out, b, a), lse_rows, rows(qkv, b, a), rows(block, b, c), heads_, mask,
+      k::attention_block_forward(rows(out, b, a), lse_rows(lse, b, a), rows(qkv, b, a), rows(block, b, c), heads_, mask,
                                  !started[which]);
       started[which] = true;
     });
@@ -115,22 +134,16 @@ void RingAttention::rerun(Tensor qkv, Tensor atty, Tensor lse) {
 }
 
 void RingAttention::backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) {
-  const int64_t N = B_ * Tl_, W = qkv.dim(1), A = atty.dim(1), KV = W - A, NH = heads_.n_head;
-  const int64_t local_chunks = static_cast<int64_t>(layout_.own_chunks().size());
+  const int64_t N = B_ * Tl_, W = qkv.dim(1), A = atty.dim(1), KV = W - A;
   const DType storage = qkv.dtype, acc = storage == DType::f64 ? DType::f64 : DType::f32;
   const Device device = qkv.device;
   const int P = group_.size(), r = group_.rank();
   // Each block travels with its keys' and values' gradient (f32), which every rank adds to.
-  Buffer blocks[2] = {Buffer(bytes_of(storage, N * KV), MemTag::activations, device, false),
-                      Buffer(bytes_of(storage, N * KV), MemTag::activations, device, false)};
-  Buffer grads[2] = {Buffer(bytes_of(acc, N * KV), MemTag::activations, device, true),
-                     Buffer(bytes_of(acc, N * KV), MemTag::activations, device, false)};
-  copy_columns(blocks[0].view(storage, {N, KV}), 0, qkv, A, KV);
+  const std::array<Buffer, 2> blocks = key_value_blocks(qkv, A);
+  const Buffer grads[2] = {Buffer(bytes_of(acc, N * KV), MemTag::activations, device, true),
+                           Buffer(bytes_of(acc, N * KV), MemTag::activations, device, false)};
   const Buffer dq_acc(bytes_of(acc, N * A), MemTag::workspace, device, true);
   const Tensor dq = dq_acc.view(acc, {N, A});
-  const auto rows = [&](const Tensor& t, int64_t b, int64_t chunk) {
-    return t.slice_rows(b * Tl_ + chunk * Tc_, Tc_).reshape({1, Tc_, t.dim(1)});
-  };
   for (int step = 0; step < P; ++step) {
     const Tensor block = blocks[step % 2].view(storage, {N, KV}), grad = grads[step % 2].view(acc, {N, KV});
     CollectiveHandle passed;
@@ -140,10 +153,8 @@ void RingAttention::backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty,
     }
     std::optional<trace::ComputeScope> span(std::in_place, str("ring attention backward, step ", step));
     for_each_pair((r - step + P) % P, [&](int64_t b, int64_t a, int64_t c, k::BlockMask mask) {
-      const size_t which = static_cast<size_t>(b * local_chunks + a);
-      const Tensor lse_rows = lse.reshape({lse.numel()}).slice_rows(which * NH * Tc_, NH * Tc_).reshape({1, NH, Tc_});
       k::attention_block_backward(rows(dq, b, a), rows(grad, b, c), rows(datty, b, a), rows(qkv, b, a),
-                                  rows(block, b, c), rows(atty, b, a), lse_rows, heads_, mask);
+                                  rows(block, b, c), rows(atty, b, a), lse_rows(lse, b, a), heads_, mask);
     });
     // The block's gradient goes on with it; after the last step, to the block's owner (the next
     // rank): the gradient that arrives is this rank's own, complete.
@@ -168,11 +179,7 @@ void RingAttention::backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty,
     copy_columns(dqkv, 0, q16, 0, A);
     copy_columns(dqkv, A, kv16, 0, KV);
   }
-  if (cos_.data() != nullptr) {
-    const int64_t half = cos_.bytes() / dtype_size(DType::f32) / Tl_;
-    k::rope_backward(dqkv.reshape({B_, Tl_, W}), cos_.view(DType::f32, {Tl_, half}),
-                     sin_.view(DType::f32, {Tl_, half}), heads_.n_head, heads_.n_kv_head);
-  }
+  rotate(dqkv, /*backward=*/true);
 }
 
 }  // namespace dt

@@ -20,6 +20,7 @@
 // (B, local chunks, NH, chunk length) — for its own backward.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "comm/communicator.h"
@@ -46,6 +47,15 @@ class RingAttention final : public TrainingAttention {
   // the chunks of rank `owner`'s block that they attend to (local indices).
   template <typename Fn>
   void for_each_pair(int owner, Fn&& fn) const;
+  // Sequence b's rows of local chunk `chunk` of t (B·local tokens, width), as (1, chunk, width).
+  Tensor rows(const Tensor& t, int64_t b, int64_t chunk) const;
+  // The lse kept for sequence b's local chunk `chunk`, as (1, NH, chunk length).
+  Tensor lse_rows(const Tensor& lse, int64_t b, int64_t chunk) const;
+  // The block in hand and the one arriving: this rank's keys and values (qkv's columns from A on)
+  // in the first.
+  std::array<Buffer, 2> key_value_blocks(const Tensor& qkv, int64_t A) const;
+  // llama's rotation of q and k at this rank's positions, or its backward; nothing for gpt2.
+  void rotate(Tensor qkv, bool backward) const;
 
   Communicator& group_;
   ContextLayout layout_;
