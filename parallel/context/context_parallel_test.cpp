@@ -1,7 +1,7 @@
 // Context parallelism against one rank: ctest runs each cell under mpirun as MpiCpCell.npN.<cell>
 // (CMakeLists.txt), the world split into dp × cp × tp (tests/layout_cell.h): cp 2, 3 and 4, with
 // zig-zag and plain chunks, for gpt2 (learned positions) and llama (rotary angles), then with
-// dp 2 at ZeRO 1, with recomputation and in bf16; the cp 2 cells also run on 4 ranks, with tp 2.
+// dp 2 at ZeRO 1, ZeRO 2 and 3 over the cp ranks, with recomputation and in bf16; the cp 2 cells also run on 4 ranks, with tp 2.
 // Sequences of 48 tokens. Run without mpirun, the cells skip.
 #include "parallel/context/context_parallel.h"
 
@@ -30,6 +30,9 @@ std::vector<LayoutCell> cells() {
     for (const int cp : {2, 3, 4})
       for (const bool zigzag : {true, false}) out.push_back({.family = family, .cp = cp, .zigzag = zigzag});
     out.push_back({.family = family, .dp = 2, .zero = 1, .cp = 2});  // dp 2 × cp 2
+    // ZeRO 2 and 3 shard over the cp ranks alone: they join dp.
+    out.push_back({.family = family, .zero = 2, .cp = 2});
+    out.push_back({.family = family, .zero = 3, .cp = 2});
     out.push_back({.family = family, .recompute = Recompute::selective, .cp = 2});
     out.push_back({.family = family, .recompute = Recompute::full, .cp = 2});
     out.push_back({.family = family, .precision = DType::bf16, .cp = 2});
