@@ -149,7 +149,11 @@ CommBenchResult run_comm_bench(Communicator& world, const CommBenchOptions& opti
   DT_CHECK(options.factor >= 2 && options.min_bytes >= 1 && options.min_bytes <= options.max_bytes,
            "bench comm: sizes from ", options.min_bytes, " to ", options.max_bytes, " by a factor of ", options.factor);
   const int rank = world.rank(), ranks = world.size();
-  const bool lead = rank == 0, raw = options.raw_mpi && launched_by_mpi();
+  // The raw MPI peer is timed only beside the MPI backend: beside NCCL it would time host copies
+  // of every size as many times as NCCL's calls (seconds per row on one GPU), and compare
+  // nothing like for like.
+  const bool over_mpi = world.backend().rfind("MPI", 0) == 0;
+  const bool lead = rank == 0, raw = options.raw_mpi && launched_by_mpi() && over_mpi;
   if (lead) {
     std::printf("# dtrain bench comm: %d rank%s over %s, f32 on %s; time is the mean of a run of calls, on the "
                 "slowest rank\n",
@@ -163,13 +167,18 @@ CommBenchResult run_comm_bench(Communicator& world, const CommBenchOptions& opti
     for (size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= static_cast<size_t>(options.factor)) {
       const Case x(kind, bytes, rank, ranks, world.device());
       start(world, kind, x).wait();  // warm-up, and the calls' count from its time
+      // On a GPU, wait() only orders the compute stream after the collective (NCCL): the clock is
+      // read after the device has finished, or it times the launch alone.
+      synchronize(world.device());
       auto t0 = std::chrono::steady_clock::now();
       start(world, kind, x).wait();
+      synchronize(world.device());
       const double probe = all_reduce_value(world, seconds_since(t0), ReduceOp::max);
       const int calls = static_cast<int>(std::clamp(options.seconds_per_size / std::max(probe, 1e-9), 3.0, 1000.0));
       world.barrier().wait();
       t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < calls; ++i) start(world, kind, x).wait();
+      synchronize(world.device());
       CommBenchRow row{.kind = kind, .bytes = x.bytes};
       row.seconds = all_reduce_value(world, seconds_since(t0) / calls, ReduceOp::max);
       row.algbw = static_cast<double>(x.bytes) / row.seconds;
@@ -189,28 +198,30 @@ CommBenchResult run_comm_bench(Communicator& world, const CommBenchOptions& opti
       if (bytes > options.max_bytes / static_cast<size_t>(options.factor)) break;  // no overflow past max
     }
     const std::vector<CommBenchRow> rows(result.rows.begin() + static_cast<std::ptrdiff_t>(first_row), result.rows.end());
-    const CommBenchFit f = fit(kind, rows, ranks);
-    result.fits.push_back(f);
+    // One rank moves no bytes between ranks (a bus factor of 0): there is no line to fit.
+    const bool fitted = ranks > 1;
+    const CommBenchFit f = fitted ? fit(kind, rows, ranks) : CommBenchFit{.kind = kind};
+    if (fitted) result.fits.push_back(f);
     for (size_t i = first_row; i < result.rows.size(); ++i) {
       CommBenchRow& r = result.rows[i];
-      r.model_seconds = ring_steps(kind, ranks) * f.alpha_s +
+      r.model_seconds = !fitted ? 0 : ring_steps(kind, ranks) * f.alpha_s +
                         (f.bandwidth > 0 ? bus_factor(kind, ranks) * static_cast<double>(r.bytes) / f.bandwidth : 0);
       if (!lead) continue;
-      char mpi[32] = "-", ratio[32] = "-", blocking[32] = "-";
+      char mpi[32] = "-", ratio[32] = "-", blocking[32] = "-", model[32] = "-";
+      if (fitted) std::snprintf(model, sizeof model, "%.1f", r.model_seconds * 1e6);
       if (r.mpi_seconds > 0) {
         std::snprintf(mpi, sizeof mpi, "%.1f", r.mpi_seconds * 1e6);
         std::snprintf(ratio, sizeof ratio, "%.3f", r.seconds / r.mpi_seconds);
         std::snprintf(blocking, sizeof blocking, "%.1f", r.mpi_blocking_seconds * 1e6);
       }
-      std::printf("%-15s %10s %12.1f %10.3f %10.3f %7lld %12s %9s %14s %12.1f\n",
+      std::printf("%-15s %10s %12.1f %10.3f %10.3f %7lld %12s %9s %14s %12s\n",
                   std::string(collective_kind_name(kind)).c_str(), human_bytes(r.bytes).c_str(), r.seconds * 1e6,
-                  r.algbw / 1e9, r.busbw / 1e9, static_cast<long long>(r.wrong), mpi, ratio, blocking,
-                  r.model_seconds * 1e6);
+                  r.algbw / 1e9, r.busbw / 1e9, static_cast<long long>(r.wrong), mpi, ratio, blocking, model);
     }
     if (lead) std::fflush(stdout);
   }
   if (lead) {
-    std::printf("# ring fits (t = steps * alpha + factor * bytes / B):");
+    std::printf("# ring fits (t = steps * alpha + factor * bytes / B):%s", ranks == 1 ? " none at one rank" : "");
     for (const CommBenchFit& f : result.fits)
       std::printf(" %s alpha %.2f us B %.2f GB/s;", std::string(collective_kind_name(f.kind)).c_str(), f.alpha_s * 1e6,
                   f.bandwidth / 1e9);

@@ -65,9 +65,21 @@ TEST(BenchComm, OneProcessNeedsNoLauncherAndBadSizesAreNamed) {
   const auto alone = run_dtrain("bench comm --ops all_reduce --max-bytes 1K --factor 4 --seconds 0.01");
   ASSERT_EQ(alone.status, 0) << alone.output;
   EXPECT_NE(alone.output.find("1 rank over single process"), std::string::npos) << alone.output;
+  // One rank moves nothing between ranks: no model is fitted, and none printed as NaN.
+  EXPECT_NE(alone.output.find("# ring fits (t = steps * alpha + factor * bytes / B): none at one rank"),
+            std::string::npos)
+      << alone.output;
+  EXPECT_EQ(alone.output.find("nan"), std::string::npos) << alone.output;
   const auto bad = run_dtrain("bench comm --max-bytes 12Q");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.output.find("--max-bytes 12Q: give a size in bytes"), std::string::npos) << bad.output;
+  const auto nccl_on_cpu = run_dtrain("bench comm --backend nccl");
+  EXPECT_NE(nccl_on_cpu.status, 0);
+  EXPECT_NE(nccl_on_cpu.output.find("--backend nccl needs --device cuda"), std::string::npos) << nccl_on_cpu.output;
+  const auto backend = run_dtrain("bench comm --backend gloo");
+  EXPECT_NE(backend.output.find("unknown communication backend 'gloo'; valid backends are auto, mpi, nccl"),
+            std::string::npos)
+      << backend.output;
   const auto op = run_dtrain("bench comm --ops all_reduse");
   EXPECT_NE(op.output.find("unknown collective 'all_reduse'"), std::string::npos) << op.output;
 }

@@ -39,6 +39,8 @@ int command_bench_comm(int argc, char** argv, int first) {
       .flag("factor", "2", "each size is this many times the last")
       .flag("seconds", "0.2", "time spent per size (sets the number of calls, 3 to 1000)")
       .flag("device", "cpu", "where the buffers live: cpu, or cuda (staged through host memory by the MPI backend)")
+      .flag("backend", "mpi", "mpi, or nccl (a GPU per rank; --device cuda), under mpirun; one process alone times the "
+                              "single-process backend")
       .flag("timeout", "600", "seconds a collective may wait before the watchdog ends the job");
   if (!args.parse(argc, argv, first)) return 0;
   CommBenchOptions options;
@@ -53,8 +55,12 @@ int command_bench_comm(int argc, char** argv, int first) {
   const Device device = device_from_name(args.get("device"));
   require_device(device);
   set_collective_timeout(args.get_double("timeout"));
-  const std::unique_ptr<Communicator> world =
-      make_world(device);
+  const std::string backend = args.get("backend");
+  if (backend == "nccl" && device != Device::cuda)
+    throw Error("bench comm: --backend nccl needs --device cuda (NCCL moves GPU buffers)");
+  // NCCL's unique id travels over a host world made first.
+  const std::unique_ptr<Communicator> control = make_world(Device::cpu, "mpi", nullptr, "control");
+  const std::unique_ptr<Communicator> world = make_world(device, backend, control.get());
   const CommBenchResult result = run_comm_bench(*world, options);
   // Rank 0's table is out before any rank can end the job with an error. A rank fails on its own
   // count too: the sum over ranks is only as right as the all_reduce that forms it.

@@ -13,9 +13,10 @@
 // Storage (kernels/README.md): inp, out, weight, bias, dinp and dout are all f32, f64, bf16 or
 // f16, one dtype per call; dweight and dbias are f32 (f64 when the rest is f64). With 16-bit
 // storage the products accumulate in fp32 and each 16-bit output is rounded to nearest even
-// once: out = round(inp @ weight^T + bias), the bias added in fp32 before the rounding (as a
-// cuBLASLt bias epilogue does); dinp = round(dout @ weight); dweight and dbias accumulate the
-// fp32 products and column sums of the exactly loaded 16-bit values.
+// once: out = round(inp @ weight^T + bias), the bias added in fp32 before the rounding on the
+// CPU; on a GPU cuBLASLt's epilogue may round the product before adding the bias, a second
+// rounding (kernels/cuda/linear.cu); dinp = round(dout @ weight); dweight and dbias accumulate
+// the fp32 products and column sums of the exactly loaded 16-bit values.
 #pragma once
 
 #include "core/tensor.h"
