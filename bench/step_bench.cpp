@@ -13,6 +13,7 @@
 #include "core/buffer.h"
 #include "core/device.h"
 #include "core/rng.h"
+#include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "model/transformer.h"
 #include "plan/memory.h"
@@ -96,6 +97,15 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   std::printf("# batch %d x seq %d = %.0f tokens/step, %s, recompute %s, %d threads, %d warm-up + %d timed steps\n",
               o.batch_size, o.seq_len, tokens, std::string(dtype_name(o.precision)).c_str(),
               std::string(recompute_name(o.recompute)).c_str(), omp_get_max_threads(), o.warmup, o.steps);
+#ifdef DTRAIN_WITH_CUDA
+  if (o.device == Device::cuda) {
+    // Which attention kernels this shape runs on (cuDNN's, or ours and why): the largest share of
+    // a step's time at long sequences.
+    const Tensor qkv{.dtype = o.precision, .shape = {o.batch_size, o.seq_len, o.model.qkv_width()}, .device = Device::cuda};
+    std::printf("# attention: %s\n",
+                kernels::cuda::attention_kernels(qkv, {o.model.n_head, o.model.kv_heads()}).c_str());
+  }
+#endif
   std::printf("# GEMM peak (%s 2048^3 through linear_forward on %s): %.1f GFLOP/s; %.3f GFLOP per step\n",
               std::string(dtype_name(o.precision)).c_str(), std::string(device_name(o.device)).c_str(), peak,
               flops / 1e9);

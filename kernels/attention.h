@@ -24,6 +24,8 @@
 // dqkv are rounded once when stored. The row sums of the softmax use the f32 P.
 #pragma once
 
+#include <string>
+
 #include "core/tensor.h"
 
 namespace dt::kernels {
@@ -56,8 +58,16 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
 }  // namespace cpu
 
 namespace cuda {
+// cuDNN's fused attention where it takes the call (kernels/cuda/cudnn_attention.h), else ours.
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads);
 void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads);
+// Our SIMT flash-attention kernels alone (kernels/cuda/attention.cu): every dtype, head size and
+// head grouping, and the reference cuDNN's kernels are tested against.
+void simt_attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads);
+void simt_attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads);
+// Which kernels take a forward and backward of this shape, dtype and heads: "cuDNN <version>
+// fused flash attention", or "dtrain's SIMT flash attention (cuDNN: <why not>)".
+std::string attention_kernels(const Tensor& qkv, AttentionHeads heads);
 }  // namespace cuda
 
 }  // namespace dt::kernels

@@ -8,6 +8,8 @@
 # Safe to run any number of times: each step skips what is present.
 set -euo pipefail
 
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 tests=false
 case "${1:-}" in
   "") ;;
@@ -25,6 +27,13 @@ packages=(
   libtomlplusplus-dev                             # the run configuration's TOML
   bible-kjv                                       # the quickstart's corpus: the King James Bible
 )
+# The CUDA backend is built wherever nvcc is (CMakeLists.txt); its attention runs through the
+# cuDNN frontend's headers, fetched below with pip.
+cuda=false
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  cuda=true
+  packages+=(python3-pip)                         # fetches the cuDNN frontend's headers (below)
+fi
 if $tests; then
   packages+=(
     libgtest-dev                                  # unit tests (GoogleTest, built from source by CMake)
@@ -43,10 +52,26 @@ if [ ${#missing[@]} -eq 0 ]; then
 else
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The cuDNN frontend (header-only C++ over cuDNN's graph API, MIT licence), pinned, into
+# /usr/local/include/cudnn-frontend-VERSION/include where CMakeLists.txt looks for it (the
+# headers include each other as ../include/NAME, so the folder keeps its name). PyPI ships it
+# inside a Python wheel; only its include/ folder is kept (the headers are the same on every
+# platform and Python version, so one wheel serves all).
+cudnn_frontend_version=1.32.0
+cudnn_frontend_dir=/usr/local/include/cudnn-frontend-$cudnn_frontend_version
+if $cuda && [ ! -f "$cudnn_frontend_dir/include/cudnn_frontend.h" ]; then
+  echo "setup: fetching the cuDNN frontend $cudnn_frontend_version headers into $cudnn_frontend_dir"
+  wheel_dir=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
+    --platform manylinux_2_28_x86_64 --dest "$wheel_dir" "nvidia-cudnn-frontend==$cudnn_frontend_version"
+  python3 -m zipfile -e "$wheel_dir"/nvidia_cudnn_frontend-*.whl "$wheel_dir/unpacked"
+  $SUDO mkdir -p "$cudnn_frontend_dir"
+  $SUDO cp -r "$wheel_dir/unpacked/include" "$cudnn_frontend_dir/"
+  rm -rf "$wheel_dir"
 fi
 
 $tests || exit 0

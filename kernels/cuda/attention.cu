@@ -42,6 +42,7 @@
 
 #include "core/buffer.h"
 #include "kernels/attention.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/storage.cuh"
 
 namespace dt::kernels::cuda {
@@ -506,7 +507,7 @@ unsigned tiles_along(int64_t length, int tile) { return static_cast<unsigned>((l
 
 }  // namespace
 
-void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads) {
+void simt_attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads) {
   constexpr std::string_view op = "attention_forward";
   const Dims d = dims_of(qkv, heads);
   if (d.B == 0 || d.T == 0) return;
@@ -528,7 +529,7 @@ void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads)
   });
 }
 
-void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads) {
+void simt_attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads) {
   constexpr std::string_view op = "attention_backward";
   const Dims d = dims_of(qkv, heads);
   if (d.B == 0 || d.T == 0) return;
@@ -568,6 +569,34 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
                    static_cast<const T*>(lse.ptr<T>()), static_cast<const T*>(delta), packed);
     });
   });
+}
+
+// cuDNN where it takes the call: its tensor-core kernels run the 16-bit attention of GPT-2 and
+// Llama shapes many times faster than the SIMT ones (the closing figures of issue 20 in the
+// README). Shapes it refuses (f32, f64, odd head sizes, a tensor-parallel rank's heads) run here.
+void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads) {
+  if (qkv.dim(0) == 0 || qkv.dim(1) == 0) return;
+  if (cudnn_attention_refusal(qkv, heads, /*backward=*/false, {out.data, lse.data, qkv.data}).empty())
+    return cudnn_attention_forward(out, lse, qkv, heads);
+  simt_attention_forward(out, lse, qkv, heads);
+}
+
+void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads) {
+  if (qkv.dim(0) == 0 || qkv.dim(1) == 0) return;
+  if (cudnn_attention_refusal(qkv, heads, /*backward=*/true, {dqkv.data, dout.data, qkv.data, out.data, lse.data})
+          .empty())
+    return cudnn_attention_backward(dqkv, dout, qkv, out, lse, heads);
+  simt_attention_backward(dqkv, dout, qkv, out, lse, heads);
+}
+
+std::string attention_kernels(const Tensor& qkv, AttentionHeads heads) {
+  const std::string forward = cudnn_attention_refusal(qkv, heads, false, {qkv.data});
+  const std::string backward = forward.empty() ? cudnn_attention_refusal(qkv, heads, true, {qkv.data}) : forward;
+  const int v = cudnn_version();
+  const std::string cudnn = str("cuDNN ", v / 10000, ".", v / 100 % 100, ".", v % 100, " fused flash attention");
+  if (forward.empty() && backward.empty()) return cudnn;
+  if (forward.empty()) return str(cudnn, " forward, dtrain's SIMT flash attention backward (cuDNN: ", backward, ")");
+  return str("dtrain's SIMT flash attention (cuDNN: ", forward, ")");
 }
 
 }  // namespace dt::kernels::cuda

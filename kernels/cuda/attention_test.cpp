@@ -12,6 +12,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_decode.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "tests/cuda_testing.h"
 #include "tests/storage_testing.h"
 
@@ -62,14 +63,31 @@ struct AttentionResult {
   OwnedTensor out, lse, dqkv;
 };
 
-AttentionResult run_attention(const Case& c, const Tensor& qkv, const Tensor& dout, Device device) {
+// Which GPU kernels run: those the public ops dispatch to, our SIMT ones, or cuDNN's.
+enum class Kernels { dispatched, simt, cudnn };
+
+AttentionResult run_attention(const Case& c, const Tensor& qkv, const Tensor& dout, Device device,
+                              Kernels kernels = Kernels::dispatched) {
   const OwnedTensor qkv_on = testing::copy_to(qkv, device), dout_on = testing::copy_to(dout, device);
   const DType stats = qkv.dtype == DType::f64 ? DType::f64 : DType::f32;
   const OwnedTensor out = nan_filled(qkv.dtype, {c.B, c.T, c.NH * c.HS}, device);
   const OwnedTensor lse = nan_filled(stats, {c.B, c.NH, c.T}, device);
   const OwnedTensor dqkv = nan_filled(qkv.dtype, qkv.shape, device);
-  attention_forward(out.t, lse.t, qkv_on.t, c.heads());
-  attention_backward(dqkv.t, dout_on.t, qkv_on.t, out.t, lse.t, c.heads());
+  const Tensor q = qkv_on.t, d = dout_on.t;
+  switch (kernels) {
+    case Kernels::dispatched:
+      attention_forward(out.t, lse.t, q, c.heads());
+      attention_backward(dqkv.t, d, q, out.t, lse.t, c.heads());
+      break;
+    case Kernels::simt:
+      cuda::simt_attention_forward(out.t, lse.t, q, c.heads());
+      cuda::simt_attention_backward(dqkv.t, d, q, out.t, lse.t, c.heads());
+      break;
+    case Kernels::cudnn:
+      cuda::cudnn_attention_forward(out.t, lse.t, q, c.heads());
+      cuda::cudnn_attention_backward(dqkv.t, d, q, out.t, lse.t, c.heads());
+      break;
+  }
   return {testing::copy_to(out.t, Device::cpu), testing::copy_to(lse.t, Device::cpu),
           testing::copy_to(dqkv.t, Device::cpu)};
 }
@@ -120,9 +138,19 @@ TEST_P(CudaAttention, F64MatchesCpu) {
 // it, plus the f32 bound above for the difference in summation order. Rounding anywhere else
 // (an accumulator, the scores) gives errors many times the CPU's. lse is f32 from the exact
 // inputs in both: the f32 bound.
+//
+// Both GPU kernels are held to it: our SIMT ones, and cuDNN's fused ones on every case cuDNN
+// takes (kernels/cuda/cudnn_attention.h), which must be every whole-model case with a head size
+// that is a multiple of 8 up to 128 and more than one position — cuDNN refusing one of those on
+// an Ampere or newer GPU would silently leave the model on the slow kernels, so it fails here.
+// (cuDNN 9.19 builds no backward for a single position, "s_q = s_kv = 1 is not supported": such
+// calls run the SIMT kernels.) cuDNN's flash kernels round P
+// and dS to the storage type before their products as ours do; its lse, the natural
+// log-sum-exp of the scaled scores, is the quantity ours is, so the f32 bound applies.
 TEST_P(CudaAttention, Bf16AndF16WithinTwiceTheCpuRoundingError) {
   DT_SKIP_WITHOUT_CUDA();
   const Case c = GetParam();
+  const bool cudnn_must_take = c.group == 0 && c.HS % 8 == 0 && c.HS <= 128 && c.T > 1;
   for (const DType storage : testing::kStorage16) {
     SCOPED_TRACE(std::string(dtype_name(storage)));
     const OwnedTensor qkv = testing::random_storage(storage, qkv_shape(c), 65, c.input_std);
@@ -130,15 +158,27 @@ TEST_P(CudaAttention, Bf16AndF16WithinTwiceTheCpuRoundingError) {
     const AttentionResult exact =
         run_attention(c, testing::widened(qkv.t).t, testing::widened(dout.t).t, Device::cpu);
     const AttentionResult cpu = run_attention(c, qkv.t, dout.t, Device::cpu);
-    const AttentionResult gpu = run_attention(c, qkv.t, dout.t, Device::cuda);
-    const double cpu_out = normalized_error(cpu.out.t, exact.out.t), gpu_out = normalized_error(gpu.out.t, exact.out.t);
+    const double cpu_out = normalized_error(cpu.out.t, exact.out.t);
     const double cpu_dqkv = normalized_error(cpu.dqkv.t, exact.dqkv.t);
-    const double gpu_dqkv = normalized_error(gpu.dqkv.t, exact.dqkv.t);
-    EXPECT_LE(gpu_out, 2 * cpu_out + 1e-5);
-    EXPECT_LE(gpu_dqkv, 2 * cpu_dqkv + 3e-5);
-    EXPECT_LT(normalized_error(gpu.lse.t, exact.lse.t), 1e-5);
-    std::printf("%s %s: out error gpu %.3g cpu %.3g; dqkv error gpu %.3g cpu %.3g (of the largest element)\n",
-                std::string(dtype_name(storage)).c_str(), c.name, gpu_out, cpu_out, gpu_dqkv, cpu_dqkv);
+    std::vector<std::pair<const char*, Kernels>> kernels{{"simt", Kernels::simt}};
+    if (cudnn_must_take) {
+      const OwnedTensor on_gpu = testing::copy_to(qkv.t, Device::cuda);
+      for (const bool backward : {false, true})
+        ASSERT_EQ(cuda::cudnn_attention_refusal(on_gpu.t, c.heads(), backward, {on_gpu.t.data}), "")
+            << (backward ? "backward" : "forward");
+      kernels.emplace_back("cudnn", Kernels::cudnn);
+    }
+    for (const auto& [name, which] : kernels) {
+      SCOPED_TRACE(name);
+      const AttentionResult gpu = run_attention(c, qkv.t, dout.t, Device::cuda, which);
+      const double gpu_out = normalized_error(gpu.out.t, exact.out.t);
+      const double gpu_dqkv = normalized_error(gpu.dqkv.t, exact.dqkv.t);
+      EXPECT_LE(gpu_out, 2 * cpu_out + 1e-5);
+      EXPECT_LE(gpu_dqkv, 2 * cpu_dqkv + 3e-5);
+      EXPECT_LT(normalized_error(gpu.lse.t, exact.lse.t), 1e-5);
+      std::printf("%s %s %s: out error gpu %.3g cpu %.3g; dqkv error gpu %.3g cpu %.3g (of the largest element)\n",
+                  std::string(dtype_name(storage)).c_str(), c.name, name, gpu_out, cpu_out, gpu_dqkv, cpu_dqkv);
+    }
   }
 }
 
@@ -159,20 +199,52 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tp_rank_uneven_groups", 1, 130, 3, 2, 64, 1.0, 4, 2}),
     [](const auto& info) { return std::string(info.param.name); });
 
-// No atomics: two runs give the same bits, in f32 and in bf16.
+// No atomics in ours, cuDNN's deterministic backward: two runs give the same bits, in f32 and in
+// bf16, with each kernel.
 TEST(CudaAttentionDeterminism, SameBitsAcrossRuns) {
   DT_SKIP_WITHOUT_CUDA();
   const Case c{"gqa", 2, 150, 6, 2, 64};
-  for (const DType dtype : {DType::f32, DType::bf16}) {
-    SCOPED_TRACE(std::string(dtype_name(dtype)));
+  for (const auto& [dtype, which] : {std::pair{DType::f32, Kernels::simt}, std::pair{DType::bf16, Kernels::simt},
+                                     std::pair{DType::bf16, Kernels::cudnn}}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + (which == Kernels::cudnn ? " cudnn" : " simt"));
     const OwnedTensor qkv = random_values(dtype, qkv_shape(c), 67);
     const OwnedTensor dout = random_values(dtype, out_shape(c), 68);
-    const AttentionResult first = run_attention(c, qkv.t, dout.t, Device::cuda);
-    const AttentionResult second = run_attention(c, qkv.t, dout.t, Device::cuda);
+    const AttentionResult first = run_attention(c, qkv.t, dout.t, Device::cuda, which);
+    const AttentionResult second = run_attention(c, qkv.t, dout.t, Device::cuda, which);
     EXPECT_EQ(std::memcmp(first.out.t.data, second.out.t.data, first.out.t.bytes()), 0);
     EXPECT_EQ(std::memcmp(first.lse.t.data, second.lse.t.data, first.lse.t.bytes()), 0);
     EXPECT_EQ(std::memcmp(first.dqkv.t.data, second.dqkv.t.data, first.dqkv.t.bytes()), 0);
   }
+}
+
+// What cuDNN's grouping, dtypes and head sizes cannot express is refused, naming why, before
+// anything touches a GPU (these run everywhere); the ops then run the SIMT kernels.
+TEST(CudnnAttention, RefusesWhatItCannotExpressAndSaysWhy) {
+  const auto refusal = [](DType dtype, const Case& c) {
+    const OwnedTensor qkv = testing::zeros(dtype, qkv_shape(c));
+    return cuda::cudnn_attention_refusal(qkv.t, c.heads(), /*backward=*/false, {qkv.t.data});
+  };
+  EXPECT_NE(refusal(DType::f32, {"f32", 1, 8, 4, 2, 64}).find("takes bf16 and f16, not f32"), std::string::npos);
+  EXPECT_NE(refusal(DType::bf16, {"tp", 1, 8, 2, 2, 64, 1.0, 3, 2}).find("tensor-parallel rank's query heads"),
+            std::string::npos);
+  EXPECT_NE(refusal(DType::bf16, {"odd", 1, 8, 2, 1, 13}).find("head size 13: cuDNN's attention takes multiples of 8"),
+            std::string::npos);
+  EXPECT_NE(refusal(DType::f16, {"wide", 1, 8, 2, 1, 256}).find("head size 256"), std::string::npos);
+}
+
+// On a GPU the model's shapes run on cuDNN, and the ops say which kernels they use.
+TEST(CudnnAttention, TheModelsShapesRunOnCudnnAndTheChoiceIsNamed) {
+  DT_SKIP_WITHOUT_CUDA();
+  const Case gpt2{"gpt2_124m", 1, 1024, 12, 12, 64}, llama{"llama_1b", 1, 2048, 32, 8, 64};
+  for (const Case& c : {gpt2, llama}) {
+    const OwnedTensor qkv = testing::copy_to(testing::zeros(DType::bf16, qkv_shape(c)).t, Device::cuda);
+    EXPECT_EQ(cuda::attention_kernels(qkv.t, c.heads()).find("cuDNN 9."), 0u) << cuda::attention_kernels(qkv.t, c.heads());
+  }
+  const Case odd{"odd", 1, 8, 2, 1, 13};
+  const OwnedTensor qkv = testing::copy_to(testing::zeros(DType::bf16, qkv_shape(odd)).t, Device::cuda);
+  EXPECT_NE(cuda::attention_kernels(qkv.t, odd.heads()).find("dtrain's SIMT flash attention (cuDNN: head size 13"),
+            std::string::npos)
+      << cuda::attention_kernels(qkv.t, odd.heads());
 }
 
 // A head size above 256 stops with a message naming the op, the head size and the supported ones.

@@ -1,0 +1,37 @@
+// Causal grouped-query attention (kernels/attention.h) through cuDNN's fused flash attention
+// (its SDPA graphs, built with the cuDNN frontend): tensor-core kernels for bf16 and f16, where
+// our own kernels (kernels/cuda/attention.cu) are SIMT code. The same function, the same
+// layouts (qkv packed per position, out (B, T, NH*HS), lse (B, NH, T) as the natural
+// log-sum-exp of the scaled scores, which is cuDNN's softmax statistics), so a forward of one
+// can feed a backward of the other. The backward asks cuDNN for its deterministic algorithm:
+// runs repeat bit for bit, as with our kernels.
+//
+// cuDNN takes a call when cudnn_attention_refusal() is empty: 16-bit storage, a whole model's
+// heads (query head h reads key/value head h / (NH / NKV); a tensor-parallel rank's phase is
+// not expressible), HS a multiple of 8 up to 128, 16-byte aligned buffers, and a graph cuDNN
+// supports on this GPU (built once per shape and cached; a refusal is cached with cuDNN's
+// reason). kernels/cuda/attention.cu dispatches on it; the SIMT kernels stay the reference the
+// tests hold cuDNN to (kernels/cuda/attention_test.cpp).
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+#include "core/tensor.h"
+#include "kernels/attention.h"
+
+namespace dt::kernels::cuda {
+
+// Why cuDNN's attention cannot take a forward (backward = false) or backward of qkv's shape and
+// dtype with these heads and buffers; empty when it can. Builds (or finds) the graph.
+std::string cudnn_attention_refusal(const Tensor& qkv, AttentionHeads heads, bool backward,
+                                    std::initializer_list<const void*> buffers);
+
+// cuDNN's forward and backward; the caller has checked the refusal is empty.
+void cudnn_attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads);
+void cudnn_attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads);
+
+// The cuDNN library's version as cuDNN writes it (91900 for 9.19.0).
+int cudnn_version();
+
+}  // namespace dt::kernels::cuda
