@@ -18,4 +18,17 @@ double forward_flops_per_token(const ModelConfig& m, int seq_len) {
   return m.n_layer * block_flops(m, seq_len) + head_flops(m);
 }
 
+StepFlops training_flops(const ModelConfig& m, int seq_len, int64_t tokens, Recompute recompute) {
+  const double n = static_cast<double>(tokens);
+  StepFlops f;
+  f.model = 3 * forward_flops_per_token(m, seq_len) * n;
+  double repeated = 0;
+  if (recompute == Recompute::selective) repeated = m.n_layer * attention_core_flops(m, seq_len);
+  // Full recomputation reruns each block up to the MLP's activation: backward needs neither
+  // the MLP's output projection nor the residual after it (the next block's input is kept).
+  if (recompute == Recompute::full) repeated = m.n_layer * (block_flops(m, seq_len) - 2.0 * m.ffn_hidden() * m.d_model);
+  f.hardware = f.model + repeated * n;
+  return f;
+}
+
 }  // namespace dt

@@ -71,11 +71,19 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path) {
   p.name = doc["name"].value_or(path.stem().string());
   p.gpus_per_node = static_cast<int>(number("gpus_per_node", "accelerators per node"));
   p.memory_bytes = number("memory_gib", "GiB of accelerator memory") * 1024.0 * 1024.0 * 1024.0;
+  p.memory_bandwidth = number("memory_bandwidth_gbps", "GB/s of accelerator memory bandwidth") * 1e9;
   p.peak_bf16 = number("peak_tflops.bf16", "dense TFLOP/s") * 1e12;
   p.peak_f16 = number("peak_tflops.f16", "dense TFLOP/s") * 1e12;
   p.peak_f32 = number("peak_tflops.f32", "dense TFLOP/s") * 1e12;
-  p.gemm_efficiency = number("efficiency.gemm", "the share of the peak large GEMMs reach, at most 1");
-  if (p.gemm_efficiency > 1) problems.push_back(str("efficiency.gemm = ", p.gemm_efficiency, ": a share of the peak, at most 1"));
+  // A share of a peak: positive and at most 1.
+  const auto share = [&](const std::string& key, const char* what) {
+    const double v = number(key, str("the share of ", what, ", at most 1").c_str());
+    if (v > 1) problems.push_back(str(key, " = ", v, ": a share of ", what, ", at most 1"));
+    return v;
+  };
+  p.gemm_efficiency = share("efficiency.gemm", "the peak large GEMMs reach");
+  p.attention_efficiency = share("efficiency.attention", "the peak fused attention reaches");
+  p.memory_efficiency = share("efficiency.memory", "the memory bandwidth streaming kernels reach");
   p.intra_node = {.bandwidth = number("intra_node.bandwidth_gbps", "GB/s per direction") * 1e9,
                   .latency = number("intra_node.latency_us", "microseconds") * 1e-6};
   p.inter_node = {.bandwidth = number("inter_node.bandwidth_gbps", "GB/s per direction") * 1e9,

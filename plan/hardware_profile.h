@@ -25,8 +25,11 @@ struct HardwareProfile {
   std::filesystem::path file;
   int gpus_per_node = 1;
   double memory_bytes = 0;
+  double memory_bandwidth = 0;                         // bytes/s, the accelerator's own memory
   double peak_bf16 = 0, peak_f16 = 0, peak_f32 = 0;  // FLOP/s, dense
   double gemm_efficiency = 0;                          // share of the peak large GEMMs reach
+  double attention_efficiency = 0;                     // share of the peak fused attention reaches
+  double memory_efficiency = 0;                        // share of memory_bandwidth streaming kernels reach
   LinkProfile intra_node, inter_node;
 
   // The dense peak in a training precision (f32, bf16 or f16).

@@ -19,12 +19,19 @@ TEST(HardwareProfile, TheDatasheetProfilesLoadWithTheirFigures) {
     EXPECT_EQ(p.gpus_per_node, 8) << name;
     EXPECT_GT(p.gemm_efficiency, 0) << name;
     EXPECT_LE(p.gemm_efficiency, 1) << name;
+    EXPECT_GT(p.attention_efficiency, 0) << name;
+    EXPECT_LE(p.attention_efficiency, 1) << name;
+    EXPECT_GT(p.memory_efficiency, 0) << name;
+    EXPECT_LE(p.memory_efficiency, 1) << name;
   }
   const HardwareProfile h100 = load_hardware_profile("h100-sxm");
   EXPECT_EQ(h100.peak(DType::bf16), 989e12);
   EXPECT_EQ(h100.memory_bytes, 80.0 * (1 << 30));
   EXPECT_EQ(h100.intra_node.bandwidth, 450e9);  // NVLink's 900 GB/s, per direction
   EXPECT_EQ(h100.inter_node.bandwidth, 50e9);   // 400 Gb/s InfiniBand
+  EXPECT_EQ(h100.memory_bandwidth, 3350e9);     // HBM3
+  EXPECT_EQ(load_hardware_profile("h200").memory_bandwidth, 4800e9);
+  EXPECT_EQ(load_hardware_profile("a100-80gb").memory_bandwidth, 2039e9);
   EXPECT_EQ(load_hardware_profile("a100-80gb").peak(DType::bf16), 312e12);
   EXPECT_EQ(load_hardware_profile("h200").memory_bytes, 141.0 * (1 << 30));
   // By path as well as by name.
@@ -35,12 +42,15 @@ TEST(HardwareProfile, MissingAndNonPositiveFieldsAreEachNamedWithTheFix) {
   testing::TempDir dir;
   const std::string path = dir.file("bad.toml");
   std::ofstream(path) << "name = \"bad\"\ngpus_per_node = 8\nmemory_gib = 0\n[peak_tflops]\nbf16 = 989\nf16 = 989\n"
-                      << "[efficiency]\ngemm = 1.5\n[intra_node]\nbandwidth_gbps = 450\nlatency_us = 3\n"
+                      << "memory_bandwidth_gbps = 3350\n"
+                      << "[efficiency]\ngemm = 1.5\nattention = 0.3\n[intra_node]\nbandwidth_gbps = 450\nlatency_us = 3\n"
                       << "[inter_node]\nbandwidth_gbps = -1\nlatency_us = 8\n";
   const std::string e = testing::error_of([&] { load_hardware_profile(path); });
   for (const char* expected : {"memory_gib = 0: must be above 0 (GiB of accelerator memory)",
                                "peak_tflops.f32 is missing (dense TFLOP/s); add it, as in",
-                               "efficiency.gemm = 1.5: a share of the peak, at most 1",
+                               "efficiency.gemm = 1.5: a share of the peak large GEMMs reach, at most 1",
+                               "efficiency.memory is missing (the share of the memory bandwidth streaming kernels "
+                               "reach, at most 1)",
                                "inter_node.bandwidth_gbps = -1: must be above 0 (GB/s per direction)"})
     EXPECT_NE(e.find(str(path, ": ", expected)), std::string::npos) << expected << "\n" << e;
 }

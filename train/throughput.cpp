@@ -17,19 +17,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-StepFlops training_flops(const ModelConfig& m, int seq_len, int64_t tokens, Recompute recompute) {
-  const double n = static_cast<double>(tokens);
-  StepFlops f;
-  f.model = 3 * forward_flops_per_token(m, seq_len) * n;
-  double repeated = 0;
-  if (recompute == Recompute::selective) repeated = m.n_layer * attention_core_flops(m, seq_len);
-  // Full recomputation reruns each block up to the MLP's activation: backward needs neither
-  // the MLP's output projection nor the residual after it (the next block's input is kept).
-  if (recompute == Recompute::full) repeated = m.n_layer * (block_flops(m, seq_len) - 2.0 * m.ffn_hidden() * m.d_model);
-  f.hardware = f.model + repeated * n;
-  return f;
-}
-
 double measure_gemm_peak_gflop_per_s(DType precision, Device device) {
   constexpr int64_t n = 2048;
   const size_t bytes = n * n * dtype_size(precision);

@@ -1,0 +1,239 @@
+#include "plan/step_time.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "model/flops.h"
+#include "model/stage.h"
+#include "model/transformer.h"
+#include "parallel/data_parallel.h"
+#include "parallel/pipeline/pipeline_parallel.h"
+#include "parallel/pipeline/schedule_check.h"
+#include "plan/collective_time.h"
+
+namespace dt {
+namespace {
+
+// Flash attention's backward recomputes the scores and runs five products to the forward's two.
+constexpr double kAttentionBackwardPerForward = 2.5;
+// Streaming kernels pass over the activations a block keeps four times (step_time.h).
+constexpr double kStreamingPassesPerKeptByte = 4;
+// AdamW per parameter: f32 master weight, gradient and two moments read, master and moments
+// written; a 16-bit run also writes the compute copy.
+constexpr double kOptimizerBytesPerParameter = 4 * 4 + 3 * 4;
+
+// What one rank does for one micro-batch of a stage, by term: forward, and backward split into
+// the input gradient's part and the weight gradient's (zero-bubble schedules run them apart).
+struct Pass {
+  double gemm = 0, attention = 0, streaming = 0, tensor_parallel = 0, context_parallel = 0;
+  double seconds() const { return gemm + attention + streaming + tensor_parallel + context_parallel; }
+  Pass& operator+=(const Pass& o) {
+    gemm += o.gemm, attention += o.attention, streaming += o.streaming;
+    tensor_parallel += o.tensor_parallel, context_parallel += o.context_parallel;
+    return *this;
+  }
+  Pass times(double k) const { return {gemm * k, attention * k, streaming * k, tensor_parallel * k, context_parallel * k}; }
+};
+
+struct StagePasses {
+  Pass forward, backward_input, backward_weight;
+  Pass backward() const {
+    Pass b = backward_input;
+    b += backward_weight;
+    return b;
+  }
+};
+
+class Estimator {
+ public:
+  Estimator(const ModelConfig& model, const StepLayout& l, const HardwareProfile& hw)
+      : model_(model), l_(l), hw_(hw), element_(static_cast<double>(dtype_size(l.precision))),
+        tokens_(static_cast<double>(l.micro_batch) * l.seq_len / l.cp) {}
+
+  // The roofline time of an (m × k) @ (k × n) product in the run's precision.
+  double gemm(double m, double n, double k) const {
+    const double flops = 2 * m * n * k, bytes = element_ * (m * k + k * n + m * n);
+    return std::max(flops / (hw_.peak(l_.precision) * hw_.gemm_efficiency), streaming(bytes));
+  }
+  double streaming(double bytes) const { return bytes / (hw_.memory_bandwidth * hw_.memory_efficiency); }
+
+  // One block, one micro-batch, on one tensor-parallel rank.
+  StagePasses block() const {
+    const double C = model_.d_model, t = tokens_, tp = l_.tp;
+    // (in, out) features on this rank: column-parallel ones split out, row-parallel ones in.
+    const double linears[][2] = {{C, model_.qkv_width() / tp},
+                                 {C / tp, C},
+                                 {C, model_.ffn_in_width() / tp},
+                                 {model_.ffn_hidden() / tp, C}};
+    StagePasses p;
+    for (const auto& [in, out] : linears) {
+      p.forward.gemm += gemm(t, out, in);
+      p.backward_input.gemm += gemm(t, in, out);
+      p.backward_weight.gemm += gemm(out, in, t);
+    }
+    const double attention = attention_core_flops(model_, l_.seq_len) * t / tp /
+                             (hw_.peak(l_.precision) * hw_.attention_efficiency);
+    p.forward.attention = attention;
+    p.backward_input.attention = kAttentionBackwardPerForward * attention;
+    const double kept = static_cast<double>(
+        Stage::activation_bytes(model_, {.embeddings = false, .first_block = 0, .end_block = 1, .head = false},
+                                Recompute::none, l_.precision, l_.micro_batch, l_.seq_len / l_.cp, {0, l_.tp}, l_.sp)
+            .kept);
+    p.forward.streaming = p.backward_input.streaming = streaming(kStreamingPassesPerKeptByte / 2 * kept);
+    // Two collectives of the block's activations each way (all-reduces, or under sequence
+    // parallelism all-gathers and reduce-scatters: the same ring time).
+    const GroupPlacement tp_group = GroupPlacement::of(l_.tp, 1, l_.gpus_per_node);
+    p.forward.tensor_parallel = p.backward_input.tensor_parallel =
+        2 * collective_seconds(hw_, tp_group, CollectiveKind::all_reduce, t * C * element_);
+    if (l_.cp > 1) {
+      // Key/value blocks around the ring, behind the attention compute where they fit.
+      const double kv = t * 2.0 * model_.kv_heads() * model_.head_size() / tp * element_;
+      const bool spans = GroupPlacement::of(l_.cp, l_.tp, l_.gpus_per_node).spans_nodes;
+      const double message = message_seconds(hw_, spans, kv);
+      p.forward.context_parallel = std::max(0.0, (l_.cp - 1) * message - p.forward.attention);
+      p.backward_input.context_parallel = std::max(0.0, 2 * (l_.cp - 1) * message - p.backward_input.attention);
+    }
+    // Recomputation repeats forward work inside the backward.
+    if (l_.recompute == Recompute::full) p.backward_input += p.forward;
+    if (l_.recompute == Recompute::selective) p.backward_input.attention += p.forward.attention;
+    return p;
+  }
+
+  // The head's projection and the fused classifier's passes over the logits, one micro-batch.
+  StagePasses head() const {
+    const double C = model_.d_model, t = tokens_, V = model_.padded_vocab_size() / static_cast<double>(l_.tp);
+    StagePasses p;
+    p.forward.gemm = gemm(t, V, C);
+    p.backward_input.gemm = gemm(t, C, V);
+    p.backward_weight.gemm = gemm(V, C, t);
+    p.forward.streaming = streaming(2 * t * V * element_);  // the classifier reads the logits, writes their gradient
+    return p;
+  }
+
+  StagePasses stage(const StageUnits& units) const {
+    const StagePasses b = block();
+    const double blocks = units.end_block - units.first_block;
+    StagePasses s{b.forward.times(blocks), b.backward_input.times(blocks), b.backward_weight.times(blocks)};
+    if (units.head) {
+      const StagePasses h = head();
+      s.forward += h.forward, s.backward_input += h.backward_input, s.backward_weight += h.backward_weight;
+    }
+    return s;
+  }
+
+ private:
+  const ModelConfig& model_;
+  const StepLayout& l_;
+  const HardwareProfile& hw_;
+  double element_, tokens_;
+};
+
+// One of the rank's passes: the mean over its stages (interleaved and V schedules hold several),
+// what the schedule's replay times each action with.
+StagePasses rank_passes(const Estimator& e, const RankStages& stages) {
+  StagePasses sum;
+  for (const int s : stages.held) {
+    const StagePasses p = e.stage(stages.all[static_cast<size_t>(s)]);
+    sum.forward += p.forward, sum.backward_input += p.backward_input, sum.backward_weight += p.backward_weight;
+  }
+  const double k = 1.0 / static_cast<double>(stages.held.size());
+  return {sum.forward.times(k), sum.backward_input.times(k), sum.backward_weight.times(k)};
+}
+
+}  // namespace
+
+StepTime predict_step_time(const ModelConfig& model, const StepLayout& l, const HardwareProfile& hw) {
+  DT_CHECK(l.dp >= 1 && l.tp >= 1 && l.pp >= 1 && l.cp >= 1 && l.micro_batch >= 1 && l.micro_batches >= 1 &&
+               l.seq_len >= l.cp,
+           "plan: layout dp ", l.dp, " tp ", l.tp, " pp ", l.pp, " cp ", l.cp, ", ", l.micro_batches,
+           " micro-batches of ", l.micro_batch, " x ", l.seq_len);
+  DT_CHECK(model.n_head % l.tp == 0 && model.kv_heads() % l.tp == 0, "plan: tp ", l.tp, " does not divide the ",
+           model.n_head, " query and ", model.kv_heads(), " key/value heads");
+  const Estimator e(model, l, hw);
+  StepTime r;
+
+  // The pipeline: each rank's stages, timed per micro-batch, replayed through the schedule.
+  std::vector<RankStages> ranks;
+  pipeline::Schedule schedule;
+  if (l.pp > 1) {
+    schedule = pipeline::make_schedule(l.schedule, l.pp, l.micro_batches, l.pp_virtual);
+    for (int rank = 0; rank < l.pp; ++rank)
+      ranks.push_back(pipeline::PipelineParallel::rank_stages(model, schedule, rank, l.seq_len));
+  } else {
+    ranks.push_back({.all = {StageUnits::whole(model)}, .held = {0}, .deferred_weights = false});
+  }
+  std::vector<StagePasses> passes;
+  std::vector<pipeline::PassTimes> times;
+  for (const RankStages& stages : ranks) {
+    passes.push_back(rank_passes(e, stages));
+    const StagePasses& p = passes.back();
+    times.push_back({.forward = p.forward.seconds(),
+                     .backward = p.backward().seconds(),
+                     .backward_input = p.backward_input.seconds(),
+                     .backward_weight = p.backward_weight.seconds()});
+  }
+  // The busiest rank carries the step's compute terms.
+  size_t busiest = 0;
+  double makespan = 0;
+  if (l.pp > 1) {
+    const pipeline::ScheduleCheck replay = pipeline::check_schedule(schedule, times);
+    DT_CHECK(replay.ok(), "plan: the ", l.schedule, " schedule does not run: ", replay.problem);
+    busiest = static_cast<size_t>(std::max_element(replay.busy.begin(), replay.busy.end()) - replay.busy.begin());
+    makespan = replay.makespan;
+  }
+  // Each micro-batch runs every stage the rank holds (several under interleaved and V schedules).
+  const StagePasses& p = passes[busiest];
+  Pass work = p.forward;
+  work += p.backward();
+  work = work.times(static_cast<double>(l.micro_batches) * static_cast<double>(ranks[busiest].held.size()));
+  r.gemm = work.gemm, r.attention = work.attention, r.streaming = work.streaming;
+  r.tensor_parallel = work.tensor_parallel, r.context_parallel = work.context_parallel;
+  if (l.pp == 1) makespan = work.seconds();
+  r.bubble = makespan - work.seconds();
+
+  // Activations and their gradients between stages while the pipeline fills and drains.
+  if (l.pp > 1) {
+    const double boundary = static_cast<double>(l.micro_batch) * l.seq_len / l.cp * model.d_model /
+                            (l.sp ? l.tp : 1) * static_cast<double>(dtype_size(l.precision));
+    const bool spans = GroupPlacement::of(l.pp, l.tp * l.cp * l.dp, l.gpus_per_node).spans_nodes;
+    r.pipeline_transfers = 2.0 * (l.pp - 1) * message_seconds(hw, spans, boundary);
+  }
+
+  // The rank's parameters, gradients and optimizer shard, from the engine's own layout.
+  const ParameterStorage storage = DataParallel::storage(l.dp * l.cp, l.zero_stage);
+  std::vector<StageUnits> held;
+  for (const int s : ranks[busiest].held) held.push_back(ranks[busiest].all[static_cast<size_t>(s)]);
+  const ParameterLayout layout(model, storage.unit_multiple, {0, l.tp}, ModelPart::of(held, model.n_layer));
+  const double parameters = static_cast<double>(layout.total_elements());
+  const Transformer::ParameterBuffers buffers = Transformer::parameter_buffers(l.precision, storage);
+  const double gradient_bytes = parameters * static_cast<double>(dtype_size(buffers.grads.dtype));
+  const double weight_bytes = parameters * static_cast<double>(dtype_size(l.precision));
+  const int replicas = l.dp * l.cp;
+  const GroupPlacement dp_group = GroupPlacement::of(replicas, l.tp, l.gpus_per_node);
+  const double last_backward = p.backward().seconds();
+  if (replicas > 1) {
+    const CollectiveKind reduce = l.zero_stage == 0 ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+    r.data_parallel = std::max(0.0, collective_seconds(hw, dp_group, reduce, gradient_bytes) - last_backward);
+    const double gather = collective_seconds(hw, dp_group, CollectiveKind::all_gather, weight_bytes);
+    if (l.zero_stage == 1 || l.zero_stage == 2) r.data_parallel += gather;
+    if (l.zero_stage == 3)  // before every forward and backward, behind the other passes' compute
+      r.data_parallel += l.micro_batches * (std::max(0.0, gather - p.forward.seconds()) +
+                                            std::max(0.0, gather - last_backward));
+  }
+  const double optimizer_parameters = l.zero_stage == 0 ? parameters : parameters / replicas;
+  const double copy = l.precision == DType::f32 ? 0.0 : static_cast<double>(dtype_size(l.precision));
+  r.optimizer = e.streaming(optimizer_parameters * (kOptimizerBytesPerParameter + copy));
+
+  r.total = makespan + r.pipeline_transfers + r.data_parallel + r.optimizer;
+  const double tokens = static_cast<double>(l.global_batch()) * l.seq_len;
+  const StepFlops flops = training_flops(model, l.seq_len, static_cast<int64_t>(tokens), l.recompute);
+  r.model_flops = flops.model, r.hardware_flops = flops.hardware;
+  r.tokens_per_s = tokens / r.total;
+  r.model_tflops_per_gpu = flops.model / r.total / l.gpus() / 1e12;
+  r.hardware_tflops_per_gpu = flops.hardware / r.total / l.gpus() / 1e12;
+  r.mfu = flops.model / r.total / l.gpus() / hw.peak(l.precision);
+  return r;
+}
+
+}  // namespace dt

@@ -1,0 +1,123 @@
+// The step-time model (plan/step_time.h): its compute terms are the FLOPs over the profile's
+// rates, worked out here by hand; the pipeline's bubble is the schedule's; data parallelism hides
+// its reduction behind the last backward where it fits; and its predictions stand beside the
+// steps dtrain measured on an H200.
+#include "plan/step_time.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "model/config.h"
+#include "tests/testing.h"
+
+namespace dt {
+namespace {
+
+// gpt2-124m, one H100, one micro-batch of 8 x 1024 in bf16: every product is compute-bound (the
+// thinnest, 8192 x 768 x 768, needs 13 us of compute and 10 us of memory traffic), so the GEMM
+// term is the blocks' 24 C^2 per token and the head's 2 C Vp, each three times (forward, input
+// and weight gradients), over 989 TFLOP/s x 0.75; attention 2 C (T + 1) per token and block,
+// 3.5 times (a forward, a flash backward of 2.5), over 989 x 0.30; AdamW 30 bytes per parameter
+// of the flat buffer over 3350 GB/s x 0.8.
+TEST(StepTime, ComputeTermsAreTheFlopsOverTheProfilesRates) {
+  const HardwareProfile h100 = load_hardware_profile("h100-sxm");
+  StepLayout layout;
+  layout.micro_batch = 8;
+  layout.seq_len = 1024;
+  const StepTime t = predict_step_time(model_preset("gpt2-124m"), layout, h100);
+  const double tokens = 8 * 1024, C = 768, Vp = 50304, L = 12;
+  const double gemm_flops = 3 * tokens * (L * 24 * C * C + 2 * C * Vp);
+  EXPECT_NEAR(t.gemm / (gemm_flops / (989e12 * 0.75)), 1.0, 1e-9);
+  const double attention_flops = 3.5 * tokens * L * 2 * C * (1024 + 1);
+  EXPECT_NEAR(t.attention / (attention_flops / (989e12 * 0.30)), 1.0, 1e-9);
+  // The flat buffer holds 124,439,808 parameters and the alignment padding between them.
+  EXPECT_NEAR(t.optimizer / (124439808.0 * 30 / (3350e9 * 0.8)), 1.0, 0.01);
+  EXPECT_GT(t.streaming, 0);
+  EXPECT_EQ(t.tensor_parallel + t.context_parallel + t.bubble + t.pipeline_transfers + t.data_parallel, 0);
+  EXPECT_NEAR(t.total, t.gemm + t.attention + t.streaming + t.optimizer, 1e-12);
+  EXPECT_NEAR(t.tokens_per_s, tokens / t.total, 1e-6);
+  EXPECT_NEAR(t.mfu, t.model_tflops_per_gpu * 1e12 / 989e12, 1e-12);
+}
+
+// Equal stages (a vocabulary of 8 makes the head nothing): 1F1B idles (p - 1) / m of its busy
+// time on the busiest rank, and ZB-H1 less — a third of it only where the forward, the input
+// pass and the weight pass take a unit each; here the weight pass is the weight gradients' GEMMs
+// alone, about half a forward, and ZB-H1 idles about two thirds of 1F1B's time.
+TEST(StepTime, ThePipelineBubbleIsTheSchedulesAtEvenStages) {
+  ModelConfig model = model_preset("gpt2-124m");
+  model.n_layer = 8;
+  model.vocab_size = 8;
+  const HardwareProfile h100 = load_hardware_profile("h100-sxm");
+  StepLayout layout;
+  layout.pp = 4;
+  layout.micro_batches = 8;
+  layout.seq_len = 1024;
+  const StepTime one_f_one_b = predict_step_time(model, layout, h100);
+  const double busy = one_f_one_b.gemm + one_f_one_b.attention + one_f_one_b.streaming;
+  EXPECT_NEAR(one_f_one_b.bubble / busy, 3.0 / 8, 0.02);
+  layout.schedule = "zb-h1";
+  const StepTime zero_bubble = predict_step_time(model, layout, h100);
+  EXPECT_LT(zero_bubble.bubble, 0.8 * one_f_one_b.bubble);
+}
+
+// At ZeRO 0 eight ranks of a node all-reduce gpt2-124m's f32 gradients (0.5 GB: about 2 ms over
+// NVLink) behind the last micro-batch's backward (about 20 ms); ZeRO 1's all-gather of the bf16
+// weights after the update shows; over nodes of one GPU the reduction takes the network, longer
+// than the backward, and shows too.
+TEST(StepTime, DataParallelHidesItsReductionBehindTheLastBackward) {
+  const HardwareProfile h100 = load_hardware_profile("h100-sxm");
+  const ModelConfig model = model_preset("gpt2-124m");
+  StepLayout layout;
+  layout.dp = 8;
+  layout.micro_batch = 16;
+  layout.seq_len = 1024;
+  EXPECT_EQ(predict_step_time(model, layout, h100).data_parallel, 0);
+  layout.zero_stage = 1;
+  EXPECT_GT(predict_step_time(model, layout, h100).data_parallel, 0);
+  layout.zero_stage = 0;
+  layout.micro_batch = 1;
+  layout.gpus_per_node = 1;
+  EXPECT_GT(predict_step_time(model, layout, h100).data_parallel, 0);
+}
+
+// Checked against ourselves on a GPU: dtrain's bf16 steps measured on one H200 in issue 20's
+// closing run (`bash bench/step_vs_pytorch_gpu.sh --steps 10 --warmup 3`, medians of 10 steps)
+// against the prediction from the h200 profile. The model leaves out launch gaps and kernels
+// slower than the roofline (the LayerNorm backward ran at a sixth of it), so it predicts a little
+// fast: 16%, 14% and 10% when this was written; the bound is the issue's 25%.
+TEST(StepTime, AgreesWithStepsMeasuredOnAnH200) {
+  const HardwareProfile h200 = load_hardware_profile("h200");
+  struct Measured {
+    const char* preset;
+    int micro_batch, seq_len;
+    double seconds;
+  };
+  for (const Measured& m : {Measured{"gpt2-124m", 32, 1024, 0.06389}, Measured{"gpt2-774m", 16, 1024, 0.17947},
+                            Measured{"llama3.2-1b", 8, 2048, 0.24894}}) {
+    StepLayout layout;
+    layout.micro_batch = m.micro_batch;
+    layout.seq_len = m.seq_len;
+    const double predicted = predict_step_time(model_preset(m.preset), layout, h200).total;
+    std::printf("%s: predicted %.1f ms, measured %.1f ms (%+.0f%%)\n", m.preset, predicted * 1e3, m.seconds * 1e3,
+                100 * (predicted / m.seconds - 1));
+    EXPECT_NEAR(predicted / m.seconds, 1.0, 0.25) << m.preset;
+  }
+}
+
+TEST(StepTime, LayoutsItCannotRunAreNamed) {
+  const HardwareProfile h100 = load_hardware_profile("h100-sxm");
+  StepLayout layout;
+  layout.tp = 5;
+  EXPECT_NE(testing::error_of([&] { predict_step_time(model_preset("gpt2-124m"), layout, h100); })
+                .find("plan: tp 5 does not divide the 12 query and 12 key/value heads"),
+            std::string::npos);
+  layout.tp = 1;
+  layout.pp = 2;
+  layout.schedule = "gpipe";
+  EXPECT_NE(testing::error_of([&] { predict_step_time(model_preset("gpt2-124m"), layout, h100); }).find("gpipe"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace dt
