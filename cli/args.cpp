@@ -14,6 +14,12 @@ Args& Args::flag(std::string name, std::string fallback, std::string help) {
   return *this;
 }
 
+Args& Args::toggle(std::string name, std::string help) {
+  order_.push_back(name);
+  flags_[std::move(name)] = {"false", std::move(help), /*toggle=*/true};
+  return *this;
+}
+
 Args& Args::positional(std::string name, std::string help) {
   positional_name_ = std::move(name);
   positional_help_ = std::move(help);
@@ -34,9 +40,12 @@ bool Args::parse(int argc, char** argv, int first) {
     if (arg.rfind("--", 0) != 0)
       throw Error(str(command_, ": unexpected argument '", arg, "'; flags are written --name value\n", usage()));
     std::string name = arg.substr(2), value;
+    const auto declared = flags_.find(name);
     if (const size_t eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
       name.resize(eq);
+    } else if (declared != flags_.end() && declared->second.toggle) {
+      value = "true";
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
@@ -90,7 +99,10 @@ std::string Args::usage() const {
   out += "flags:\n";
   for (const auto& name : order_) {
     const Flag& f = flags_.at(name);
-    out += str("  --", name, "  ", f.help, f.fallback.empty() ? "" : str(" (default: ", f.fallback, ")"), "\n");
+    if (f.toggle)
+      out += str("  --", name, "  ", f.help, " (a switch: off unless given)\n");
+    else
+      out += str("  --", name, "  ", f.help, f.fallback.empty() ? "" : str(" (default: ", f.fallback, ")"), "\n");
   }
   return out;
 }

@@ -1,4 +1,5 @@
-// Command-line flags: `--name value` or `--name=value`, long names only, typed getters.
+// Command-line flags: `--name value` or `--name=value`, long names only, typed getters; switches
+// (`--json`) take no value.
 //
 // A command declares its flags (name, default, help with units); parse() rejects unknown
 // flags with a did-you-mean and missing or malformed values with the flag's name. --help
@@ -20,6 +21,10 @@ class Args {
   // Declares a flag; `fallback` is the default shown in --help ("" = required unless noted).
   Args& flag(std::string name, std::string fallback, std::string help);
 
+  // Declares a switch: `--name` alone sets it (true), `--name=false` clears it; off by default.
+  // Read with get_bool().
+  Args& toggle(std::string name, std::string help);
+
   // Accepts arguments that are not flags, collected in order by positionals(); `name` and
   // `help` describe them in --help ("FILES...", "text files to read").
   Args& positional(std::string name, std::string help);
@@ -38,6 +43,7 @@ class Args {
  private:
   struct Flag {
     std::string fallback, help;
+    bool toggle = false;
   };
   std::string command_, summary_;
   std::vector<std::string> order_;

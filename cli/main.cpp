@@ -26,6 +26,7 @@ constexpr const char* kUsage =
     "inspecting and measuring:\n"
     "  ckpt inspect      a checkpoint's manifest, its checksums verified\n"
     "  model info        parameter count, bytes and parameter list of a model description\n"
+    "  plan              a run configuration's memory per GPU and step time on a hardware profile, predicted\n"
     "  plan schedule     a pipeline schedule's per-rank timeline, checked, with its bubble (text and SVG)\n"
     "  tokenizer encode  the token ids of a text file\n"
     "  doctor            CPU, BLAS, MPI, CUDA, NCCL, GPUs and a checked all-reduce (under mpirun: every rank)\n"
@@ -54,6 +55,7 @@ int run(int argc, char** argv) {
   if (command == "data" && sub == "prepare") return command_data_prepare(argc, argv, 3);
   if (command == "model" && sub == "info") return command_model_info(argc, argv, 3);
   if (command == "plan" && sub == "schedule") return command_plan_schedule(argc, argv, 3);
+  if (command == "plan") return command_plan(argc, argv, 2);
   if (command == "ckpt" && sub == "inspect") return command_ckpt_inspect(argc, argv, 3);
   if (command == "eval") return command_eval(argc, argv, 2);
   if (command == "doctor") return command_doctor(argc, argv, 2);

@@ -34,6 +34,8 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "parallel/parallel_dims.h"
+#include "plan/memory.h"
+#include "plan/step_time.h"
 
 namespace dt {
 
@@ -148,6 +150,12 @@ void check_run_inputs(const RunConfig& config);
 // `dtrain config show` prints and what the run directory keeps as config.toml. Loading it
 // gives back the same RunConfig.
 std::string resolved_toml(const RunConfig& config);
+
+// The memory one rank of the run holds (plan/memory.h: the largest share), from the
+// configuration alone; and the run's layout as the step-time model takes it (plan/step_time.h),
+// on nodes of gpus_per_node.
+MemoryPlan run_memory_plan(const RunConfig& config);
+StepLayout run_step_layout(const RunConfig& config, int gpus_per_node);
 
 // The quantities people otherwise compute by hand: global batch in sequences and tokens,
 // micro-batches per step, padded vocabulary, parameter count, FLOPs per token, and, when the

@@ -70,6 +70,35 @@ std::string resolved_toml(const RunConfig& config) {
   return out;
 }
 
+namespace {
+
+std::optional<pipeline::Schedule> run_schedule(const RunConfig& config) {
+  if (config.dims().pp == 1) return std::nullopt;
+  return pipeline::make_schedule(config.parallel.pp_schedule, config.dims().pp, config.accumulation_steps(),
+                                 config.parallel.pp_virtual);
+}
+
+}  // namespace
+
+MemoryPlan run_memory_plan(const RunConfig& config) {
+  // Under context parallelism a rank runs its chunks of each (padded) sequence.
+  const int T = config.data.seq_len, cp = config.dims().cp, chunks = config.parallel.cp_zigzag ? 2 * cp : cp;
+  const int local_T = cp == 1 ? T : (T + chunks - 1) / chunks * chunks / cp;
+  const std::optional<pipeline::Schedule> schedule = run_schedule(config);
+  return plan_memory(config.model, config.train.micro_batch_size, local_T, config.train.recompute,
+                     config.train.precision, config.dims().dp * config.dims().cp, config.parallel.zero_stage,
+                     config.dims().tp, config.parallel.sp, schedule ? &*schedule : nullptr);
+}
+
+StepLayout run_step_layout(const RunConfig& config, int gpus_per_node) {
+  const ParallelDims d = config.dims();
+  return {.dp = d.dp, .tp = d.tp, .pp = d.pp, .cp = d.cp, .sp = config.parallel.sp,
+          .zero_stage = config.parallel.zero_stage, .schedule = config.parallel.pp_schedule,
+          .pp_virtual = config.parallel.pp_virtual, .micro_batch = config.train.micro_batch_size,
+          .micro_batches = static_cast<int>(config.accumulation_steps()), .seq_len = config.data.seq_len,
+          .recompute = config.train.recompute, .precision = config.train.precision, .gpus_per_node = gpus_per_node};
+}
+
 std::string derived_quantities(const RunConfig& config) {
   const ModelConfig& m = config.model;
   const int T = config.data.seq_len;
@@ -77,14 +106,7 @@ std::string derived_quantities(const RunConfig& config) {
   const StepFlops flops = training_flops(m, T, tokens_per_step, config.train.recompute);
   const double per_token = flops.model / static_cast<double>(tokens_per_step);
   const int64_t run_tokens = tokens_per_step * config.train.steps;
-
-  // Under context parallelism a rank runs its chunks of each (padded) sequence.
-  const int cp = config.dims().cp, chunks = config.parallel.cp_zigzag ? 2 * cp : cp;
-  const int local_T = cp == 1 ? T : (T + chunks - 1) / chunks * chunks / cp;
-  std::optional<pipeline::Schedule> schedule;
-  if (config.dims().pp > 1)
-    schedule = pipeline::make_schedule(config.parallel.pp_schedule, config.dims().pp, config.accumulation_steps(),
-                                       config.parallel.pp_virtual);
+  const std::optional<pipeline::Schedule> schedule = run_schedule(config);
   std::vector<std::pair<std::string, std::string>> lines = {
       {"global batch", str(config.global_batch_size(), " sequences x ", T, " tokens = ", grouped(tokens_per_step),
                            " tokens per step")},
@@ -101,12 +123,7 @@ std::string derived_quantities(const RunConfig& config) {
                                   : str("; ", scientific(flops.hardware / static_cast<double>(tokens_per_step)),
                                         " with ", recompute_name(config.train.recompute), " recomputation"))},
       {"FLOPs per step", scientific(flops.model)},
-      {"memory", str(format_bytes(static_cast<double>(
-                         plan_memory(m, config.train.micro_batch_size, local_T, config.train.recompute,
-                                     config.train.precision, config.dims().dp * config.dims().cp,
-                                     config.parallel.zero_stage,
-                                     config.dims().tp, config.parallel.sp, schedule ? &*schedule : nullptr)
-                             .total())),
+      {"memory", str(format_bytes(static_cast<double>(run_memory_plan(config).total())),
                      config.dims().world_size() > 1 ? " per rank (the largest share)" : "", " on the ",
                      config.train.device,
                      schedule ? ": parameters, gradients, AdamW moments and the activations of the micro-batches "

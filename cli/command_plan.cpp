@@ -1,0 +1,151 @@
+// dtrain plan CONFIG.toml [section.key=value ...] [--gpu PROFILE] [--gpus N] [--gpus-per-node K]
+// [--json]: what a run configuration's layout needs and how fast it will go on a hardware profile,
+// before any GPU is spent: the memory of the largest rank by tag (plan/memory.h, the figures the
+// run allocates) against the profile's memory, the step's time by term (plan/step_time.h), and
+// tokens/s, TFLOP/s per GPU and MFU.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/allocator.h"
+#include "core/error.h"
+#include "model/parameters.h"
+#include "plan/hardware_profile.h"
+#include "plan/memory.h"
+#include "plan/step_time.h"
+#include "train/run_config.h"
+
+namespace dt::cli {
+
+namespace {
+
+// The configuration's layout on `gpus` GPUs: tp, pp and cp as configured, dp what is left.
+RunConfig on_gpus(RunConfig config, int64_t gpus) {
+  const ParallelDims d = config.dims();
+  const int64_t model_parallel = int64_t{d.tp} * d.pp * d.cp;
+  if (gpus < 1 || gpus % model_parallel != 0)
+    throw Error(str("plan: --gpus ", gpus, " cannot hold the configuration's layout: parallel.tp ", d.tp, " x pp ",
+                    d.pp, " x cp ", d.cp, " = ", model_parallel, " GPUs per data-parallel replica; give a multiple of ",
+                    model_parallel, ", or change those keys (section.key=value)"));
+  const int64_t dp = gpus / model_parallel;
+  const int64_t per_step = int64_t{config.train.micro_batch_size} * dp;
+  if (config.global_batch_size() % per_step != 0)
+    throw Error(str("plan: on ", gpus, " GPUs parallel.dp is ", dp, ", and train.global_batch_size ",
+                    config.global_batch_size(), " is not a multiple of train.micro_batch_size ",
+                    config.train.micro_batch_size, " x dp ", dp, " = ", per_step,
+                    "; change the batch sizes or the GPU count"));
+  config.parallel.dp = static_cast<int>(dp);
+  return config;
+}
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", bytes / (1 << 30));
+  return text;
+}
+
+}  // namespace
+
+int command_plan(int argc, char** argv, int first) {
+  Args args("plan",
+            "what a run configuration (CONFIG.toml [section.key=value ...]) needs and how fast it goes on a hardware "
+            "profile: memory per GPU by tag, the step's time by term, tokens/s, TFLOP/s per GPU and MFU");
+  args.positional("CONFIG.toml [section.key=value ...]", "the run configuration and overrides, as `dtrain train` takes")
+      .flag("gpu", "h100-sxm", "hardware profile: a name in profiles/ (h100-sxm, h200, a100-80gb) or a file")
+      .flag("gpus", "", "GPUs in the job (default: the configuration's layout); dp takes what tp x pp x cp leave")
+      .flag("gpus-per-node", "", "GPUs per node (default: the profile's)")
+      .toggle("json", "print one JSON object instead of tables");
+  if (!args.parse(argc, argv, first)) return 0;
+  std::string path;
+  std::vector<std::string> overrides;
+  for (const std::string& arg : args.positionals()) {
+    if (path.empty() && arg.find('=') == std::string::npos)
+      path = arg;
+    else
+      overrides.push_back(arg);
+  }
+  if (path.empty()) throw Error(str("plan: no configuration file given\n", args.usage()));
+  const HardwareProfile profile = load_hardware_profile(args.get("gpu"));
+  RunConfig config = load_run_config(path, overrides);
+  if (args.was_given("gpus")) config = on_gpus(config, args.get_int("gpus"));
+  const int per_node = args.was_given("gpus-per-node") ? static_cast<int>(args.get_int("gpus-per-node"))
+                                                        : profile.gpus_per_node;
+  if (per_node < 1) throw Error(str("plan: --gpus-per-node ", per_node, " must be at least 1"));
+
+  const MemoryPlan memory = run_memory_plan(config);
+  const StepLayout layout = run_step_layout(config, per_node);
+  const StepTime time = predict_step_time(config.model, layout, profile);
+  const bool fits = static_cast<double>(memory.total()) <= profile.memory_bytes;
+  const std::vector<std::pair<const char*, double>> terms = {
+      {"GEMMs", time.gemm},
+      {"attention", time.attention},
+      {"streaming kernels", time.streaming},
+      {"tensor-parallel collectives", time.tensor_parallel},
+      {"context-parallel ring", time.context_parallel},
+      {"pipeline bubble", time.bubble},
+      {"pipeline transfers", time.pipeline_transfers},
+      {"data-parallel, not hidden", time.data_parallel},
+      {"optimizer", time.optimizer}};
+
+  if (args.get_bool("json")) {
+    nlohmann::ordered_json j;
+    j["profile"] = profile.name;
+    j["gpus"] = layout.gpus();
+    j["gpus_per_node"] = per_node;
+    j["layout"] = {{"dp", layout.dp}, {"tp", layout.tp}, {"pp", layout.pp}, {"cp", layout.cp}, {"sp", layout.sp},
+                   {"zero_stage", layout.zero_stage}, {"micro_batch", layout.micro_batch},
+                   {"micro_batches", layout.micro_batches}, {"seq_len", layout.seq_len},
+                   {"recompute", std::string(recompute_name(layout.recompute))},
+                   {"precision", std::string(dtype_name(layout.precision))}};
+    if (layout.pp > 1) j["layout"]["schedule"] = layout.schedule;
+    for (int t = 0; t < kNumMemTags; ++t)
+      j["memory_bytes"][std::string(mem_tag_name(static_cast<MemTag>(t)))] = memory.bytes[static_cast<size_t>(t)];
+    j["memory_bytes"]["working_set"] = memory.working_set;
+    j["memory_bytes"]["total"] = memory.total();
+    j["memory_bytes"]["available"] = profile.memory_bytes;
+    j["fits"] = fits;
+    for (const auto& [name, seconds] : terms) j["step_seconds"][name] = seconds;
+    j["step_seconds"]["total"] = time.total;
+    j["tokens_per_s"] = time.tokens_per_s;
+    j["model_tflops_per_gpu"] = time.model_tflops_per_gpu;
+    j["hardware_tflops_per_gpu"] = time.hardware_tflops_per_gpu;
+    j["mfu"] = time.mfu;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+
+  const ModelConfig& m = config.model;
+  std::printf("dtrain plan: %s, %lld parameters; %lld sequences x %d tokens per step, %s, recompute %s\n",
+              path.c_str(), static_cast<long long>(ParameterLayout(m).num_parameters()),
+              static_cast<long long>(config.global_batch_size()), layout.seq_len,
+              std::string(dtype_name(layout.precision)).c_str(), std::string(recompute_name(layout.recompute)).c_str());
+  std::printf("layout: %s on %s (%d per node); ZeRO %d%s; micro-batch %d, %d per step on each data-parallel rank%s\n",
+              config.dims().describe().c_str(), profile.name.c_str(), per_node, layout.zero_stage,
+              layout.sp ? ", sequence parallel" : "", layout.micro_batch, layout.micro_batches,
+              layout.pp > 1 ? str(", ", layout.schedule, " schedule").c_str() : "");
+  std::printf("\nmemory per GPU (the largest rank)        GiB\n");
+  for (int t = 0; t < kNumMemTags; ++t)
+    if (memory.bytes[static_cast<size_t>(t)] > 0)
+      std::printf("  %-36s %8s\n", std::string(mem_tag_name(static_cast<MemTag>(t))).c_str(),
+                  gib(static_cast<double>(memory.bytes[static_cast<size_t>(t)])).c_str());
+  if (memory.working_set > 0)
+    std::printf("  %-36s %8s\n", "ZeRO working set", gib(static_cast<double>(memory.working_set)).c_str());
+  std::printf("  %-36s %8s of %s: %s\n", "total", gib(static_cast<double>(memory.total())).c_str(),
+              gib(profile.memory_bytes).c_str(),
+              fits ? "fits" : "does NOT fit (raise ZeRO, recompute, or use more tp / pp ranks)");
+  std::printf("\nstep time, the busiest rank               ms   share\n");
+  for (const auto& [name, seconds] : terms)
+    if (seconds > 0) std::printf("  %-36s %8.2f %6.1f%%\n", name, seconds * 1e3, 100 * seconds / time.total);
+  std::printf("  %-36s %8.2f\n", "total", time.total * 1e3);
+  std::printf("\n%.0f tokens/s; %.1f TFLOP/s per GPU (model FLOPs; %.1f with what recomputation repeats); MFU %.1f%% "
+              "of the %s's %.0f TFLOP/s %s\n",
+              time.tokens_per_s, time.model_tflops_per_gpu, time.hardware_tflops_per_gpu, 100 * time.mfu,
+              profile.name.c_str(), profile.peak(layout.precision) / 1e12, std::string(dtype_name(layout.precision)).c_str());
+  return 0;
+}
+
+}  // namespace dt::cli

@@ -1,0 +1,84 @@
+// `dtrain plan CONFIG`: the memory per GPU by tag, the step's time by term and the throughput of
+// a run configuration's layout on a hardware profile, as tables and as JSON; and the layouts and
+// profiles it cannot use, named with the fix.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "core/error.h"
+#include "tests/testing.h"
+
+namespace dt {
+namespace {
+
+using testing::run_dtrain;
+
+const std::string kConfig = str(DTRAIN_SOURCE_DIR, "/configs/gpt2-124m.toml");
+const std::string kTpSp = " parallel.tp=2 parallel.sp=true parallel.zero_stage=1";
+
+TEST(PlanCli, PrintsMemoryByTagTheStepByTermAndThroughput) {
+  const auto result = run_dtrain(str("plan ", kConfig, " --gpus 16", kTpSp));
+  ASSERT_EQ(result.status, 0) << result.output;
+  for (const char* expected :
+       {"dp 8 × cp 1 × tp 2 × pp 1 = 16 ranks on H100 SXM (8 per node); ZeRO 1, sequence parallel; micro-batch 16, "
+        "4 per step",
+        "memory per GPU (the largest rank)", "optimizer_state", "activations", "of 80.00: fits",
+        "step time, the busiest rank", "GEMMs", "tensor-parallel collectives", "tokens/s;", "TFLOP/s per GPU",
+        "of the H100 SXM's 989 TFLOP/s bf16"})
+    EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n" << result.output;
+}
+
+// The JSON holds the same figures, and they add up: the tags to the total, the terms to the step,
+// the batch's tokens over the step to tokens/s.
+TEST(PlanCli, JsonHoldsTheFiguresAndTheyAddUp) {
+  const auto result = run_dtrain(str("plan ", kConfig, " --gpus 16 --gpu h200 --json", kTpSp));
+  ASSERT_EQ(result.status, 0) << result.output;
+  const nlohmann::json j = nlohmann::json::parse(result.output);
+  EXPECT_EQ(j["profile"], "H200 SXM");
+  EXPECT_EQ(j["gpus"], 16);
+  EXPECT_EQ(j["layout"]["dp"], 8);
+  EXPECT_EQ(j["layout"]["tp"], 2);
+  EXPECT_EQ(j["layout"]["micro_batches"], 4);
+  double tags = 0;
+  for (const char* tag : {"parameters", "gradients", "optimizer_state", "activations", "communication", "workspace",
+                          "working_set"})
+    tags += j["memory_bytes"][tag].get<double>();
+  EXPECT_EQ(tags, j["memory_bytes"]["total"].get<double>());
+  EXPECT_EQ(j["memory_bytes"]["available"].get<double>(), 141.0 * (1 << 30));
+  EXPECT_TRUE(j["fits"].get<bool>());
+  double terms = 0;
+  for (const auto& [name, seconds] : j["step_seconds"].items())
+    if (name != "total") terms += seconds.get<double>();
+  EXPECT_NEAR(terms, j["step_seconds"]["total"].get<double>(), 1e-12);
+  EXPECT_GT(j["step_seconds"]["tensor-parallel collectives"].get<double>(), 0);
+  EXPECT_NEAR(j["tokens_per_s"].get<double>() * j["step_seconds"]["total"].get<double>(), 512.0 * 1024, 1e-6);
+  EXPECT_GT(j["mfu"].get<double>(), 0);
+  EXPECT_LT(j["mfu"].get<double>(), 1);
+}
+
+TEST(PlanCli, LayoutsAndProfilesItCannotUseAreNamedWithTheFix) {
+  const auto odd = run_dtrain(str("plan ", kConfig, " --gpus 7 parallel.tp=2"));
+  EXPECT_NE(odd.status, 0);
+  EXPECT_NE(odd.output.find("--gpus 7 cannot hold the configuration's layout: parallel.tp 2 x pp 1 x cp 1 = 2 GPUs per "
+                            "data-parallel replica; give a multiple of 2"),
+            std::string::npos)
+      << odd.output;
+  const auto batch = run_dtrain(str("plan ", kConfig, " --gpus 6 parallel.tp=2"));
+  EXPECT_NE(batch.output.find("on 6 GPUs parallel.dp is 3, and train.global_batch_size 512 is not a multiple of "
+                              "train.micro_batch_size 16 x dp 3 = 48"),
+            std::string::npos)
+      << batch.output;
+  const auto profile = run_dtrain(str("plan ", kConfig, " --gpu h300"));
+  EXPECT_NE(profile.output.find("no hardware profile 'h300'"), std::string::npos) << profile.output;
+  const auto none = run_dtrain("plan --gpus 8");
+  EXPECT_NE(none.output.find("plan: no configuration file given"), std::string::npos) << none.output;
+  // A model that does not fit says so beside the figures.
+  const auto big = run_dtrain(str("plan ", kConfig, " model.preset=llama3.2-1b model.vocab_size=128256 "
+                                                    "train.micro_batch_size=64 data.seq_len=2048 --gpus 8"));
+  EXPECT_NE(big.output.find("does NOT fit"), std::string::npos) << big.output;
+}
+
+}  // namespace
+}  // namespace dt
