@@ -17,7 +17,7 @@ TEST(ConfigCli, ShowPrintsTheResolvedConfigurationAndWhatItImplies) {
   const auto result = run_dtrain(str("config show ", DTRAIN_SOURCE_DIR, "/configs/gpt2-124m.toml optim.lr=3e-4 "
                                      "train.steps=1000"));
   ASSERT_EQ(result.status, 0) << result.output;
-  for (const char* expected : {"[optim]\nlr               = 0.0003\n", "steps             = 1000\n",
+  for (const char* expected : {"[optim]\nlr               = 0.0003\n", "steps                    = 1000\n",
                                "preset             = \"gpt2-124m\"\n", "# parameters         124,439,808 (124.4M)",
                                "# global batch       512 sequences x 1024 tokens = 524,288 tokens per step"})
     EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n" << result.output;

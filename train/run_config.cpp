@@ -558,6 +558,15 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
 
 }  // namespace
 
+bool run_config_valid(const RunConfig& config) {
+  RunConfig checked = config;
+  const Origins origins{.file = config.source.string(), .lines = {}, .overrides = {}};
+  Problems problems;
+  Checker check(checked, origins, problems);
+  check_values(checked, /*model_complete=*/true, check);
+  return problems.empty();
+}
+
 RunConfig load_run_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
   toml::table doc = parse_file(path);
   Origins origins{.file = path.string(), .lines = {}, .overrides = {}};

@@ -68,6 +68,9 @@ struct RunConfig {
     DType precision = DType::f32;
     Recompute recompute = Recompute::none;
     float grad_clip = 1.0f;      // 0 disables clipping
+    // A GPU run that the memory plan says will not fit stops before allocating, unless this is
+    // set: then it warns and tries, at the risk of running out of memory mid-step.
+    bool unsafe_skip_memory_check = false;
     Device target_device() const { return device_from_name(device); }
   } train;
 
@@ -150,6 +153,10 @@ void check_run_inputs(const RunConfig& config);
 // `dtrain config show` prints and what the run directory keeps as config.toml. Loading it
 // gives back the same RunConfig.
 std::string resolved_toml(const RunConfig& config);
+
+// Whether a configuration built in code (a variation of a loaded one) passes every check
+// load_run_config() makes of its values.
+bool run_config_valid(const RunConfig& config);
 
 // The memory one rank of the run holds (plan/memory.h: the largest share), from the
 // configuration alone; and the run's layout as the step-time model takes it (plan/step_time.h),

@@ -213,6 +213,7 @@ std::vector<ConfigKey> make_keys() {
       key("train", "precision", &C::train, &C::Train::precision),
       key("train", "recompute", &C::train, &C::Train::recompute),
       key("train", "grad_clip", &C::train, &C::Train::grad_clip),
+      key("train", "unsafe_skip_memory_check", &C::train, &C::Train::unsafe_skip_memory_check),
 
       key("optim", "lr", &C::lr, &LrSchedule::peak_lr),
       key("optim", "min_lr_ratio", &C::lr, &LrSchedule::min_lr_ratio),

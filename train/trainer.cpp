@@ -35,6 +35,7 @@
 #include "train/evaluate.h"
 #include "train/generate.h"
 #include "train/metrics.h"
+#include "train/preflight.h"
 #include "train/progress.h"
 #include "train/step.h"
 #include "train/stop_request.h"
@@ -146,10 +147,14 @@ TrainSummary run_training(const RunConfig& config) {
   std::optional<ContextParallel> context;
   if (cp > 1) context.emplace(*groups.cp, mc, T, config.parallel.cp_zigzag, device);
   const int T_local = context ? context->local_len() : T;
-  // The whole run's memory per rank against the GPU's, before anything is allocated.
-  if (device == Device::cuda)
-    check_fits_on_gpu(mc, B, T_local, config.train.recompute, config.train.precision, shard_ranks, zero_stage, tp,
-                      config.parallel.sp, schedule ? &*schedule : nullptr);
+  // The whole run's memory per rank against the GPU's, before anything is allocated
+  // (train/preflight.h): a run that will not fit stops, naming the cheapest changes that would.
+  if (device == Device::cuda) {
+    const std::string gpu = device_description(Device::cuda);
+    const std::string warning = check_run_fits(config, static_cast<double>(device_free_bytes(Device::cuda)), gpu,
+                                               profile_for_gpu(gpu));
+    if (!warning.empty() && lead) std::fprintf(stderr, "%s\n", warning.c_str());
+  }
   // Tensor parallelism: the model is this rank's shard, communicating over the tp group; pipeline
   // parallelism: it holds this rank's stages.
   std::optional<TensorParallel> tensor_parallel;
