@@ -17,6 +17,7 @@
 #include "plan/hardware_profile.h"
 #include "plan/memory.h"
 #include "plan/step_time.h"
+#include "train/layout_search.h"
 #include "train/run_config.h"
 
 namespace dt::cli {
@@ -42,10 +43,99 @@ RunConfig on_gpus(RunConfig config, int64_t gpus) {
   return config;
 }
 
+std::string percent(double share) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f%%", 100 * share);
+  return text;
+}
+
 std::string gib(double bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f", bytes / (1 << 30));
   return text;
+}
+
+// What a layout pays beside its compute, as shares of its step: the terms that are not the
+// model's own FLOPs, and the work recomputation repeats.
+std::string what_it_pays(const LayoutCandidate& c) {
+  const StepTime& t = c.time;
+  std::string out;
+  const auto add = [&](const char* name, double seconds) {
+    if (seconds / t.total >= 0.005) out += str(out.empty() ? "" : ", ", name, " ", percent(seconds / t.total));
+  };
+  add("tp", t.tensor_parallel);
+  add("cp", t.context_parallel);
+  add("bubble", t.bubble);
+  add("pp transfers", t.pipeline_transfers);
+  add("dp", t.data_parallel);
+  if (t.hardware_flops > t.model_flops) out += str(out.empty() ? "" : ", ", "recompute +", percent(t.hardware_flops / t.model_flops - 1), " FLOPs");
+  return out.empty() ? "nothing: compute only" : out;
+}
+
+int print_search(const RunConfig& config, const std::string& path, int gpus, const HardwareProfile& profile,
+                 int per_node, int top, bool json) {
+  const LayoutSearch search = search_layouts(config, gpus, profile, per_node);
+  if (search.valid == 0)
+    throw Error(str("plan --search: no layout of ", gpus, " GPUs can run ", path, ": tp must divide the ",
+                    config.model.n_head, " query and ", config.model.kv_heads(), " key/value heads within a node of ",
+                    per_node, ", pp be at most the ", config.model.n_layer, " blocks, and dp divide the global batch of ",
+                    config.global_batch_size(), " sequences; choose another GPU count"));
+  if (search.fitting.empty()) {
+    const int enough = smallest_fitting_gpus(config, gpus, profile, per_node);
+    throw Error(str("plan --search: none of the ", search.valid, " layouts of ", gpus, " GPUs fits in ",
+                    gib(profile.memory_bytes), " GiB of ", profile.name,
+                    enough > 0 ? str("; its leanest layouts (ZeRO 3, or 1 under a pipeline, full recomputation, "
+                                     "micro-batches of one) fit on ", enough, " GPUs")
+                               : str("; not even on ", gpus << 10, " GPUs")));
+  }
+  const size_t shown = std::min(search.fitting.size(), static_cast<size_t>(std::max(top, 1)));
+  if (json) {
+    nlohmann::ordered_json j;
+    j["profile"] = profile.name;
+    j["gpus"] = gpus;
+    j["considered"] = search.considered;
+    j["valid"] = search.valid;
+    j["fitting"] = search.fitting.size();
+    for (size_t i = 0; i < shown; ++i) {
+      const LayoutCandidate& c = search.fitting[i];
+      const RunConfig::Parallel& p = c.config.parallel;
+      j["layouts"].push_back({{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"schedule", p.pp_schedule},
+                              {"pp_virtual", p.pp_virtual}, {"micro_batch", c.config.train.micro_batch_size},
+                              {"zero_stage", p.zero_stage},
+                              {"recompute", std::string(recompute_name(c.config.train.recompute))}, {"sp", p.sp},
+                              {"memory_bytes", c.memory.total()}, {"step_seconds", c.time.total},
+                              {"tokens_per_s", c.time.tokens_per_s}, {"mfu", c.time.mfu}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("dtrain plan --search: %s, %lld sequences x %d tokens per step, %s, on %d GPUs of %s (%d per node)\n",
+              path.c_str(), static_cast<long long>(config.global_batch_size()), config.data.seq_len,
+              std::string(dtype_name(config.train.precision)).c_str(), gpus, profile.name.c_str(), per_node);
+  std::printf("%lld layouts considered, %lld valid, %zu fit in %s GiB; the fastest %zu:\n\n",
+              static_cast<long long>(search.considered), static_cast<long long>(search.valid), search.fitting.size(),
+              gib(profile.memory_bytes).c_str(), shown);
+  std::printf("  #   dp  tp  pp  cp  schedule        micro zero recompute  sp   GiB     step s   tokens/s    MFU   "
+              "what it pays (share of the step)\n");
+  for (size_t i = 0; i < shown; ++i) {
+    const LayoutCandidate& c = search.fitting[i];
+    const RunConfig::Parallel& p = c.config.parallel;
+    const std::string schedule =
+        p.pp == 1 ? "-" : p.pp_virtual > 1 ? str(p.pp_schedule, " v", p.pp_virtual) : p.pp_schedule;
+    std::printf("  %-3zu %3d %3d %3d %3d  %-15s %5d %4d %-10s %-3s %6s %9.3f %10.0f %6.1f%%  %s\n", i + 1, p.dp, p.tp,
+                p.pp, p.cp, schedule.c_str(), c.config.train.micro_batch_size, p.zero_stage,
+                std::string(recompute_name(c.config.train.recompute)).c_str(), p.sp ? "yes" : "no",
+                gib(static_cast<double>(c.memory.total())).c_str(), c.time.total, c.time.tokens_per_s, 100 * c.time.mfu,
+                what_it_pays(c).c_str());
+  }
+  const RunConfig::Parallel& best = search.fitting.front().config.parallel;
+  std::printf("\nitemized: dtrain plan %s --gpus %d parallel.tp=%d parallel.pp=%d parallel.cp=%d "
+              "parallel.pp_schedule=%s parallel.pp_virtual=%d parallel.zero_stage=%d parallel.sp=%s "
+              "train.micro_batch_size=%d train.recompute=%s (the first; the others likewise)\n",
+              path.c_str(), gpus, best.tp, best.pp, best.cp, best.pp_schedule.c_str(), best.pp_virtual, best.zero_stage,
+              best.sp ? "true" : "false", search.fitting.front().config.train.micro_batch_size,
+              std::string(recompute_name(search.fitting.front().config.train.recompute)).c_str());
+  return 0;
 }
 
 }  // namespace
@@ -58,7 +148,9 @@ int command_plan(int argc, char** argv, int first) {
       .flag("gpu", "h100-sxm", "hardware profile: a name in profiles/ (h100-sxm, h200, a100-80gb) or a file")
       .flag("gpus", "", "GPUs in the job (default: the configuration's layout); dp takes what tp x pp x cp leave")
       .flag("gpus-per-node", "", "GPUs per node (default: the profile's)")
-      .toggle("json", "print one JSON object instead of tables");
+      .toggle("json", "print one JSON object instead of tables")
+      .toggle("search", "rank every layout of the model and global batch on the GPUs that fits, fastest first")
+      .flag("top", "10", "with --search: how many layouts to show");
   if (!args.parse(argc, argv, first)) return 0;
   std::string path;
   std::vector<std::string> overrides;
@@ -71,11 +163,16 @@ int command_plan(int argc, char** argv, int first) {
   if (path.empty()) throw Error(str("plan: no configuration file given\n", args.usage()));
   const HardwareProfile profile = load_hardware_profile(args.get("gpu"));
   RunConfig config = load_run_config(path, overrides);
-  if (args.was_given("gpus")) config = on_gpus(config, args.get_int("gpus"));
+  if (args.was_given("gpus") && !args.get_bool("search")) config = on_gpus(config, args.get_int("gpus"));
   const int per_node = args.was_given("gpus-per-node") ? static_cast<int>(args.get_int("gpus-per-node"))
                                                         : profile.gpus_per_node;
   if (per_node < 1) throw Error(str("plan: --gpus-per-node ", per_node, " must be at least 1"));
 
+  if (args.get_bool("search")) {
+    const int gpus = args.was_given("gpus") ? static_cast<int>(args.get_int("gpus")) : config.dims().world_size();
+    return print_search(config, path, gpus, profile, per_node, static_cast<int>(args.get_int("top")),
+                        args.get_bool("json"));
+  }
   const MemoryPlan memory = run_memory_plan(config);
   const StepLayout layout = run_step_layout(config, per_node);
   const StepTime time = predict_step_time(config.model, layout, profile);

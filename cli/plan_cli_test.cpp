@@ -80,5 +80,31 @@ TEST(PlanCli, LayoutsAndProfilesItCannotUseAreNamedWithTheFix) {
   EXPECT_NE(big.output.find("does NOT fit"), std::string::npos) << big.output;
 }
 
+// --search ranks the layouts that fit, each with what it pays, and names the first's overrides;
+// a count no layout can use, and a model no layout of the count fits, are named with the fix.
+TEST(PlanCli, SearchRanksTheLayoutsThatFitAndNamesWhatCannot) {
+  const auto result = run_dtrain(str("plan ", kConfig, " --search --gpus 8 --top 3"));
+  ASSERT_EQ(result.status, 0) << result.output;
+  for (const char* expected : {"on 8 GPUs of H100 SXM (8 per node)", "valid,", "fit in 80.00 GiB; the fastest 3:",
+                               "what it pays (share of the step)", "  1     8   1   1   1  -",
+                               "itemized: dtrain plan ", "parallel.tp=1 parallel.pp=1"})
+    EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n" << result.output;
+  EXPECT_EQ(result.output.find("  4 "), std::string::npos) << result.output;
+  const auto json = run_dtrain(str("plan ", kConfig, " --search --gpus 8 --top 2 --json"));
+  ASSERT_EQ(json.status, 0) << json.output;
+  const nlohmann::json j = nlohmann::json::parse(json.output);
+  ASSERT_EQ(j["layouts"].size(), 2u);
+  EXPECT_LE(j["layouts"][0]["step_seconds"].get<double>(), j["layouts"][1]["step_seconds"].get<double>() * 1.005);
+  const auto none = run_dtrain(str("plan ", kConfig, " --search --gpus 13"));
+  EXPECT_NE(none.output.find("no layout of 13 GPUs can run"), std::string::npos) << none.output;
+  const auto big = run_dtrain(str("plan ", kConfig, " --search --gpus 8 model.preset=llama3-70b "
+                                                    "train.micro_batch_size=1 data.seq_len=2048"));
+  EXPECT_NE(big.status, 0);
+  EXPECT_NE(big.output.find("layouts of 8 GPUs fits in 80.00 GiB of H100 SXM; its leanest layouts (ZeRO 3, or 1 "
+                            "under a pipeline, full recomputation, micro-batches of one) fit on 16 GPUs"),
+            std::string::npos)
+      << big.output;
+}
+
 }  // namespace
 }  // namespace dt
