@@ -239,7 +239,7 @@ int command_plan(int argc, char** argv, int first) {
     if (seconds > 0) std::printf("  %-36s %8.2f %6.1f%%\n", name, seconds * 1e3, 100 * seconds / time.total);
   std::printf("  %-36s %8.2f\n", "total", time.total * 1e3);
   std::printf("\n%.0f tokens/s; %.1f TFLOP/s per GPU (model FLOPs; %.1f with what recomputation repeats); MFU %.1f%% "
-              "of the %s's %.0f TFLOP/s %s\n",
+              "of the %s's %.4g TFLOP/s %s\n",
               time.tokens_per_s, time.model_tflops_per_gpu, time.hardware_tflops_per_gpu, 100 * time.mfu,
               profile.name.c_str(), profile.peak(layout.precision) / 1e12, std::string(dtype_name(layout.precision)).c_str());
   return 0;

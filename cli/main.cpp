@@ -36,6 +36,7 @@ constexpr const char* kUsage =
     "  bench tp          tensor parallelism's communication and activations per rank, against their counts\n"
     "  bench pp          each pipeline schedule run under mpirun: measured bubble against theory, memory per rank\n"
     "  bench cp          ring attention under mpirun: each rank's attention time, plain against zig-zag, traffic\n"
+    "  bench profile     measure this machine as a hardware profile for `dtrain plan` (under mpirun)\n"
     "  bench tokenizer   time BPE encoding of a text file (MB/s)\n";
 
 int run(int argc, char** argv) {
@@ -49,6 +50,7 @@ int run(int argc, char** argv) {
   if (command == "bench" && sub == "tp") return command_bench_tp(argc, argv, 3);
   if (command == "bench" && sub == "pp") return command_bench_pp(argc, argv, 3);
   if (command == "bench" && sub == "cp") return command_bench_cp(argc, argv, 3);
+  if (command == "bench" && sub == "profile") return command_bench_profile(argc, argv, 3);
   if (command == "bench" && sub == "tokenizer") return command_bench_tokenizer(argc, argv, 3);
   if (command == "tokenizer" && sub == "train") return command_tokenizer_train(argc, argv, 3);
   if (command == "tokenizer" && sub == "encode") return command_tokenizer_encode(argc, argv, 3);
