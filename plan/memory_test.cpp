@@ -7,6 +7,7 @@
 #include "core/allocator.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "parallel/data_parallel.h"
 #include "plan/memory.h"
 #include "tests/gpt2_sizes.h"
 
@@ -55,6 +56,39 @@ TEST(TrainingBytes, AreWhatTheModelsShapeGivesByHand) {
       EXPECT_EQ(planned(MemTag::workspace), scratch) << what;
       EXPECT_EQ(plan.total(), parameters + gradients + optimizer_state + activations + scratch) << what;
     }
+}
+
+// The ZeRO paper's accounting (Rajbhandari et al. 2020, its figure 1): Ψ parameters in mixed
+// precision hold 2Ψ bytes of fp16 weights, 2Ψ of fp16 gradients and KΨ = 12Ψ of fp32 master
+// weights and Adam's moments; over N ranks stage 1 shards the 12Ψ, stage 2 the gradients too,
+// stage 3 everything. For Ψ = 7.5B on 64 ranks that is the published 120, 31.4, 16.6 and 1.9 GB.
+// dtrain's bf16 keeps its gradients in f32 (4Ψ, for accumulation over micro-batches) and, at
+// stage 1, the reduce-scatter's f32 shard beside them; with those two differences the planner
+// must give the paper's formula exactly, tag by tag, for a 7.46B GPT-2 on 64 ranks.
+TEST(TrainingBytes, TheZeroPapersModelStateWithFp32Gradients) {
+  const auto zero_paper = [](double psi, double ranks, int stage, double gradient_bytes) {
+    const double weights = 2 * psi, gradients = gradient_bytes * psi, optimizer = 12 * psi;
+    if (stage == 0) return weights + gradients + optimizer;
+    if (stage == 1) return weights + gradients + optimizer / ranks;
+    if (stage == 2) return weights + (gradients + optimizer) / ranks;
+    return (weights + gradients + optimizer) / ranks;
+  };
+  const double published[] = {120, 31.4, 16.6, 1.9};
+  for (int stage = 0; stage <= 3; ++stage)
+    EXPECT_NEAR(zero_paper(7.5e9, 64, stage, 2) / 1e9, published[stage], 0.05) << "stage " << stage;
+
+  ModelConfig config = model_preset("gpt2-124m");
+  config.n_layer = 36, config.d_model = 4096, config.n_head = 32;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const MemoryPlan plan = plan_memory(config, 1, 1024, Recompute::full, DType::bf16, 64, stage);
+    // Ψ as the flat buffers hold it: ZeRO pads each unit to 64 equal parts.
+    const double psi = static_cast<double>(
+        ParameterLayout(config, DataParallel::storage(64, stage).unit_multiple).total_elements());
+    const auto tag = [&](MemTag t) { return static_cast<double>(plan.bytes[static_cast<int>(t)]); };
+    const double state = tag(MemTag::parameters) + tag(MemTag::gradients) + tag(MemTag::optimizer_state);
+    const double reduce_scatter_shard = stage == 1 ? 4 * psi / 64 : 0;
+    EXPECT_DOUBLE_EQ(state, zero_paper(psi, 64, stage, 4) + reduce_scatter_shard) << "stage " << stage;
+  }
 }
 
 }  // namespace
