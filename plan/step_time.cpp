@@ -19,6 +19,10 @@ namespace {
 constexpr double kAttentionBackwardPerForward = 2.5;
 // Streaming kernels pass over the activations a block keeps four times (step_time.h).
 constexpr double kStreamingPassesPerKeptByte = 4;
+// Attention without fusion keeps, per head and query, 5 bytes per key at 16 bits: the softmax
+// output and the dropout output (2 bytes each) and the dropout mask (1) — Korthikanti et al.'s
+// 5·a·s²·b per layer; scaled to the run's element size.
+constexpr double kMaterializedScoreBytes = 5;
 // AdamW per parameter: f32 master weight, gradient and two moments read, master and moments
 // written; a 16-bit run also writes the compute copy.
 constexpr double kOptimizerBytesPerParameter = 4 * 4 + 3 * 4;
@@ -72,14 +76,23 @@ class Estimator {
       p.backward_input.gemm += gemm(t, in, out);
       p.backward_weight.gemm += gemm(out, in, t);
     }
-    const double attention = attention_core_flops(model_, l_.seq_len) * t / tp /
-                             (hw_.peak(l_.precision) * hw_.attention_efficiency);
-    p.forward.attention = attention;
-    p.backward_input.attention = kAttentionBackwardPerForward * attention;
-    const double kept = static_cast<double>(
+    double kept = static_cast<double>(
         Stage::activation_bytes(model_, {.embeddings = false, .first_block = 0, .end_block = 1, .head = false},
                                 Recompute::none, l_.precision, l_.micro_batch, l_.seq_len / l_.cp, {0, l_.tp}, l_.sp)
             .kept);
+    const double causal_flops = attention_core_flops(model_, l_.seq_len) * t / tp;
+    if (l_.fused_attention) {
+      const double attention = causal_flops / (hw_.peak(l_.precision) * hw_.attention_efficiency);
+      p.forward.attention = attention;
+      p.backward_input.attention = kAttentionBackwardPerForward * attention;
+    } else {
+      // QK^T and PV over every key, masked after: twice the causal products, as GEMMs.
+      const double attention = 2 * causal_flops / (hw_.peak(l_.precision) * hw_.gemm_efficiency);
+      p.forward.attention = attention;
+      p.backward_input.attention = 2 * attention;
+      kept += kMaterializedScoreBytes * (static_cast<double>(model_.n_head) / tp) * t * l_.seq_len *
+              element_ / 2;
+    }
     p.forward.streaming = p.backward_input.streaming = streaming(kStreamingPassesPerKeptByte / 2 * kept);
     // Two collectives of the block's activations each way (all-reduces, or under sequence
     // parallelism all-gathers and reduce-scatters: the same ring time).

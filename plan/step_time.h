@@ -9,7 +9,12 @@
 //                efficiency.memory)), bytes its two operands and its result once each. Small or
 //                thin products (few tokens, a narrow tp shard) fall to the memory side.
 //   attention    the causal core (model/flops.h), forward and backward (2.5 forward: flash
-//                attention recomputes the scores), at peak × efficiency.attention.
+//                attention recomputes the scores), at peak × efficiency.attention. For an engine
+//                without fused attention (fused_attention = false: Megatron-LM's 2021 runs), the
+//                scores are GEMMs over every key (twice the causal FLOPs, backward twice forward)
+//                at peak × efficiency.gemm, and the 5·a·s bytes per position they keep (softmax
+//                output, dropout output and mask; Korthikanti et al.) are streamed like the
+//                block's other activations.
 //   streaming    the norms, activations, residual adds, rotary and bias passes: four passes over
 //                the activations the block keeps (model/stage.h's own count, per tensor-parallel
 //                rank and sequence-parallel split): forward reads inputs and writes each kept
@@ -58,6 +63,7 @@ struct StepLayout {
   Recompute recompute = Recompute::none;
   DType precision = DType::bf16;
   int gpus_per_node = 8;
+  bool fused_attention = true;  // dtrain's (flash attention); false: the scores materialized
 
   int gpus() const { return dp * tp * pp * cp; }
   int64_t global_batch() const { return int64_t{dp} * micro_batch * micro_batches; }  // sequences
