@@ -51,8 +51,12 @@ TEST(PlanCli, JsonHoldsTheFiguresAndTheyAddUp) {
   double terms = 0;
   for (const auto& [name, seconds] : j["step_seconds"].items())
     if (name != "total") terms += seconds.get<double>();
+  // The total is the same terms summed in another order (makespan = work + bubble): a step of
+  // about 0.07 s carries rounding of order 1e-17 s, and a missing term would be above 1e-5 s.
   EXPECT_NEAR(terms, j["step_seconds"]["total"].get<double>(), 1e-12);
   EXPECT_GT(j["step_seconds"]["tensor-parallel collectives"].get<double>(), 0);
+  // tokens / total x total: two roundings of 524,288 (about 1e-10); a wrong token count is off by
+  // thousands.
   EXPECT_NEAR(j["tokens_per_s"].get<double>() * j["step_seconds"]["total"].get<double>(), 512.0 * 1024, 1e-6);
   EXPECT_GT(j["mfu"].get<double>(), 0);
   EXPECT_LT(j["mfu"].get<double>(), 1);

@@ -12,6 +12,7 @@
 
 namespace dt {
 
+// Ordered from the least to the most recomputed (the planner's searches compare them so).
 enum class Recompute { none, selective, full };
 std::string_view recompute_name(Recompute policy);
 // Parses "none", "selective" or "full"; throws dt::Error naming the valid values.

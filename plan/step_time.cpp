@@ -53,7 +53,7 @@ class Estimator {
  public:
   Estimator(const ModelConfig& model, const StepLayout& l, const HardwareProfile& hw)
       : model_(model), l_(l), hw_(hw), element_(static_cast<double>(dtype_size(l.precision))),
-        tokens_(static_cast<double>(l.micro_batch) * l.seq_len / l.cp) {}
+        tokens_(static_cast<double>(l.micro_batch) * l.seq_len / l.cp), block_(block()), head_(head()) {}
 
   // The roofline time of an (m × k) @ (k × n) product in the run's precision.
   double gemm(double m, double n, double k) const {
@@ -62,6 +62,18 @@ class Estimator {
   }
   double streaming(double bytes) const { return bytes / (hw_.memory_bandwidth * hw_.memory_efficiency); }
 
+  // A stage's passes for one micro-batch: its blocks', and the head's where it holds it. Every
+  // block of a model is alike, so one is timed, once.
+  StagePasses stage(const StageUnits& units) const {
+    const double blocks = units.end_block - units.first_block;
+    StagePasses s{block_.forward.times(blocks), block_.backward_input.times(blocks),
+                  block_.backward_weight.times(blocks)};
+    if (units.head)
+      s.forward += head_.forward, s.backward_input += head_.backward_input, s.backward_weight += head_.backward_weight;
+    return s;
+  }
+
+ private:
   // One block, one micro-batch, on one tensor-parallel rank.
   StagePasses block() const {
     const double C = model_.d_model, t = tokens_, tp = l_.tp;
@@ -124,22 +136,11 @@ class Estimator {
     return p;
   }
 
-  StagePasses stage(const StageUnits& units) const {
-    const StagePasses b = block();
-    const double blocks = units.end_block - units.first_block;
-    StagePasses s{b.forward.times(blocks), b.backward_input.times(blocks), b.backward_weight.times(blocks)};
-    if (units.head) {
-      const StagePasses h = head();
-      s.forward += h.forward, s.backward_input += h.backward_input, s.backward_weight += h.backward_weight;
-    }
-    return s;
-  }
-
- private:
   const ModelConfig& model_;
   const StepLayout& l_;
   const HardwareProfile& hw_;
   double element_, tokens_;
+  StagePasses block_, head_;  // after the members block() and head() read
 };
 
 // One of the rank's passes: the mean over its stages (interleaved and V schedules hold several),

@@ -28,13 +28,18 @@ TEST(StepTime, ComputeTermsAreTheFlopsOverTheProfilesRates) {
   const StepTime t = predict_step_time(model_preset("gpt2-124m"), layout, h100);
   const double tokens = 8 * 1024, C = 768, Vp = 50304, L = 12;
   const double gemm_flops = 3 * tokens * (L * 24 * C * C + 2 * C * Vp);
+  // 1e-9: the same sum in another order differs by a few ulps (1e-15); a missing product or a
+  // wrong efficiency moves the ratio by percents.
   EXPECT_NEAR(t.gemm / (gemm_flops / (989e12 * 0.75)), 1.0, 1e-9);
   const double attention_flops = 3.5 * tokens * L * 2 * C * (1024 + 1);
   EXPECT_NEAR(t.attention / (attention_flops / (989e12 * 0.30)), 1.0, 1e-9);
-  // The flat buffer holds 124,439,808 parameters and the alignment padding between them.
+  // The flat buffer holds 124,439,808 parameters and the alignment padding between them (well
+  // under 1%, the bound).
   EXPECT_NEAR(t.optimizer / (124439808.0 * 30 / (3350e9 * 0.8)), 1.0, 0.01);
   EXPECT_GT(t.streaming, 0);
   EXPECT_EQ(t.tensor_parallel + t.context_parallel + t.bubble + t.pipeline_transfers + t.data_parallel, 0);
+  // The same figures recombined: rounding of order 1e-17 s and 1e-10 tokens/s; a wrong term or
+  // divisor is off by far more than these bounds.
   EXPECT_NEAR(t.total, t.gemm + t.attention + t.streaming + t.optimizer, 1e-12);
   EXPECT_NEAR(t.tokens_per_s, tokens / t.total, 1e-6);
   EXPECT_NEAR(t.mfu, t.model_tflops_per_gpu * 1e12 / 989e12, 1e-12);

@@ -73,7 +73,7 @@ LayoutSearch search_layouts(const RunConfig& base, int gpus, const HardwareProfi
   // Simpler first among equals: what the model cannot tell apart, a person should not pay for.
   const auto simpler = [](const LayoutCandidate& a, const LayoutCandidate& b) {
     const auto key = [](const LayoutCandidate& c) {
-      return std::tuple(c.config.parallel.zero_stage, static_cast<int>(c.config.train.recompute), c.config.parallel.sp,
+      return std::tuple(c.config.parallel.zero_stage, c.config.train.recompute, c.config.parallel.sp,
                         -c.config.train.micro_batch_size);
     };
     return key(a) < key(b);

@@ -9,20 +9,13 @@
 namespace dt {
 namespace {
 
-// Recomputation policies from the least to the most recomputed.
-constexpr Recompute kRecompute[] = {Recompute::none, Recompute::selective, Recompute::full};
-
-int recompute_rank(Recompute r) {
-  return static_cast<int>(std::find(std::begin(kRecompute), std::end(kRecompute), r) - std::begin(kRecompute));
-}
-
 double step_seconds(const RunConfig& config, const HardwareProfile& profile) {
   return predict_step_time(config.model, run_step_layout(config, profile.gpus_per_node), profile).total;
 }
 
 // Whether `a` changes no knob further than `b` does, and is not b: b goes further than it needs.
 bool goes_no_further(const MemoryRemedy& a, const MemoryRemedy& b) {
-  const bool no_further = a.zero_stage <= b.zero_stage && recompute_rank(a.recompute) <= recompute_rank(b.recompute) &&
+  const bool no_further = a.zero_stage <= b.zero_stage && a.recompute <= b.recompute &&
                           a.micro_batch_size >= b.micro_batch_size;
   return no_further && a.changes != b.changes;
 }
@@ -53,11 +46,11 @@ std::vector<MemoryRemedy> memory_remedies(const RunConfig& config, double availa
   // ZeRO shards over the dp x cp ranks: with one there is nothing to shard.
   const int top_stage = replicas > 1 ? 3 : config.parallel.zero_stage;
   for (int stage = config.parallel.zero_stage; stage <= top_stage; ++stage)
-    for (int r = recompute_rank(config.train.recompute); r < 3; ++r)
+    for (int r = static_cast<int>(config.train.recompute); r <= static_cast<int>(Recompute::full); ++r)
       for (const int m : micro_batches) {
         RunConfig c = config;
         c.parallel.zero_stage = stage;
-        c.train.recompute = kRecompute[r];
+        c.train.recompute = static_cast<Recompute>(r);
         c.train.micro_batch_size = m;
         MemoryRemedy remedy{.changes = {}, .zero_stage = stage, .micro_batch_size = m, .recompute = c.train.recompute};
         if (stage != config.parallel.zero_stage) remedy.changes.push_back(str("parallel.zero_stage=", stage));
