@@ -200,8 +200,7 @@ int command_plan(int argc, char** argv, int first) {
                    {"precision", std::string(dtype_name(layout.precision))}};
     if (layout.pp > 1) j["layout"]["schedule"] = layout.schedule;
     for (int t = 0; t < kNumMemTags; ++t)
-      j["memory_bytes"][std::string(mem_tag_name(static_cast<MemTag>(t)))] = memory.bytes[static_cast<size_t>(t)];
-    j["memory_bytes"]["working_set"] = memory.working_set;
+      j["memory_bytes"][std::string(mem_tag_name(static_cast<MemTag>(t)))] = memory.peak(static_cast<MemTag>(t));
     j["memory_bytes"]["total"] = memory.total();
     j["memory_bytes"]["available"] = profile.memory_bytes;
     j["fits"] = fits;
@@ -226,11 +225,9 @@ int command_plan(int argc, char** argv, int first) {
               layout.pp > 1 ? str(", ", layout.schedule, " schedule").c_str() : "");
   std::printf("\nmemory per GPU (the largest rank)        GiB\n");
   for (int t = 0; t < kNumMemTags; ++t)
-    if (memory.bytes[static_cast<size_t>(t)] > 0)
+    if (const size_t peak = memory.peak(static_cast<MemTag>(t)); peak > 0)
       std::printf("  %-36s %8s\n", std::string(mem_tag_name(static_cast<MemTag>(t))).c_str(),
-                  gib(static_cast<double>(memory.bytes[static_cast<size_t>(t)])).c_str());
-  if (memory.working_set > 0)
-    std::printf("  %-36s %8s\n", "ZeRO working set", gib(static_cast<double>(memory.working_set)).c_str());
+                  gib(static_cast<double>(peak)).c_str());
   std::printf("  %-36s %8s of %s: %s\n", "total", gib(static_cast<double>(memory.total())).c_str(),
               gib(profile.memory_bytes).c_str(),
               fits ? "fits" : "does NOT fit (raise ZeRO, recompute, or use more tp / pp ranks)");

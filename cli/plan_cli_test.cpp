@@ -42,8 +42,7 @@ TEST(PlanCli, JsonHoldsTheFiguresAndTheyAddUp) {
   EXPECT_EQ(j["layout"]["tp"], 2);
   EXPECT_EQ(j["layout"]["micro_batches"], 4);
   double tags = 0;
-  for (const char* tag : {"parameters", "gradients", "optimizer_state", "activations", "communication", "workspace",
-                          "working_set"})
+  for (const char* tag : {"parameters", "gradients", "optimizer_state", "activations", "communication", "workspace"})
     tags += j["memory_bytes"][tag].get<double>();
   EXPECT_EQ(tags, j["memory_bytes"]["total"].get<double>());
   EXPECT_EQ(j["memory_bytes"]["available"].get<double>(), 141.0 * (1 << 30));

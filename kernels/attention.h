@@ -55,6 +55,9 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
 namespace cpu {
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads);
 void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, AttentionHeads heads);
+// The scratch the larger of a forward and a backward call over sequences of seq_len allocates for
+// `threads` threads (omp_get_max_threads() at the call), in bytes: plan/memory.h counts it.
+size_t attention_scratch_bytes(int64_t seq_len, int head_size, AttentionHeads heads, DType storage, int threads);
 }  // namespace cpu
 
 namespace cuda {

@@ -69,15 +69,20 @@ std::vector<DataParallel::ShardSpec> DataParallel::shard_buffers(DType precision
   return specs;
 }
 
-size_t DataParallel::working_set_bytes(const ParameterLayout& layout, DType precision, int ranks, int zero_stage) {
-  if (zero_stage < 2) return 0;
+std::array<size_t, kNumMemTags> DataParallel::working_set(const ParameterLayout& layout, DType precision, int ranks,
+                                                          int zero_stage) {
+  std::array<size_t, kNumMemTags> bytes{};
+  if (zero_stage < 2) return bytes;
   int64_t largest = 0;
   for (const kernels::FlatRange& unit : layout.units()) largest = std::max(largest, unit.size());
   const int64_t embeddings = layout.units().front().size();
   const auto in_backward = static_cast<int64_t>(kUnitReductionsInFlight) + 1;
-  int64_t bytes = (embeddings + in_backward * largest) * 4 + in_backward * (largest / ranks) * 4;
-  if (zero_stage == 3) bytes += (embeddings + 2 * largest) * static_cast<int64_t>(dtype_size(precision));
-  return static_cast<size_t>(bytes);
+  const auto set = [&](MemTag tag, int64_t n) { bytes[static_cast<size_t>(tag)] = static_cast<size_t>(n); };
+  set(MemTag::gradients, (embeddings + in_backward * largest) * 4);
+  set(MemTag::communication, in_backward * (largest / ranks) * 4);
+  if (zero_stage == 3)
+    set(MemTag::parameters, (embeddings + 2 * largest) * static_cast<int64_t>(dtype_size(precision)));
+  return bytes;
 }
 
 DataParallel::DataParallel(Transformer& model, Communicator& group, double bucket_mb, int zero_stage,

@@ -44,6 +44,7 @@
 // and stage 3 gathers unit by unit as forward reads them. Gradients stay f32.
 #pragma once
 
+#include <array>
 #include <deque>
 #include <optional>
 #include <string>
@@ -93,8 +94,10 @@ class DataParallel : public UnitHooks {
   // A bound on the units stages 2 and 3 hold during a pass, beyond the shards: the gradients of
   // the embeddings (finished last, written first by a tied head) and of the unit being computed
   // and those being reduced, with their staging for a later micro-batch; at stage 3 also the
-  // weights of the embeddings, the unit being computed and the one prefetched. 0 below stage 2.
-  static size_t working_set_bytes(const ParameterLayout& layout, DType precision, int ranks, int zero_stage);
+  // weights of the embeddings, the unit being computed and the one prefetched. Bytes by tag
+  // (gradients, communication for the staging, parameters for the weights); none below stage 2.
+  static std::array<size_t, kNumMemTags> working_set(const ParameterLayout& layout, DType precision, int ranks,
+                                                     int zero_stage);
 
   Communicator& group() { return group_; }
   const Communicator& group() const { return group_; }

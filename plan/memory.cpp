@@ -1,6 +1,8 @@
 #include "plan/memory.h"
 
 #include "core/device.h"
+#include "kernels/attention.h"
+#include "kernels/cpu/row_blocks.h"
 #include "model/rope_tables.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -15,10 +17,13 @@ size_t MemoryPlan::allocated() const {
   return sum;
 }
 
-namespace {
+size_t MemoryPlan::total() const {
+  size_t sum = allocated();
+  for (const size_t b : during_step) sum += b;
+  return sum;
+}
 
-// Tensor-parallel rank `shard`'s plan, of pipeline rank `pp_rank` under `schedule`.
-MemoryPlan plan_rank(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
+MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
                      int dp_ranks, int zero_stage, TensorShard shard, bool sp, const pipeline::Schedule* schedule,
                      int pp_rank) {
   MemoryPlan plan;
@@ -49,11 +54,23 @@ MemoryPlan plan_rank(const ModelConfig& config, int batch_size, int seq_len, Rec
   for (const DataParallel::ShardSpec& spec : DataParallel::shard_buffers(precision, zero_stage))
     add(spec.tag, static_cast<size_t>(local) * dtype_size(spec.dtype));
   add(MemTag::optimizer_state, 2 * AdamW::bytes_per_moment(local));
-  plan.working_set = DataParallel::working_set_bytes(layout, precision, dp_ranks, zero_stage);
+  plan.during_step = DataParallel::working_set(layout, precision, dp_ranks, zero_stage);
   return plan;
 }
 
-}  // namespace
+size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
+                                TensorShard shard, bool sp, int threads) {
+  const ShardDims dims = shard_dims(config, shard);
+  const size_t compute = precision == DType::f64 ? sizeof(double) : sizeof(float);
+  // The norms run on every token of the micro-batch, or under sequence parallelism on this
+  // rank's part of them; RMSNorm sums one parameter's gradient, LayerNorm two.
+  const int64_t tokens = int64_t{batch_size} * seq_len, norm_rows = sp ? tokens / shard.size : tokens;
+  const int norm_sums = config.family == ModelFamily::llama ? 1 : 2;
+  const size_t norms = static_cast<size_t>(kernels::cpu::block_partial_elements(norm_rows, config.d_model, norm_sums)) * compute;
+  const size_t attention = kernels::cpu::attention_scratch_bytes(seq_len, static_cast<int>(dims.head_size),
+                                                                 dims.heads.attention(), precision, threads);
+  return std::max(norms, attention);
+}
 
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
                        int dp_ranks, int zero_stage, int tp_ranks, bool sp, const pipeline::Schedule* schedule) {
@@ -61,7 +78,7 @@ MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, R
   bool first = true;
   for (int pp_rank = 0; pp_rank < (schedule != nullptr ? schedule->ranks : 1); ++pp_rank)
     for (int r = 0; r < tp_ranks; ++r) {
-      const MemoryPlan plan = plan_rank(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage,
+      const MemoryPlan plan = plan_rank_memory(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage,
                                         {r, tp_ranks}, sp, schedule, pp_rank);
       if (first || plan.total() > largest.total()) largest = plan;
       first = false;

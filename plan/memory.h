@@ -14,15 +14,17 @@
 #include "core/allocator.h"
 #include "model/config.h"
 #include "model/recompute.h"
+#include "model/tensor_shard.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace dt {
 
 struct MemoryPlan {
-  std::array<size_t, kNumMemTags> bytes{};  // allocated when the run is built, per tag
-  size_t working_set = 0;                   // ZeRO 2 and 3: held during a pass, at most
+  std::array<size_t, kNumMemTags> bytes{};        // allocated when the run is built, per tag
+  std::array<size_t, kNumMemTags> during_step{};  // held beside them during a step, at most
+  size_t peak(MemTag tag) const { return bytes[static_cast<size_t>(tag)] + during_step[static_cast<size_t>(tag)]; }
   size_t allocated() const;
-  size_t total() const { return allocated() + working_set; }
+  size_t total() const;  // every tag's peak, added
 };
 
 // One rank's: micro-batches of batch_size x seq_len tokens under `recompute`, in `precision`,
@@ -34,6 +36,19 @@ struct MemoryPlan {
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
                        int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false,
                        const pipeline::Schedule* schedule = nullptr);
+
+// The plan of one rank: tensor-parallel rank `shard` of pipeline rank `pp_rank` under `schedule`
+// (none: one stage, pp_rank 0).
+MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                            DType precision, int dp_ranks, int zero_stage, TensorShard shard, bool sp,
+                            const pipeline::Schedule* schedule, int pp_rank);
+
+// The most scratch one of the CPU kernels of a step allocates for `threads` threads: attention's
+// per-thread tiles (kernels/attention.h) or a norm backward's row-block partials. A CPU run holds
+// it beside the plan's workspace at some moment of each step. (A GPU's kernels' scratch, cuDNN's
+// workspace, is known only once its graph is built: not counted.)
+size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
+                                TensorShard shard, bool sp, int threads);
 
 // Before a GPU run allocates: the plan's total against the GPU's free memory; the error names
 // every figure and the fixes (a higher ZeRO stage, recomputation, bf16, smaller micro-batches).

@@ -4,8 +4,12 @@
 
 namespace dt {
 
+size_t BatchBuffers::bytes(int count, int batch_size, int seq_len) {
+  return static_cast<size_t>(count) * 2 * static_cast<size_t>(batch_size) * seq_len * sizeof(int32_t);
+}
+
 BatchBuffers::BatchBuffers(int count, int batch_size, int seq_len, Device device) {
-  const size_t bytes = static_cast<size_t>(batch_size) * seq_len * sizeof(int32_t);
+  const size_t bytes = BatchBuffers::bytes(1, batch_size, seq_len) / 2;  // tokens or targets
   const Shape shape{batch_size, seq_len};
   const auto micro_batch = [&](Device on) {
     buffers_.emplace_back(bytes, MemTag::workspace, on);

@@ -14,6 +14,8 @@ class BatchBuffers {
  public:
   // `count` micro-batches of (batch_size, seq_len) i32 tokens and targets for a model on `device`.
   BatchBuffers(int count, int batch_size, int seq_len, Device device);
+  // The bytes of one such copy (the host's or the device's): plan/memory.h counts them.
+  static size_t bytes(int count, int batch_size, int seq_len);
 
   int count() const { return static_cast<int>(host_.size()); }
   // Where the loader writes micro-batch m.

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -158,10 +159,10 @@ std::string resolved_toml(const RunConfig& config);
 // load_run_config() makes of its values.
 bool run_config_valid(const RunConfig& config);
 
-// The memory one rank of the run holds (plan/memory.h: the largest share), from the
-// configuration alone; and the run's layout as the step-time model takes it (plan/step_time.h),
+// The memory one rank of the run holds (plan/memory.h), from the configuration alone: the rank
+// at `rank`, or without one the largest share; and the run's layout as the step-time model takes it (plan/step_time.h),
 // on nodes of gpus_per_node.
-MemoryPlan run_memory_plan(const RunConfig& config);
+MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::Coords> rank = {});
 StepLayout run_step_layout(const RunConfig& config, int gpus_per_node);
 
 // The quantities people otherwise compute by hand: global batch in sequences and tokens,

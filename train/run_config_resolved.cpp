@@ -1,5 +1,7 @@
 // The resolved configuration written back as TOML, and the quantities derived from it: what
 // `dtrain config show` prints and the run directory keeps.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -9,6 +11,7 @@
 #include "model/parameters.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "plan/memory.h"
+#include "train/batch_buffers.h"
 #include "train/run_config.h"
 #include "train/run_config_keys.h"
 #include "train/throughput.h"
@@ -80,14 +83,34 @@ std::optional<pipeline::Schedule> run_schedule(const RunConfig& config) {
 
 }  // namespace
 
-MemoryPlan run_memory_plan(const RunConfig& config) {
+MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::Coords> rank) {
   // Under context parallelism a rank runs its chunks of each (padded) sequence.
-  const int T = config.data.seq_len, cp = config.dims().cp, chunks = config.parallel.cp_zigzag ? 2 * cp : cp;
+  const int B = config.train.micro_batch_size, T = config.data.seq_len, cp = config.dims().cp;
+  const int chunks = config.parallel.cp_zigzag ? 2 * cp : cp;
   const int local_T = cp == 1 ? T : (T + chunks - 1) / chunks * chunks / cp;
   const std::optional<pipeline::Schedule> schedule = run_schedule(config);
-  return plan_memory(config.model, config.train.micro_batch_size, local_T, config.train.recompute,
-                     config.train.precision, config.dims().dp * config.dims().cp, config.parallel.zero_stage,
-                     config.dims().tp, config.parallel.sp, schedule ? &*schedule : nullptr);
+  const int shard_ranks = config.dims().dp * config.dims().cp;
+  MemoryPlan plan =
+      rank ? plan_rank_memory(config.model, B, local_T, config.train.recompute, config.train.precision, shard_ranks,
+                              config.parallel.zero_stage, {rank->tp, config.dims().tp}, config.parallel.sp,
+                              schedule ? &*schedule : nullptr, rank->pp)
+           : plan_memory(config.model, B, local_T, config.train.recompute, config.train.precision, shard_ranks,
+                         config.parallel.zero_stage, config.dims().tp, config.parallel.sp,
+                         schedule ? &*schedule : nullptr);
+  // The trainer's token buffers (train/trainer.cpp): each step's micro-batches and the
+  // evaluation's, as the model runs them; under context parallelism the loader's whole
+  // sequences beside them, on the host (the device's memory on a CPU run).
+  const int accumulation = config.accumulation_steps();
+  const bool on_cpu = config.train.target_device() == Device::cpu;
+  size_t& workspace = plan.bytes[static_cast<size_t>(MemTag::workspace)];
+  workspace += BatchBuffers::bytes(accumulation + 1, B, local_T);
+  if (cp > 1 && on_cpu) workspace += BatchBuffers::bytes(accumulation, B, T);
+  // The CPU kernels' scratch, at one moment of each step.
+  if (on_cpu)
+    plan.during_step[static_cast<size_t>(MemTag::workspace)] +=
+        cpu_kernel_scratch_bytes(config.model, B, local_T, config.train.precision,
+                                 {rank ? rank->tp : 0, config.dims().tp}, config.parallel.sp, omp_get_max_threads());
+  return plan;
 }
 
 StepLayout run_step_layout(const RunConfig& config, int gpus_per_node) {

@@ -94,6 +94,36 @@ class ScratchLayout {
   int64_t per_thread_ = 0;
 };
 
+// Where one thread's arrays lie in its scratch: the forward's q^T, S^T and output tiles and the
+// softmax's running max, sum and new max; with 16-bit storage also the widened k and v tiles.
+struct ForwardScratch {
+  ScratchLayout layout;
+  int64_t qt, st, o, max, sum, new_max, kw = 0, vw = 0;
+  ForwardScratch(int HS, bool k16) {
+    qt = layout.add(int64_t{HS} * kQueryTile), st = layout.add(kKeyTile * kQueryTile);
+    o = layout.add(int64_t{kQueryTile} * HS), max = layout.add(kQueryTile);
+    sum = layout.add(kQueryTile), new_max = layout.add(kQueryTile);
+    if (k16) kw = layout.add(int64_t{kKeyTile} * HS), vw = layout.add(int64_t{kKeyTile} * HS);
+  }
+};
+
+// The backward's: K^T, V^T, P and dS tiles and the rows' deltas; with 16-bit storage also the
+// widened k, q and dout tiles and the f32 accumulators of dk and dv (one key tile) and dq (every
+// query row of the unit's `group` heads).
+struct BackwardScratch {
+  ScratchLayout layout;
+  int64_t kt, vt, p, ds, delta, kw = 0, qw = 0, dow = 0, dk = 0, dv = 0, dq = 0;
+  BackwardScratch(int HS, int group, int64_t T, bool k16) {
+    kt = layout.add(int64_t{HS} * kKeyTile), vt = layout.add(int64_t{HS} * kKeyTile);
+    p = layout.add(kQueryTile * kKeyTile), ds = layout.add(kQueryTile * kKeyTile), delta = layout.add(group * T);
+    if (k16) {
+      kw = layout.add(int64_t{kKeyTile} * HS), qw = layout.add(int64_t{kQueryTile} * HS);
+      dow = layout.add(int64_t{kQueryTile} * HS), dk = layout.add(int64_t{kKeyTile} * HS);
+      dv = layout.add(int64_t{kKeyTile} * HS), dq = layout.add(group * T * HS);
+    }
+  }
+};
+
 // Per-thread scratch for one call, from the tagged allocator.
 template <typename T>
 Buffer allocate_scratch(const ScratchLayout& layout, int threads) {
@@ -158,13 +188,10 @@ void forward_impl(const Dims& d, S* out, compute_t<S>* lse, const S* qkv) {
   constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
   const T scale = T(1) / std::sqrt(T(d.HS));
   const int64_t n_qtiles = (d.T + kQueryTile - 1) / kQueryTile;
-  ScratchLayout layout;
-  const int64_t qt_at = layout.add(int64_t{d.HS} * kQueryTile), st_at = layout.add(kKeyTile * kQueryTile),
-                o_at = layout.add(int64_t{kQueryTile} * d.HS), max_at = layout.add(kQueryTile),
-                sum_at = layout.add(kQueryTile), new_max_at = layout.add(kQueryTile);
-  // Widened k and v tiles (16-bit storage only).
-  const int64_t kw_at = is_16bit<S> ? layout.add(int64_t{kKeyTile} * d.HS) : 0,
-                vw_at = is_16bit<S> ? layout.add(int64_t{kKeyTile} * d.HS) : 0;
+  const ForwardScratch at(d.HS, is_16bit<S>);
+  const ScratchLayout& layout = at.layout;
+  const int64_t qt_at = at.qt, st_at = at.st, o_at = at.o, max_at = at.max, sum_at = at.sum,
+                new_max_at = at.new_max, kw_at = at.kw, vw_at = at.vw;
   const int threads = omp_get_max_threads();
   const Buffer scratch = allocate_scratch<T>(layout, threads);
 
@@ -233,18 +260,10 @@ void backward_impl(const Dims& d, S* dqkv, const S* dout, const S* qkv, const S*
   constexpr bool k16 = is_16bit<S>;
   const T scale = T(1) / std::sqrt(T(d.HS));
   const int group = d.group();
-  ScratchLayout layout;
-  const int64_t kt_at = layout.add(int64_t{d.HS} * kKeyTile), vt_at = layout.add(int64_t{d.HS} * kKeyTile),
-                p_at = layout.add(kQueryTile * kKeyTile), ds_at = layout.add(kQueryTile * kKeyTile),
-                delta_at = layout.add(group * d.T);
-  // 16-bit storage only: widened k, q and dout tiles, and the f32 accumulators of dk and dv (one
-  // key tile) and dq (every query row of the unit's heads).
-  const int64_t kw_at = k16 ? layout.add(int64_t{kKeyTile} * d.HS) : 0,
-                qw_at = k16 ? layout.add(int64_t{kQueryTile} * d.HS) : 0,
-                dow_at = k16 ? layout.add(int64_t{kQueryTile} * d.HS) : 0,
-                dk_at = k16 ? layout.add(int64_t{kKeyTile} * d.HS) : 0,
-                dv_at = k16 ? layout.add(int64_t{kKeyTile} * d.HS) : 0,
-                dq_at = k16 ? layout.add(group * d.T * d.HS) : 0;
+  const BackwardScratch at(d.HS, group, d.T, k16);
+  const ScratchLayout& layout = at.layout;
+  const int64_t kt_at = at.kt, vt_at = at.vt, p_at = at.p, ds_at = at.ds, delta_at = at.delta, kw_at = at.kw,
+                qw_at = at.qw, dow_at = at.dow, dk_at = at.dk, dv_at = at.dv, dq_at = at.dq;
   const int threads = omp_get_max_threads();
   const Buffer scratch = allocate_scratch<T>(layout, threads);
 
@@ -353,6 +372,14 @@ void backward_impl(const Dims& d, S* dqkv, const S* dout, const S* qkv, const S*
 }
 
 }  // namespace
+
+size_t attention_scratch_bytes(int64_t seq_len, int head_size, AttentionHeads heads, DType storage, int threads) {
+  const bool k16 = dtype_size(storage) == 2;
+  const int64_t per_thread = std::max(ForwardScratch(head_size, k16).layout.per_thread(),
+                                      BackwardScratch(head_size, heads.group, seq_len, k16).layout.per_thread());
+  const size_t compute = storage == DType::f64 ? sizeof(double) : sizeof(float);
+  return static_cast<size_t>(per_thread) * static_cast<size_t>(threads) * compute;
+}
 
 void attention_forward(Tensor out, Tensor lse, Tensor qkv, AttentionHeads heads) {
   const Dims d = dims_of(qkv, heads);

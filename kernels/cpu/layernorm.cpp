@@ -106,7 +106,7 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
     // the same bits for any thread count (row_blocks.h). The partials are f32 (f64 with f64)
     // whatever the storage.
     const int64_t blocks = row_blocks(N);
-    Buffer partial_buffer(static_cast<size_t>(blocks * 2 * C) * sizeof(T), MemTag::workspace);
+    Buffer partial_buffer(static_cast<size_t>(block_partial_elements(N, C, 2)) * sizeof(T), MemTag::workspace);
     T* partials = static_cast<T*>(partial_buffer.data());
 #pragma omp parallel
     {

@@ -94,7 +94,7 @@ void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tens
     // dweight through fixed row blocks: the same bits for any thread count (row_blocks.h). The
     // partials are f32 (f64 with f64) whatever the storage.
     const int64_t blocks = row_blocks(N);
-    Buffer partial_buffer(static_cast<size_t>(blocks * C) * sizeof(T), MemTag::workspace);
+    Buffer partial_buffer(static_cast<size_t>(block_partial_elements(N, C, 1)) * sizeof(T), MemTag::workspace);
     T* partials = static_cast<T*>(partial_buffer.data());
 #pragma omp parallel
     {

@@ -17,6 +17,13 @@ constexpr int64_t kMaxRowBlocks = 256;
 
 inline int64_t row_blocks(int64_t rows) { return std::min(rows, kMaxRowBlocks); }
 
+// The elements of the partials of `sums` sums of `width` columns over `rows` rows (a norm
+// backward's: 1 for RMSNorm's dweight, 2 for LayerNorm's dweight and dbias), allocated per call;
+// plan/memory.h counts them.
+inline int64_t block_partial_elements(int64_t rows, int64_t width, int sums) {
+  return row_blocks(rows) * sums * width;
+}
+
 // out[c] += sum over blocks k, in order, of partials[k * stride + c], for c < width.
 template <typename T>
 void add_block_partials(T* out, const T* partials, int64_t blocks, int64_t width, int64_t stride) {

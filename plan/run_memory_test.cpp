@@ -1,0 +1,144 @@
+// The planner against the allocator, rank by rank and tag by tag: each cell trains a small model
+// with `dtrain train`'s own code (run_training) under a parallel layout — dp with each ZeRO
+// stage, tp with and without sp, pp under two schedules, cp, recomputation, bf16 and their
+// compositions — and every rank compares the peak bytes it held under each tag during the run
+// with what plan/memory.h predicted for that rank from the configuration alone. ctest runs each
+// cell under mpirun as MpiMemoryCell.npN.<cell> (CMakeLists.txt); run without mpirun, they skip.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "comm/world.h"
+#include "core/allocator.h"
+#include "data/token_shard.h"
+#include "tests/layout_cell.h"
+#include "tests/mpi_testing.h"
+#include "tests/testing.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+
+namespace dt {
+namespace {
+
+using testing::LayoutCell;
+
+// Rank 0's `path`, on every rank of `world`.
+std::string rank0_path(Communicator& world, const std::string& path) {
+  std::vector<int32_t> text(4096, 0);
+  std::copy(path.begin(), path.end(), text.begin());
+  world.broadcast({text.data(), DType::i32, Shape{static_cast<int64_t>(text.size())}}, 0).wait();
+  return {text.begin(), std::find(text.begin(), text.end(), 0)};
+}
+
+// The run's configuration: two steps of the cell's layout over the GPL's bytes (vocabulary 256),
+// micro-batches of 4 sequences of 32 bytes, 4 of them per step under pp (the schedule's count),
+// else 2; no validation shards or tokenizer: no evaluation or samples.
+std::string run_toml(const LayoutCell& cell, int world, const std::string& data_dir) {
+  const int tp = world / (cell.dp * cell.pp * cell.cp);
+  const int accumulation = cell.pp > 1 ? 4 : 2;
+  std::string schedule = cell.schedule;  // the cell's name for it has _ for the configuration's -
+  std::replace(schedule.begin(), schedule.end(), '_', '-');
+  return str("[model]\npreset = \"", cell.family == "gpt2" ? "gpt2-tiny" : "llama-tiny", "\"\nvocab_size = 256\n",
+             cell.family == "llama_tied" ? "tie_embeddings = true\n" : "", "[data]\ndir = \"", data_dir,
+             "\"\nseq_len = 32\n[train]\nsteps = 2\nmicro_batch_size = 4\nglobal_batch_size = ",
+             4 * cell.dp * accumulation, "\nprecision = \"", dtype_name(cell.precision),
+             "\"\nrecompute = \"", recompute_name(cell.recompute), "\"\n[optim]\nwarmup_steps = 1\n",
+             "[parallel]\ndp = ", cell.dp, "\ntp = ", tp, "\npp = ", cell.pp, "\ncp = ", cell.cp,
+             "\nsp = ", cell.sp ? "true" : "false", "\nzero_stage = ", cell.zero, "\npp_schedule = \"", schedule,
+             "\"\npp_virtual = ", cell.virtual_stages, "\n[log]\nprogress = \"plain\"\n");
+}
+
+// Where the plan is not yet the measurement to 5%:
+//   - ZeRO 2 and 3 during a step (DataParallel::working_set): the gradients, staging and weights
+//     of the units a pass can hold at once, a bound; how many it does hold depends on when each
+//     reduction completes.
+//   - The communication tag at ZeRO 0 and 1 and under tp, pp and cp: the MPI backend's kept
+//     result buffers, tensor parallelism's gathers, the pipeline's boundary transfers and the
+//     ring's blocks are not counted yet.
+//   - Context parallelism: ring attention's accumulators and rotary slices replace the attention
+//     kernel's scratch that the plan counts, and its received blocks are not counted.
+enum class Gap { none, bound, not_counted };
+Gap gap(const LayoutCell& cell, MemTag tag) {
+  if (tag == MemTag::communication) return cell.zero >= 2 && cell.cp == 1 ? Gap::bound : Gap::not_counted;
+  if (cell.cp > 1 && (tag == MemTag::activations || tag == MemTag::workspace)) return Gap::not_counted;
+  if (cell.zero >= 2 && (tag == MemTag::gradients || tag == MemTag::parameters)) return Gap::bound;
+  return Gap::none;
+}
+
+class MpiMemoryCell : public ::testing::TestWithParam<LayoutCell> {};
+
+TEST_P(MpiMemoryCell, PeakIsPlanned) {
+  DT_SKIP_WITHOUT_MPIRUN();
+  const LayoutCell& cell = GetParam();
+  std::unique_ptr<Communicator> job = make_world(Device::cpu);
+  const int rank = job->rank(), world = job->size();
+  std::optional<testing::TempDir> dir;
+  if (rank == 0) {
+    dir.emplace();
+    std::ifstream in("/usr/share/common-licenses/GPL-3", std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    std::filesystem::create_directories(dir->path() / "data");
+    TokenShardWriter writer(dir->file("data/train_000000.bin"), 256);
+    std::vector<uint32_t> tokens(text.begin(), text.begin() + 24000);
+    for (uint32_t& t : tokens) t &= 0xff;
+    writer.append(tokens);
+    writer.finish();
+    std::ofstream(dir->file("run.toml")) << run_toml(cell, world, dir->file("data"));
+  }
+  const std::string path = rank0_path(*job, rank == 0 ? dir->path().string() : "");
+  RunConfig config = load_run_config(std::filesystem::path(path) / "run.toml");
+  config.log.run_dir.clear();  // no metrics and no checkpoints: the peaks are the steps'
+
+  const MemoryStats before = memory_stats(Device::cpu);
+  run_training(config);
+  const MemoryStats after = memory_stats(Device::cpu);
+  const MemoryPlan plan = run_memory_plan(config, config.dims().coords_of(rank));
+  for (int t = 0; t < kNumMemTags; ++t) {
+    const auto tag = static_cast<MemTag>(t);
+    const double measured = static_cast<double>(after.peak(tag) - before.current(tag));
+    const double planned = static_cast<double>(plan.peak(tag));
+    const std::string what = str("rank ", rank, " ", mem_tag_name(tag), ": measured ", measured, " bytes, planned ",
+                                 planned, " (", plan.during_step[static_cast<size_t>(t)], " of them during a step)");
+    std::printf("%s\n", what.c_str());
+    switch (gap(cell, tag)) {
+      case Gap::none:
+        // The plan sizes every buffer with its constructor's own function: within 5% (exact in
+        // every cell today; the margin is the issue's, for a future buffer sized by a bound).
+        EXPECT_NEAR(planned, measured, 0.05 * measured) << what;
+        break;
+      case Gap::bound:
+        EXPECT_LE(measured, planned) << what;
+        break;
+      case Gap::not_counted:
+        break;
+    }
+  }
+  job->barrier().wait();  // rank 0's directory outlives every rank's run
+}
+
+std::vector<LayoutCell> cells() {
+  std::vector<LayoutCell> out;
+  // One rank: recomputation in each precision.
+  out.push_back({.family = "gpt2", .precision = DType::bf16, .recompute = Recompute::full});
+  out.push_back({.family = "llama", .recompute = Recompute::selective});
+  for (const int zero : {0, 1, 2, 3}) out.push_back({.family = "llama", .dp = 2, .zero = zero});
+  out.push_back({.family = "gpt2", .precision = DType::bf16, .dp = 2, .zero = 1});
+  out.push_back({.family = "gpt2", .dp = 2, .zero = 2, .recompute = Recompute::full});
+  out.push_back({.family = "llama"});  // tp 2
+  out.push_back({.family = "gpt2", .sp = true});
+  out.push_back({.family = "llama", .precision = DType::bf16, .sp = true, .recompute = Recompute::selective});
+  out.push_back({.family = "gpt2", .pp = 2});
+  out.push_back({.family = "llama", .pp = 2, .schedule = "zb_h1"});
+  out.push_back({.family = "llama", .cp = 2});
+  out.push_back({.family = "llama", .dp = 2, .zero = 1, .sp = true});  // dp 2 × tp 2
+  out.push_back({.family = "gpt2", .sp = true, .pp = 2});              // tp 2 × pp 2
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Matrix, MpiMemoryCell, ::testing::ValuesIn(cells()),
+                         [](const auto& info) { return testing::cell_name(info.param); });
+
+}  // namespace
+}  // namespace dt
