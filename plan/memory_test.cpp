@@ -92,5 +92,89 @@ TEST(TrainingBytes, TheZeroPapersModelStateWithFp32Gradients) {
   }
 }
 
+// The table commonly given for full training in mixed precision with Adam: 14 bytes per
+// parameter — 16-bit weights (2) and the f32 master weights and two moments (12) — so 300M, 1B,
+// 7B, 13B and 70B models need about 4, 14, 98, 182 and 980 GB. dtrain holds exactly those 14
+// bytes per stored parameter under the parameter and optimizer tags, and its f32 gradients (4,
+// accumulated over micro-batches, which the table leaves out) beside them: 18 in all. Checked on
+// models of about those sizes: GPT-2 medium's shape (355M), Llama 3.2 1B (1.24B), and Llama 2
+// 7B, 13B and 70B's.
+TEST(TrainingBytes, FourteenBytesPerParameterAsCommonlyTabulated) {
+  const double nominal[] = {0.3e9, 1e9, 7e9, 13e9, 70e9}, table_gb[] = {4, 14, 98, 182, 980};
+  // The table rounds 14 x 0.3 = 4.2 to 4: within 0.2 GB and 1%.
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(14 * nominal[i] / 1e9, table_gb[i], 0.2 + 0.01 * table_gb[i]);
+  ModelConfig medium = model_preset("gpt2-124m");
+  medium.n_layer = 24, medium.d_model = 1024, medium.n_head = 16;
+  const auto llama2 = [](int layers, int width, int heads, int kv_heads, int ffn) {
+    ModelConfig c = model_preset("llama3.2-1b");
+    c.n_layer = layers, c.d_model = width, c.n_head = heads, c.n_kv_head = kv_heads, c.ffn_hidden_size = ffn;
+    c.vocab_size = 32000, c.tied_embeddings = false;
+    return c;
+  };
+  const ModelConfig models[] = {medium, model_preset("llama3.2-1b"), llama2(32, 4096, 32, 32, 11008),
+                                llama2(40, 5120, 40, 40, 13824), llama2(80, 8192, 64, 8, 28672)};
+  for (int i = 0; i < 5; ++i) {
+    const MemoryPlan plan = plan_memory(models[i], 1, 128, Recompute::full, DType::bf16, 1, 0);
+    const double psi = static_cast<double>(ParameterLayout(models[i]).total_elements());
+    const auto tag = [&](MemTag t) { return static_cast<double>(plan.bytes[static_cast<int>(t)]); };
+    EXPECT_EQ(tag(MemTag::parameters) + tag(MemTag::optimizer_state), 14 * psi) << table_gb[i] << " GB row";
+    EXPECT_EQ(tag(MemTag::gradients), 4 * psi) << table_gb[i] << " GB row";
+  }
+}
+
+// OLMo's 70B configuration: vocabulary 50,280 (stored as 50,304 rows), d_model 8,192, sequences
+// of 4,096, 80 layers of 64 query heads over 8 key/value heads, a SwiGLU MLP of 2 x 28,672, RMSNorm
+// with weights, no biases, untied embeddings — Llama 2 70B's block. Its count by hand: two
+// embeddings of 50,280 x 8,192 (823,787,520), per layer q and o (2 x 8,192^2), k and v
+// (2 x 8,192 x 1,024), the MLP (3 x 8,192 x 28,672) and two norms (2 x 8,192) = 855,654,400, and
+// the final norm: 69,276,147,712 parameters, 69.3B.
+TEST(ParameterCount, OlmoSeventyB) {
+  ModelConfig olmo = model_preset("llama3.2-1b");
+  olmo.n_layer = 80, olmo.d_model = 8192, olmo.n_head = 64, olmo.n_kv_head = 8, olmo.ffn_hidden_size = 28672;
+  olmo.vocab_size = 50280, olmo.max_seq_len = 4096, olmo.tied_embeddings = false;
+  const int64_t per_layer = 2LL * 8192 * 8192 + 2LL * 8192 * 1024 + 3LL * 8192 * 28672 + 2 * 8192;
+  ASSERT_EQ(per_layer, 855'654'400);
+  const ParameterLayout layout(olmo);
+  EXPECT_EQ(layout.num_parameters(), 2LL * 50280 * 8192 + 80 * per_layer + 8192);
+  EXPECT_EQ(layout.num_parameters(), 69'276'147'712);
+  // Stored with the padded vocabulary, as OLMo's embedding_size 50,304 stores it.
+  EXPECT_EQ(layout.total_elements(), 2LL * 50304 * 8192 + 80 * per_layer + 8192);
+}
+
+// The Megatron sequence-parallelism paper (Korthikanti et al. 2022, "Reducing Activation
+// Recomputation in Large Transformer Models", its section 4) counts a GPT layer's activations in
+// 16-bit as sbh(34 + 5as/h) bytes without parallelism, sbh(10 + 24/t + 5as/h/t) under t-way tensor
+// parallelism and sbh(34 + 5as/h)/t with sequence parallelism beside it; 2sbh (2sbh/t with sequence
+// parallelism) under full recomputation. Of the 34: two layer-norm inputs (4), the QKV and MLP
+// inputs (4), Q and K (4), V (2), the attention output (2), the MLP's GELU input and output (16)
+// and two dropout masks (2); the 10 are those of them that tensor parallelism replicates (norms,
+// QKV and MLP inputs, masks). dtrain trains without dropout (no masks: 2sbh less, replicated), and
+// its flash attention keeps no a x s x s scores (the 5as/h term) but the softmax's f32 log-sum-exp
+// (4·a·s·b bytes, split over the tp ranks' heads); its LayerNorms keep their f32 mean and rstd
+// (two norms, 16·s·b bytes, split under sequence parallelism). With those differences, dtrain's
+// planned bytes per layer (the difference between 3 and 2 layers) are the paper's, for its GPT-3
+// 175B shape (h = 12,288, a = 96, s = 2,048, b = 1) at t = 1 and 8.
+TEST(TrainingBytes, TheSequenceParallelismPapersActivationsPerLayer) {
+  ModelConfig gpt3 = model_preset("gpt2-124m");
+  gpt3.d_model = 12288, gpt3.n_head = 96, gpt3.max_seq_len = 2048, gpt3.vocab_size = 51200;
+  const double s = 2048, b = 1, h = 12288, a = 96, sbh = s * b * h;
+  const auto per_layer = [&](Recompute recompute, int t, bool sp) {
+    gpt3.n_layer = 2;
+    const auto two = static_cast<double>(plan_memory(gpt3, 1, 2048, recompute, DType::bf16, 1, 0, t, sp)
+                                             .bytes[static_cast<int>(MemTag::activations)]);
+    gpt3.n_layer = 3;
+    const auto three = static_cast<double>(plan_memory(gpt3, 1, 2048, recompute, DType::bf16, 1, 0, t, sp)
+                                               .bytes[static_cast<int>(MemTag::activations)]);
+    return three - two;
+  };
+  const double lse = 4 * a * s * b, norm_stats = 16 * s * b, masks = 2 * sbh;
+  EXPECT_DOUBLE_EQ(per_layer(Recompute::none, 1, false), sbh * 34 - masks + lse + norm_stats);
+  EXPECT_DOUBLE_EQ(per_layer(Recompute::none, 8, false), sbh * (10 + 24.0 / 8) - masks + lse / 8 + norm_stats);
+  EXPECT_DOUBLE_EQ(per_layer(Recompute::none, 8, true), (sbh * 34 - masks + lse + norm_stats) / 8);
+  EXPECT_DOUBLE_EQ(per_layer(Recompute::full, 1, false), 2 * sbh);
+  EXPECT_DOUBLE_EQ(per_layer(Recompute::full, 8, false), 2 * sbh);
+  EXPECT_DOUBLE_EQ(per_layer(Recompute::full, 8, true), 2 * sbh / 8);
+}
+
 }  // namespace
 }  // namespace dt
