@@ -55,14 +55,18 @@ std::string run_toml(const LayoutCell& cell, int world, const std::string& data_
 //   - ZeRO 2 and 3 during a step (DataParallel::working_set): the gradients, staging and weights
 //     of the units a pass can hold at once, a bound; how many it does hold depends on when each
 //     reduction completes.
-//   - The communication tag at ZeRO 0 and 1 and under tp, pp and cp: the MPI backend's kept
-//     result buffers, tensor parallelism's gathers, the pipeline's boundary transfers and the
-//     ring's blocks are not counted yet.
+//   - The communication tag under tp and pp: tensor parallelism's gathers and the pipeline's
+//     boundary transfers are not counted yet (nor, at ZeRO 1, the MPI backend's kept results of
+//     the step's few scalar all-reduces: tens of bytes).
 //   - Context parallelism: ring attention's accumulators and rotary slices replace the attention
 //     kernel's scratch that the plan counts, and its received blocks are not counted.
 enum class Gap { none, bound, not_counted };
-Gap gap(const LayoutCell& cell, MemTag tag) {
-  if (tag == MemTag::communication) return cell.zero >= 2 && cell.cp == 1 ? Gap::bound : Gap::not_counted;
+Gap gap(const LayoutCell& cell, int world, MemTag tag) {
+  const int tp = world / (cell.dp * cell.pp * cell.cp);
+  if (tag == MemTag::communication) {
+    if (cell.zero >= 2) return Gap::bound;
+    return cell.zero == 0 && tp == 1 && cell.pp == 1 ? Gap::none : Gap::not_counted;
+  }
   if (cell.cp > 1 && (tag == MemTag::activations || tag == MemTag::workspace)) return Gap::not_counted;
   if (cell.zero >= 2 && (tag == MemTag::gradients || tag == MemTag::parameters)) return Gap::bound;
   return Gap::none;
@@ -103,10 +107,11 @@ TEST_P(MpiMemoryCell, PeakIsPlanned) {
     const std::string what = str("rank ", rank, " ", mem_tag_name(tag), ": measured ", measured, " bytes, planned ",
                                  planned, " (", plan.during_step[static_cast<size_t>(t)], " of them during a step)");
     std::printf("%s\n", what.c_str());
-    switch (gap(cell, tag)) {
+    switch (gap(cell, world, tag)) {
       case Gap::none:
         // The plan sizes every buffer with its constructor's own function: within 5% (exact in
-        // every cell today; the margin is the issue's, for a future buffer sized by a bound).
+        // every cell but the MPI backend's kept scalars, 16 bytes of 296 KB at ZeRO 0; the margin
+        // is the planner's promise, room for a buffer sized by a bound).
         EXPECT_NEAR(planned, measured, 0.05 * measured) << what;
         break;
       case Gap::bound:

@@ -105,6 +105,11 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
   size_t& workspace = plan.bytes[static_cast<size_t>(MemTag::workspace)];
   workspace += BatchBuffers::bytes(accumulation + 1, B, local_T);
   if (cp > 1 && on_cpu) workspace += BatchBuffers::bytes(accumulation, B, T);
+  // The MPI backend keeps a host buffer for the result of each all-reduce in flight
+  // (comm/mpi_communicator.cpp): at ZeRO 0 every gradient bucket's, the gradients' bytes — on a
+  // CPU run, the device's memory. (Above stage 1, ZeRO's own staging is in the plan.)
+  if (on_cpu && shard_ranks > 1 && config.parallel.zero_stage == 0)
+    plan.bytes[static_cast<size_t>(MemTag::communication)] += plan.bytes[static_cast<size_t>(MemTag::gradients)];
   // The CPU kernels' scratch, at one moment of each step.
   if (on_cpu)
     plan.during_step[static_cast<size_t>(MemTag::workspace)] +=
