@@ -23,9 +23,9 @@ size_t MemoryPlan::total() const {
   return sum;
 }
 
-MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                     int dp_ranks, int zero_stage, TensorShard shard, bool sp, const pipeline::Schedule* schedule,
-                     int pp_rank) {
+MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
+                            DType precision, int dp_ranks, int zero_stage, TensorShard shard, bool sp,
+                            const pipeline::Schedule* schedule, int pp_rank) {
   MemoryPlan plan;
   const auto add = [&](MemTag tag, size_t bytes) { plan.bytes[static_cast<int>(tag)] += bytes; };
   const ParameterStorage storage = DataParallel::storage(dp_ranks, zero_stage);
@@ -66,7 +66,8 @@ size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int s
   // rank's part of them; RMSNorm sums one parameter's gradient, LayerNorm two.
   const int64_t tokens = int64_t{batch_size} * seq_len, norm_rows = sp ? tokens / shard.size : tokens;
   const int norm_sums = config.family == ModelFamily::llama ? 1 : 2;
-  const size_t norms = static_cast<size_t>(kernels::cpu::block_partial_elements(norm_rows, config.d_model, norm_sums)) * compute;
+  const size_t norms =
+      static_cast<size_t>(kernels::cpu::block_partial_elements(norm_rows, config.d_model, norm_sums)) * compute;
   const size_t attention = kernels::cpu::attention_scratch_bytes(seq_len, static_cast<int>(dims.head_size),
                                                                  dims.heads.attention(), precision, threads);
   return std::max(norms, attention);
@@ -78,8 +79,8 @@ MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, R
   bool first = true;
   for (int pp_rank = 0; pp_rank < (schedule != nullptr ? schedule->ranks : 1); ++pp_rank)
     for (int r = 0; r < tp_ranks; ++r) {
-      const MemoryPlan plan = plan_rank_memory(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage,
-                                        {r, tp_ranks}, sp, schedule, pp_rank);
+      const MemoryPlan plan = plan_rank_memory(config, batch_size, seq_len, recompute, precision, dp_ranks,
+                                               zero_stage, {r, tp_ranks}, sp, schedule, pp_rank);
       if (first || plan.total() > largest.total()) largest = plan;
       first = false;
     }

@@ -3,9 +3,12 @@
 // constructor also sizes it with: the model's flat buffers (Transformer::parameter_buffers and
 // FlatTensors::held_bytes), the stage's activations (Stage::activation_bytes), the rotary tables,
 // ZeRO's shards (DataParallel::shard_buffers) and AdamW's moments (AdamW::bytes_per_moment); so
-// the prediction is what the constructors allocate, exactly. Beyond it, ZeRO 2 and 3 hold a few
-// units of gradients (and at stage 3 of weights) during a pass: a bound, working_set.
-// Not predicted: the communication backend's buffers and the kernels' scratch.
+// the prediction is what the constructors allocate, exactly. Beside them during a step, ZeRO 2
+// and 3 hold a few units of gradients, their staging and at stage 3 weights (a bound,
+// DataParallel::working_set), and a CPU run its kernels' scratch (cpu_kernel_scratch_bytes).
+// train/run_config.h's run_memory_plan adds what the trainer and the MPI backend hold.
+// Not predicted yet: tensor parallelism's and the pipeline's communication buffers, context
+// parallelism's ring buffers, and a GPU's kernel scratch.
 #pragma once
 
 #include <array>

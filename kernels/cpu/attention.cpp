@@ -189,18 +189,15 @@ void forward_impl(const Dims& d, S* out, compute_t<S>* lse, const S* qkv) {
   const T scale = T(1) / std::sqrt(T(d.HS));
   const int64_t n_qtiles = (d.T + kQueryTile - 1) / kQueryTile;
   const ForwardScratch at(d.HS, is_16bit<S>);
-  const ScratchLayout& layout = at.layout;
-  const int64_t qt_at = at.qt, st_at = at.st, o_at = at.o, max_at = at.max, sum_at = at.sum,
-                new_max_at = at.new_max, kw_at = at.kw, vw_at = at.vw;
   const int threads = omp_get_max_threads();
-  const Buffer scratch = allocate_scratch<T>(layout, threads);
+  const Buffer scratch = allocate_scratch<T>(at.layout, threads);
 
 #pragma omp parallel num_threads(threads)
   {
-    T* base = static_cast<T*>(scratch.data()) + omp_get_thread_num() * layout.per_thread();
-    T *qt = base + qt_at, *st = base + st_at, *o = base + o_at;
-    T *row_max = base + max_at, *row_sum = base + sum_at, *new_max = base + new_max_at;
-    T *kw = base + kw_at, *vw = base + vw_at;
+    T* base = static_cast<T*>(scratch.data()) + omp_get_thread_num() * at.layout.per_thread();
+    T *qt = base + at.qt, *st = base + at.st, *o = base + at.o;
+    T *row_max = base + at.max, *row_sum = base + at.sum, *new_max = base + at.new_max;
+    T *kw = base + at.kw, *vw = base + at.vw;
     // Static schedule, query tiles fastest: a thread takes consecutive tiles of one head, whose
     // keys and values are then still in its cache.
 #pragma omp for schedule(static)
@@ -261,18 +258,15 @@ void backward_impl(const Dims& d, S* dqkv, const S* dout, const S* qkv, const S*
   const T scale = T(1) / std::sqrt(T(d.HS));
   const int group = d.group();
   const BackwardScratch at(d.HS, group, d.T, k16);
-  const ScratchLayout& layout = at.layout;
-  const int64_t kt_at = at.kt, vt_at = at.vt, p_at = at.p, ds_at = at.ds, delta_at = at.delta, kw_at = at.kw,
-                qw_at = at.qw, dow_at = at.dow, dk_at = at.dk, dv_at = at.dv, dq_at = at.dq;
   const int threads = omp_get_max_threads();
-  const Buffer scratch = allocate_scratch<T>(layout, threads);
+  const Buffer scratch = allocate_scratch<T>(at.layout, threads);
 
 #pragma omp parallel num_threads(threads)
   {
-    T* base = static_cast<T*>(scratch.data()) + omp_get_thread_num() * layout.per_thread();
-    T *kt = base + kt_at, *vt = base + vt_at, *p = base + p_at, *ds = base + ds_at, *delta = base + delta_at;
-    T *kw = base + kw_at, *qw = base + qw_at, *dow = base + dow_at;
-    T *dk_acc = base + dk_at, *dv_acc = base + dv_at, *dq_acc = base + dq_at;
+    T* base = static_cast<T*>(scratch.data()) + omp_get_thread_num() * at.layout.per_thread();
+    T *kt = base + at.kt, *vt = base + at.vt, *p = base + at.p, *ds = base + at.ds, *delta = base + at.delta;
+    T *kw = base + at.kw, *qw = base + at.qw, *dow = base + at.dow;
+    T *dk_acc = base + at.dk, *dv_acc = base + at.dv, *dq_acc = base + at.dq;
 #pragma omp for schedule(dynamic)
     for (int64_t unit = 0; unit < d.B * d.NKV; ++unit) {
       const int64_t b = unit / d.NKV;
