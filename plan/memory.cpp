@@ -7,7 +7,9 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/pipeline_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 namespace dt {
 
@@ -55,11 +57,43 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
     add(spec.tag, static_cast<size_t>(local) * dtype_size(spec.dtype));
   add(MemTag::optimizer_state, 2 * AdamW::bytes_per_moment(local));
   plan.during_step = DataParallel::working_set(layout, precision, dp_ranks, zero_stage);
+  // What crosses between ranks during a step, on any backend: tensor parallelism's staging (the
+  // loss's on the rank with the head) and the pipeline's boundary tensors (all of a micro-batch's
+  // rows, or under sequence parallelism this rank's part, in the compute precision). Under both,
+  // their sum is a bound: the two need not peak together.
+  const int64_t tokens = int64_t{batch_size} * seq_len;
+  size_t& communication = plan.during_step[static_cast<size_t>(MemTag::communication)];
+  const bool with_loss = layout.part().head;
+  if (shard.size > 1)
+    communication += TensorParallel::communication_bytes(config, shard, tokens, precision, sp, with_loss).staging;
+  if (schedule != nullptr) {
+    const int64_t rows = sp ? even_part(tokens, shard.size, shard.rank).size() : tokens;
+    communication += static_cast<size_t>(pipeline::peak_boundary_buffers(*schedule, pp_rank)) *
+                     static_cast<size_t>(rows * config.d_model) * dtype_size(precision);
+  }
+  // Each group's largest all-reduce: a double for the job's control values (stop requests); over
+  // dp, the step's loss and token counts (a double, summed before any gradient) and at ZeRO 0 the
+  // gradient buckets, all in flight at once; over tp its largest sum; over pp the loss, and
+  // between the two holders of a tied wte its gradient.
+  constexpr size_t kDouble = sizeof(double);
+  const size_t gradients = plan.bytes[static_cast<size_t>(MemTag::gradients)];
+  size_t& kept = plan.mpi_kept_results;
+  if (dp_ranks > 1 || shard.size > 1 || schedule != nullptr) kept += kDouble;
+  if (dp_ranks > 1) kept += kDouble + (zero_stage == 0 ? gradients : 0);
+  if (shard.size > 1)
+    kept += TensorParallel::communication_bytes(config, shard, tokens, precision, sp, with_loss).largest_sum;
+  if (schedule != nullptr) {
+    kept += kDouble;
+    if (config.tied_embeddings && (layout.part().embeddings || layout.holds_wte_copy())) {
+      const ParamInfo& wte = layout.find("wte");
+      kept += static_cast<size_t>(wte.stored_rows * wte.shape[1]) * sizeof(float);
+    }
+  }
   return plan;
 }
 
 size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
-                                TensorShard shard, bool sp, int threads) {
+                                TensorShard shard, bool sp, bool ring_attention, int threads) {
   const ShardDims dims = shard_dims(config, shard);
   const size_t compute = precision == DType::f64 ? sizeof(double) : sizeof(float);
   // The norms run on every token of the micro-batch, or under sequence parallelism on this
@@ -68,6 +102,7 @@ size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int s
   const int norm_sums = config.family == ModelFamily::llama ? 1 : 2;
   const size_t norms =
       static_cast<size_t>(kernels::cpu::block_partial_elements(norm_rows, config.d_model, norm_sums)) * compute;
+  if (ring_attention) return norms;
   const size_t attention = kernels::cpu::attention_scratch_bytes(seq_len, static_cast<int>(dims.head_size),
                                                                  dims.heads.attention(), precision, threads);
   return std::max(norms, attention);

@@ -3,12 +3,13 @@
 // constructor also sizes it with: the model's flat buffers (Transformer::parameter_buffers and
 // FlatTensors::held_bytes), the stage's activations (Stage::activation_bytes), the rotary tables,
 // ZeRO's shards (DataParallel::shard_buffers) and AdamW's moments (AdamW::bytes_per_moment); so
-// the prediction is what the constructors allocate, exactly. Beside them during a step, ZeRO 2
-// and 3 hold a few units of gradients, their staging and at stage 3 weights (a bound,
-// DataParallel::working_set), and a CPU run its kernels' scratch (cpu_kernel_scratch_bytes).
-// train/run_config.h's run_memory_plan adds what the trainer and the MPI backend hold.
-// Not predicted yet: tensor parallelism's and the pipeline's communication buffers, context
-// parallelism's ring buffers, and a GPU's kernel scratch.
+// the prediction is what the constructors allocate, exactly. Beside them during a step: ZeRO 2
+// and 3's units of gradients, their staging and at stage 3 weights (a bound,
+// DataParallel::working_set), tensor parallelism's staging (TensorParallel::communication_bytes)
+// and the pipeline's boundary tensors (pipeline::peak_boundary_buffers); and what an MPI backend
+// keeps of each group's all-reduces. train/run_config.h's run_memory_plan adds what the trainer
+// holds, a CPU run's kernel scratch (cpu_kernel_scratch_bytes) and ring attention's buffers.
+// Not predicted: a GPU's kernel scratch.
 #pragma once
 
 #include <array>
@@ -25,6 +26,9 @@ namespace dt {
 struct MemoryPlan {
   std::array<size_t, kNumMemTags> bytes{};        // allocated when the run is built, per tag
   std::array<size_t, kNumMemTags> during_step{};  // held beside them during a step, at most
+  // The result buffers an MPI backend keeps of this rank's all-reduces, one per group at the
+  // size of its largest (comm/mpi_communicator.cpp): host memory, the device's on a CPU run.
+  size_t mpi_kept_results = 0;
   size_t peak(MemTag tag) const { return bytes[static_cast<size_t>(tag)] + during_step[static_cast<size_t>(tag)]; }
   size_t allocated() const;
   size_t total() const;  // every tag's peak, added
@@ -48,10 +52,12 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
 
 // The most scratch one of the CPU kernels of a step allocates for `threads` threads: attention's
 // per-thread tiles (kernels/attention.h) or a norm backward's row-block partials. A CPU run holds
-// it beside the plan's workspace at some moment of each step. (A GPU's kernels' scratch, cuDNN's
-// workspace, is known only once its graph is built: not counted.)
+// it beside the plan's workspace at some moment of each step. With `ring_attention` (context
+// parallelism) attention runs in blocks whose buffers RingAttention::call_bytes gives: the norms
+// alone. (A GPU's kernels' scratch, cuDNN's workspace, is known only once its graph is built:
+// not counted.)
 size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
-                                TensorShard shard, bool sp, int threads);
+                                TensorShard shard, bool sp, bool ring_attention, int threads);
 
 // Before a GPU run allocates: the plan's total against the GPU's free memory; the error names
 // every figure and the fixes (a higher ZeRO stage, recomputation, bf16, smaller micro-batches).

@@ -51,25 +51,11 @@ std::string run_toml(const LayoutCell& cell, int world, const std::string& data_
              "\"\npp_virtual = ", cell.virtual_stages, "\n[log]\nprogress = \"plain\"\n");
 }
 
-// Where the plan is not yet the measurement to 5%:
-//   - ZeRO 2 and 3 during a step (DataParallel::working_set): the gradients, staging and weights
-//     of the units a pass can hold at once, a bound; how many it does hold depends on when each
-//     reduction completes.
-//   - The communication tag under tp and pp: tensor parallelism's gathers and the pipeline's
-//     boundary transfers are not counted yet (nor, at ZeRO 1, the MPI backend's kept results of
-//     the step's few scalar all-reduces: tens of bytes).
-//   - Context parallelism: ring attention's accumulators and rotary slices replace the attention
-//     kernel's scratch that the plan counts, and its received blocks are not counted.
-enum class Gap { none, bound, not_counted };
-Gap gap(const LayoutCell& cell, int world, MemTag tag) {
-  const int tp = world / (cell.dp * cell.pp * cell.cp);
-  if (tag == MemTag::communication) {
-    if (cell.zero >= 2) return Gap::bound;
-    return cell.zero == 0 && tp == 1 && cell.pp == 1 ? Gap::none : Gap::not_counted;
-  }
-  if (cell.cp > 1 && (tag == MemTag::activations || tag == MemTag::workspace)) return Gap::not_counted;
-  if (cell.zero >= 2 && (tag == MemTag::gradients || tag == MemTag::parameters)) return Gap::bound;
-  return Gap::none;
+// Where the plan gives a bound rather than the measurement: ZeRO 2 and 3 during a step
+// (DataParallel::working_set), the gradients, staging and weights of the units a pass can hold at
+// once; how many it does hold depends on when each reduction completes.
+bool bounded(const LayoutCell& cell, MemTag tag) {
+  return cell.zero >= 2 && (tag == MemTag::gradients || tag == MemTag::parameters || tag == MemTag::communication);
 }
 
 class MpiMemoryCell : public ::testing::TestWithParam<LayoutCell> {};
@@ -107,18 +93,13 @@ TEST_P(MpiMemoryCell, PeakIsPlanned) {
     const std::string what = str("rank ", rank, " ", mem_tag_name(tag), ": measured ", measured, " bytes, planned ",
                                  planned, " (", plan.during_step[static_cast<size_t>(t)], " of them during a step)");
     std::printf("%s\n", what.c_str());
-    switch (gap(cell, world, tag)) {
-      case Gap::none:
-        // The plan sizes every buffer with its constructor's own function: within 5% (exact in
-        // every cell but the MPI backend's kept scalars, 16 bytes of 296 KB at ZeRO 0; the margin
-        // is the planner's promise, room for a buffer sized by a bound).
-        EXPECT_NEAR(planned, measured, 0.05 * measured) << what;
-        break;
-      case Gap::bound:
-        EXPECT_LE(measured, planned) << what;
-        break;
-      case Gap::not_counted:
-        break;
+    if (bounded(cell, tag)) {
+      EXPECT_LE(measured, planned) << what;
+    } else {
+      // The plan sizes every buffer with its constructor's own function: within 5%, the
+      // planner's promise. Exact in every cell but tp × pp, where the last stage's loss staging
+      // and its boundary tensors, added as a bound, do not peak together (+3.6%).
+      EXPECT_NEAR(planned, measured, 0.05 * measured) << what;
     }
   }
   job->barrier().wait();  // rank 0's directory outlives every rank's run
@@ -138,6 +119,8 @@ std::vector<LayoutCell> cells() {
   out.push_back({.family = "gpt2", .pp = 2});
   out.push_back({.family = "llama", .pp = 2, .schedule = "zb_h1"});
   out.push_back({.family = "llama", .cp = 2});
+  out.push_back({.family = "llama", .precision = DType::bf16, .cp = 2});
+  out.push_back({.family = "gpt2", .dp = 2, .zero = 1, .cp = 2});  // dp 2 × cp 2
   out.push_back({.family = "llama", .dp = 2, .zero = 1, .sp = true});  // dp 2 × tp 2
   out.push_back({.family = "gpt2", .sp = true, .pp = 2});              // tp 2 × pp 2
   return out;

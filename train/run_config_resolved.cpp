@@ -9,6 +9,9 @@
 #include "core/error.h"
 #include "data/token_dataset.h"
 #include "model/parameters.h"
+#include "model/rope_tables.h"
+#include "model/tensor_shard.h"
+#include "parallel/context/ring_attention.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "plan/memory.h"
 #include "train/batch_buffers.h"
@@ -105,16 +108,26 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
   size_t& workspace = plan.bytes[static_cast<size_t>(MemTag::workspace)];
   workspace += BatchBuffers::bytes(accumulation + 1, B, local_T);
   if (cp > 1 && on_cpu) workspace += BatchBuffers::bytes(accumulation, B, T);
-  // The MPI backend keeps a host buffer for the result of each all-reduce in flight
-  // (comm/mpi_communicator.cpp): at ZeRO 0 every gradient bucket's, the gradients' bytes — on a
-  // CPU run, the device's memory. (Above stage 1, ZeRO's own staging is in the plan.)
-  if (on_cpu && shard_ranks > 1 && config.parallel.zero_stage == 0)
-    plan.bytes[static_cast<size_t>(MemTag::communication)] += plan.bytes[static_cast<size_t>(MemTag::gradients)];
-  // The CPU kernels' scratch, at one moment of each step.
-  if (on_cpu)
-    plan.during_step[static_cast<size_t>(MemTag::workspace)] +=
-        cpu_kernel_scratch_bytes(config.model, B, local_T, config.train.precision,
-                                 {rank ? rank->tp : 0, config.dims().tp}, config.parallel.sp, omp_get_max_threads());
+  // On the CPU, the backend is MPI and its kept results are the device's memory.
+  if (on_cpu) plan.bytes[static_cast<size_t>(MemTag::communication)] += plan.mpi_kept_results;
+  // Context parallelism: the whole (padded) sequence's rotary tables, and ring attention's blocks
+  // and accumulators during each call (parallel/context/).
+  const TensorShard shard{rank ? rank->tp : 0, config.dims().tp};
+  size_t ring_workspace = 0;
+  if (cp > 1) {
+    const bool llama = config.model.family == ModelFamily::llama;
+    if (llama) workspace += rope_table_bytes(config.model, local_T * cp);
+    const ShardDims dims = shard_dims(config.model, shard);
+    const RingAttention::CallBytes ring = RingAttention::call_bytes(B, local_T, dims.head_size, dims.heads.attention(),
+                                                                    config.train.precision, llama);
+    plan.during_step[static_cast<size_t>(MemTag::activations)] += ring.activations;
+    ring_workspace = ring.workspace;
+  }
+  // At one moment of each step, the kernels' scratch on the CPU, or the ring's workspace.
+  const size_t kernels = on_cpu ? cpu_kernel_scratch_bytes(config.model, B, local_T, config.train.precision, shard,
+                                                           config.parallel.sp, cp > 1, omp_get_max_threads())
+                                : 0;
+  plan.during_step[static_cast<size_t>(MemTag::workspace)] += std::max(kernels, ring_workspace);
   return plan;
 }
 

@@ -28,6 +28,17 @@ void copy_columns(Tensor to, int64_t to_first, const Tensor& from, int64_t from_
 
 }  // namespace
 
+RingAttention::CallBytes RingAttention::call_bytes(int64_t batch, int64_t local_len, int64_t head_size,
+                                                   kernels::AttentionHeads heads, DType storage, bool rope) {
+  const int64_t N = batch * local_len, A = heads.n_head * head_size, KV = 2 * heads.n_kv_head * head_size;
+  const DType acc = storage == DType::f64 ? DType::f64 : DType::f32;
+  CallBytes bytes;
+  bytes.activations = 2 * bytes_of(storage, N * KV) + 2 * bytes_of(acc, N * KV);  // backward's blocks and grads
+  bytes.workspace = (rope ? 2 * bytes_of(DType::f32, local_len * (head_size / 2)) : 0) + bytes_of(acc, N * A) +
+                    (storage == acc ? 0 : bytes_of(storage, N * (A + KV)));
+  return bytes;
+}
+
 RingAttention::RingAttention(Communicator& group, ContextLayout layout, kernels::AttentionHeads heads,
                              int64_t batch, Tensor rope_cos, Tensor rope_sin)
     : group_(group),

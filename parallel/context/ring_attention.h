@@ -39,6 +39,16 @@ class RingAttention final : public TrainingAttention {
   void forward(Tensor qkv, Tensor atty, Tensor lse) override;
   void rerun(Tensor qkv, Tensor atty, Tensor lse) override;
   void backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) override;
+  // The most one call allocates beside its arguments, for `batch` sequences of `local_len` tokens
+  // of this rank, heads of `head_size` in `storage` (plan/memory.h counts it; backward is the
+  // larger): activations, the key/value blocks in hand and arriving, and their f32 gradients;
+  // workspace, the rotary rows of this rank's chunks (with `rope`), the f32 query gradient, and
+  // with 16-bit storage the rounded gradients.
+  struct CallBytes {
+    size_t activations = 0, workspace = 0;
+  };
+  static CallBytes call_bytes(int64_t batch, int64_t local_len, int64_t head_size, kernels::AttentionHeads heads,
+                              DType storage, bool rope);
   // The bytes this object has sent so far: the key/value blocks, and in backward their gradients.
   int64_t bytes_sent() const { return bytes_sent_; }
 

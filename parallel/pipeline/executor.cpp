@@ -1,5 +1,6 @@
 #include "parallel/pipeline/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -165,6 +166,40 @@ bool PipelineRank::run(const Action& a) {
       return true;
   }
   return true;
+}
+
+int peak_boundary_buffers(const Schedule& schedule, int rank) {
+  const int S = schedule.stages();
+  const auto here = [&](int s) { return s >= 0 && s < S && schedule.stage_rank[s] == rank; };
+  int held = 0, sent = 0, peak = 0;
+  const auto allocate = [&] { peak = std::max(peak, ++held + sent); };
+  for (const Action& a : schedule.actions[rank]) {
+    const int s = a.stage;
+    switch (a.op) {
+      case Op::recv_forward:
+      case Op::recv_backward:
+        allocate();
+        break;
+      case Op::send_forward:  // the output is a view of the stage's activations; its copy stays
+        peak = std::max(peak, held + ++sent);
+        break;
+      case Op::send_backward:  // the input gradient's copy stays, the input gradient goes
+        peak = std::max(peak, held + ++sent);
+        --held;
+        break;
+      case Op::forward:
+        if (s > 0 && !here(s - 1)) --held;  // the received input
+        break;
+      case Op::backward:
+      case Op::backward_input:
+        if (s + 1 < S) --held;  // the received output gradient, or the next stage's input gradient
+        if (s > 0) allocate();  // this stage's input gradient
+        break;
+      case Op::backward_weight:
+        break;
+    }
+  }
+  return peak;
 }
 
 void run_in_turn(std::vector<PipelineRank>& ranks) {

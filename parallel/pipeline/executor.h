@@ -104,6 +104,13 @@ class PipelineRank {
   std::map<Op, Busy> busy_;
 };
 
+// The most boundary tensors ((rows, C) in the compute precision, as a stage receives and sends
+// them) rank `rank` holds at once while it runs its list of `schedule` over a
+// CommunicatorTransport: each received input or output gradient until its stage uses it, each
+// input gradient until it is sent or used, and each copy it sends until the step ends. The walk
+// follows PipelineRank::run's allocations one for one; plan/memory.h counts the result.
+int peak_boundary_buffers(const Schedule& schedule, int rank);
+
 // Runs every rank of `ranks` in one process until all are done; throws dt::Error if they stall.
 void run_in_turn(std::vector<PipelineRank>& ranks);
 // Runs this process's rank to the end of its list (its receives wait for their data).

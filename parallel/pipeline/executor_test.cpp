@@ -116,6 +116,19 @@ namespace {
 // The same over MPI: ctest runs it as Mpi.np2 to Mpi.np4, the world being the pipeline's ranks.
 // Each rank holds the whole model's parameters but runs only its stages; its stages' gradients
 // are the whole model's, bit for bit (llama-tiny: untied, every weight in one stage).
+// The boundary tensors a rank holds at once, worked by hand for 1F1B over two ranks. One
+// micro-batch: rank 0 keeps its sent activation's copy and receives the gradient (2); rank 1
+// receives the activation (freed by forward), makes its input gradient and sends a copy of it (2,
+// the input gradient freed only after the copy). Four: the copies stay until the step ends, so
+// each rank's peak is its four sent copies and one received or made tensor (5). Every rank's
+// measured peak is checked against this in plan/run_memory_test.cpp.
+TEST(Executor, BoundaryBuffersHeldAtOnceAreCountedFromTheSchedule) {
+  for (const int rank : {0, 1}) {
+    EXPECT_EQ(peak_boundary_buffers(make_schedule("1f1b", 2, 1), rank), 2) << "rank " << rank;
+    EXPECT_EQ(peak_boundary_buffers(make_schedule("1f1b", 2, 4), rank), 5) << "rank " << rank;
+  }
+}
+
 TEST(Mpi, PipelineRanksInTheirOwnProcessesGiveTheWholeModelsGradients) {
   DT_SKIP_WITHOUT_MPIRUN();
   const std::unique_ptr<Communicator> world = mpi_world(Device::cpu);

@@ -49,6 +49,36 @@ TensorParallel::TensorParallel(Communicator& group, const ModelConfig& config, b
       dims_(shard_dims(config, {group.rank(), group.size()})),
       sequence_parallel_(sequence_parallel) {}
 
+TensorParallel::CommunicationBytes TensorParallel::communication_bytes(const ModelConfig& config, TensorShard shard,
+                                                                      int64_t tokens, DType precision,
+                                                                      bool sequence_parallel, bool with_loss) {
+  const ShardDims dims = shard_dims(config, shard);
+  const auto f32 = [](int64_t n) { return static_cast<size_t>(n) * sizeof(float); };
+  const auto stored = [&](int64_t n) { return static_cast<size_t>(n) * dtype_size(precision); };
+  const bool wide = precision == DType::f32;
+  const int64_t N = tokens, R = shard.size, C = config.d_model, P = (N + R - 1) / R;
+  CommunicationBytes bytes;
+  // The loss: every rank's three statistics per token (cross_entropy).
+  if (with_loss) bytes.staging = f32(R * N * 3);
+  if (!sequence_parallel) {
+    // Each block's two row outputs and two input gradients, summed whole (sum: widened first).
+    bytes.largest_sum = f32(N * C);
+    if (!wide) bytes.staging = std::max(bytes.staging, f32(N * C));
+  } else {
+    // The norms' partial weight gradients (layers.cpp: LayerNorm's weight and bias, RMSNorm's
+    // weight); the activations move by reduce-scatter and all-gather, staged when padded or 16-bit.
+    bytes.largest_sum = f32(config.family == ModelFamily::gpt2 ? 2 * C : C);
+    if (!wide || N % R != 0) bytes.staging = std::max(bytes.staging, f32(R * P * C) + f32(P * C));
+    if (N % R != 0) bytes.staging = std::max(bytes.staging, stored(P * C) + stored(R * P * C));
+  }
+  if (!dims.heads.kv_split) {  // sum_copied_head_gradients: the model's key/value columns
+    const int64_t columns = N * 2 * config.kv_heads() * dims.head_size;
+    bytes.largest_sum = std::max(bytes.largest_sum, f32(columns));
+    bytes.staging = std::max(bytes.staging, stored(columns) + (wide ? 0 : f32(columns)));
+  }
+  return bytes;
+}
+
 kernels::FlatRange TensorParallel::rows(int64_t n) const {
   return sequence_parallel_ ? even_part(n, group_.size(), group_.rank()) : kernels::FlatRange{0, n};
 }
