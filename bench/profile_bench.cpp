@@ -45,15 +45,17 @@ double copy_bandwidth() {
   return best;
 }
 
-// The share of `peak` (FLOP/s) the f32 attention forward and backward reach, best of 3 (above 1
-// where attention outruns the GEMM measurement).
-double attention_share(double peak) {
+// The share of `peak` (FLOP/s) attention forward and backward reach in `precision`, best of 3
+// (above 1 where attention outruns the GEMM measurement).
+double attention_share(DType precision, double peak) {
   constexpr int B = 4, T = 512, NH = 8, HS = 64;
-  const Buffer qkv(size_t{B} * T * 3 * NH * HS * 4, MemTag::workspace), out(size_t{B} * T * NH * HS * 4, MemTag::workspace);
+  const size_t w = dtype_size(precision);
+  const Buffer qkv(size_t{B} * T * 3 * NH * HS * w, MemTag::workspace);
+  const Buffer out(size_t{B} * T * NH * HS * w, MemTag::workspace);
   const Buffer lse(size_t{B} * NH * T * 4, MemTag::workspace), dout(out.bytes(), MemTag::workspace);
   const Buffer dqkv(qkv.bytes(), MemTag::workspace);
-  const Tensor q = qkv.view(DType::f32, {B, T, 3 * NH * HS}), o = out.view(DType::f32, {B, T, NH * HS});
-  const Tensor l = lse.view(DType::f32, {B, NH, T}), d = dout.view(DType::f32, {B, T, NH * HS});
+  const Tensor q = qkv.view(precision, {B, T, 3 * NH * HS}), o = out.view(precision, {B, T, NH * HS});
+  const Tensor l = lse.view(DType::f32, {B, NH, T}), d = dout.view(precision, {B, T, NH * HS});
   ModelConfig shape;
   shape.n_head = NH, shape.d_model = NH * HS;
   // A forward and a flash backward of 2.5 forwards, as plan/step_time.h counts them.
@@ -62,7 +64,7 @@ double attention_share(double peak) {
   for (int rep = 0; rep < 3; ++rep)
     best = std::min(best, seconds_of([&] {
                       kernels::attention_forward(o, l, q, {NH, NH});
-                      kernels::attention_backward(dqkv.view(DType::f32, {B, T, 3 * NH * HS}), d, q, o, l, {NH, NH});
+                      kernels::attention_backward(dqkv.view(precision, {B, T, 3 * NH * HS}), d, q, o, l, {NH, NH});
                     }));
   return flops / best / peak;
 }
@@ -89,10 +91,16 @@ std::string run_profile_bench(Communicator& world, const ProfileBenchOptions& op
   const double f32 = measure_gemm_peak_gflop_per_s(DType::f32) * 1e9;
   const double bf16 = measure_gemm_peak_gflop_per_s(DType::bf16) * 1e9;
   const double f16 = measure_gemm_peak_gflop_per_s(DType::f16) * 1e9;
-  const double bandwidth = copy_bandwidth(), measured_attention = attention_share(f32);
-  // A share of the peak is at most 1 (the profile's rule); attention that outruns the GEMMs is
-  // capped there, and the file says by how much.
-  const double attention = std::min(1.0, measured_attention);
+  const double bandwidth = copy_bandwidth();
+  // Attention's share of each precision's peak. A share is at most 1 (the profile's rule):
+  // attention that outruns the GEMMs is capped there, and the file says by how much.
+  std::string attention, capped;
+  for (const auto& [precision, peak] : {std::pair{DType::bf16, bf16}, {DType::f16, f16}, {DType::f32, f32}}) {
+    const double measured = attention_share(precision, peak);
+    attention += str(attention.empty() ? "" : ", ", dtype_name(precision), " = ", std::min(1.0, measured));
+    if (measured > 1) capped += str(capped.empty() ? " (" : ", ", dtype_name(precision), " measured ", measured);
+  }
+  if (!capped.empty()) capped += ", capped)";
   const double memory_gib = static_cast<double>(device_free_bytes(Device::cpu)) / (1 << 30);
   const std::string text = str(
       "# This machine, measured by `dtrain bench profile` on ", world.size(), " ranks with ", omp_get_max_threads(),
@@ -102,9 +110,8 @@ std::string run_profile_bench(Communicator& world, const ProfileBenchOptions& op
       "memory_bandwidth_gbps = ", bandwidth / 1e9, "  # a 256 MiB copy, bytes read and written\n\n",
       "[peak_tflops]        # a 2048^3 product through linear_forward\nbf16 = ", bf16 / 1e12, "\nf16 = ",
       f16 / 1e12, "\nf32 = ", f32 / 1e12, "\n\n",
-      "[efficiency]\ngemm = 1             # the peaks are what GEMMs reach here\nattention = ", attention,
-      "  # f32 attention forward and backward over the f32 peak",
-      measured_attention > 1 ? str(" (measured ", measured_attention, ", capped)") : std::string(),
+      "[efficiency]\ngemm = 1             # the peaks are what GEMMs reach here\nattention = { ", attention,
+      " }  # attention forward and backward over each peak", capped,
       "\nmemory = 1           # the bandwidth is measured\n\n",
       "[intra_node]         # all-reduce between the ranks: the ring fit of bench comm\nbandwidth_gbps = ",
       link.bandwidth / 1e9, "\nlatency_us = ", link.alpha_s * 1e6, "\n\n",

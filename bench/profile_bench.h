@@ -8,8 +8,9 @@
 //                    GEMMs reach here
 //   memory           what the operating system reports available, and the bandwidth of a
 //                    multi-threaded copy of 256 MiB (bytes read and written), efficiency.memory 1
-//   efficiency.attention  the f32 attention forward and backward (B 4, T 512, 8 heads of 64)
-//                    against the f32 peak, FLOPs counted as plan/step_time.h counts them
+//   efficiency.attention  attention forward and backward (B 4, T 512, 8 heads of 64) in each
+//                    precision against that precision's peak, FLOPs counted as
+//                    plan/step_time.h counts them
 //   links            `bench comm`'s ring fit of all-reduce between the ranks (4 KiB to 64 MiB):
 //                    α per step and the bus bandwidth, the same within and "between" nodes (one
 //                    machine); gpus_per_node is the number of ranks

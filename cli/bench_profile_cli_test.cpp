@@ -25,7 +25,10 @@ TEST(BenchProfile, UnderMpirunItWritesAProfileThePlannerLoads) {
   EXPECT_GT(p.memory_bandwidth, 1e9);
   EXPECT_GT(p.intra_node.bandwidth, 0);
   EXPECT_EQ(p.gemm_efficiency, 1);
-  EXPECT_LE(p.attention_efficiency, 1);
+  for (const DType precision : {DType::bf16, DType::f16, DType::f32}) {
+    EXPECT_GT(p.attention_efficiency(precision), 0);
+    EXPECT_LE(p.attention_efficiency(precision), 1);
+  }
 
   const auto alone = run_dtrain(str("bench profile --out ", out));
   EXPECT_NE(alone.status, 0);

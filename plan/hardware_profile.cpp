@@ -20,6 +20,17 @@ double HardwareProfile::peak(DType precision) const {
   }
 }
 
+double HardwareProfile::attention_efficiency(DType precision) const {
+  switch (precision) {
+    case DType::bf16: return attention_bf16;
+    case DType::f16: return attention_f16;
+    case DType::f32: return attention_f32;
+    default:
+      throw Error(str("no attention share for ", dtype_name(precision), " in the profile ", name,
+                      "; use f32, bf16 or f16"));
+  }
+}
+
 std::filesystem::path profile_directory() { return std::filesystem::path(DTRAIN_PROFILE_DIR); }
 
 namespace {
@@ -82,7 +93,15 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path) {
     return v;
   };
   p.gemm_efficiency = share("efficiency.gemm", "the peak large GEMMs reach");
-  p.attention_efficiency = share("efficiency.attention", "the peak fused attention reaches");
+  // One share for every precision, or a table of one per precision.
+  if (doc.at_path("efficiency.attention").is_table()) {
+    p.attention_bf16 = share("efficiency.attention.bf16", "the bf16 peak fused attention reaches");
+    p.attention_f16 = share("efficiency.attention.f16", "the f16 peak fused attention reaches");
+    p.attention_f32 = share("efficiency.attention.f32", "the f32 peak fused attention reaches");
+  } else {
+    p.attention_bf16 = p.attention_f16 = p.attention_f32 =
+        share("efficiency.attention", "the peak fused attention reaches");
+  }
   p.memory_efficiency = share("efficiency.memory", "the memory bandwidth streaming kernels reach");
   p.intra_node = {.bandwidth = number("intra_node.bandwidth_gbps", "GB/s per direction") * 1e9,
                   .latency = number("intra_node.latency_us", "microseconds") * 1e-6};

@@ -28,12 +28,15 @@ struct HardwareProfile {
   double memory_bandwidth = 0;                         // bytes/s, the accelerator's own memory
   double peak_bf16 = 0, peak_f16 = 0, peak_f32 = 0;  // FLOP/s, dense
   double gemm_efficiency = 0;                          // share of the peak large GEMMs reach
-  double attention_efficiency = 0;                     // share of the peak fused attention reaches
+  // Share of each precision's peak that fused attention reaches (efficiency.attention: one
+  // share for every precision, or one per precision).
+  double attention_bf16 = 0, attention_f16 = 0, attention_f32 = 0;
   double memory_efficiency = 0;                        // share of memory_bandwidth streaming kernels reach
   LinkProfile intra_node, inter_node;
 
-  // The dense peak in a training precision (f32, bf16 or f16).
+  // The dense peak in a training precision (f32, bf16 or f16), and the share of it attention reaches.
   double peak(DType precision) const;
+  double attention_efficiency(DType precision) const;
 };
 
 // The profile `name_or_path`: a file path, or the name of one in profiles/ ("h100-sxm"). Every

@@ -19,8 +19,10 @@ TEST(HardwareProfile, TheDatasheetProfilesLoadWithTheirFigures) {
     EXPECT_EQ(p.gpus_per_node, 8) << name;
     EXPECT_GT(p.gemm_efficiency, 0) << name;
     EXPECT_LE(p.gemm_efficiency, 1) << name;
-    EXPECT_GT(p.attention_efficiency, 0) << name;
-    EXPECT_LE(p.attention_efficiency, 1) << name;
+    for (const DType precision : {DType::bf16, DType::f16, DType::f32}) {
+      EXPECT_GT(p.attention_efficiency(precision), 0) << name;
+      EXPECT_LE(p.attention_efficiency(precision), 1) << name;
+    }
     EXPECT_GT(p.memory_efficiency, 0) << name;
     EXPECT_LE(p.memory_efficiency, 1) << name;
   }
@@ -52,6 +54,30 @@ TEST(HardwareProfile, MissingAndNonPositiveFieldsAreEachNamedWithTheFix) {
                                "efficiency.memory is missing (the share of the memory bandwidth streaming kernels "
                                "reach, at most 1)",
                                "inter_node.bandwidth_gbps = -1: must be above 0 (GB/s per direction)"})
+    EXPECT_NE(e.find(str(path, ": ", expected)), std::string::npos) << expected << "\n" << e;
+}
+
+// efficiency.attention may give a share per precision (as `dtrain bench profile` writes for a
+// CPU, whose 16-bit attention computes in f32 while its 16-bit GEMMs run faster); each one must
+// be there and a share.
+TEST(HardwareProfile, AttentionMayHaveAShareForEachPrecision) {
+  testing::TempDir dir;
+  const auto profile = [&](const std::string& attention) {
+    const std::string path = dir.file("cpu.toml");
+    std::ofstream(path) << "gpus_per_node = 2\nmemory_gib = 16\nmemory_bandwidth_gbps = 40\n"
+                        << "[peak_tflops]\nbf16 = 0.4\nf16 = 0.1\nf32 = 0.1\n[efficiency]\ngemm = 1\nmemory = 1\n"
+                        << attention << "\n[intra_node]\nbandwidth_gbps = 4\nlatency_us = 5\n"
+                        << "[inter_node]\nbandwidth_gbps = 4\nlatency_us = 5\n";
+    return path;
+  };
+  const HardwareProfile p = load_hardware_profile(profile("attention = { bf16 = 0.25, f16 = 0.5, f32 = 1 }"));
+  EXPECT_EQ(p.attention_efficiency(DType::bf16), 0.25);
+  EXPECT_EQ(p.attention_efficiency(DType::f16), 0.5);
+  EXPECT_EQ(p.attention_efficiency(DType::f32), 1);
+  const std::string path = profile("attention = { bf16 = 1.5, f32 = 1 }");
+  const std::string e = testing::error_of([&] { load_hardware_profile(path); });
+  for (const char* expected : {"efficiency.attention.bf16 = 1.5: a share of the bf16 peak fused attention reaches",
+                               "efficiency.attention.f16 is missing"})
     EXPECT_NE(e.find(str(path, ": ", expected)), std::string::npos) << expected << "\n" << e;
 }
 

@@ -94,7 +94,7 @@ class Estimator {
             .kept);
     const double causal_flops = attention_core_flops(model_, l_.seq_len) * t / tp;
     if (l_.fused_attention) {
-      const double attention = causal_flops / (hw_.peak(l_.precision) * hw_.attention_efficiency);
+      const double attention = causal_flops / (hw_.peak(l_.precision) * hw_.attention_efficiency(l_.precision));
       p.forward.attention = attention;
       p.backward_input.attention = kAttentionBackwardPerForward * attention;
     } else {
