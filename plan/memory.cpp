@@ -57,20 +57,25 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
     add(spec.tag, static_cast<size_t>(local) * dtype_size(spec.dtype));
   add(MemTag::optimizer_state, 2 * AdamW::bytes_per_moment(local));
   plan.during_step = DataParallel::working_set(layout, precision, dp_ranks, zero_stage);
-  // What crosses between ranks during a step, on any backend: tensor parallelism's staging (the
-  // loss's on the rank with the head) and the pipeline's boundary tensors (all of a micro-batch's
-  // rows, or under sequence parallelism this rank's part, in the compute precision). Under both,
-  // their sum is a bound: the two need not peak together.
+  // What crosses between ranks during a step, on any backend: tensor parallelism's staging in the
+  // blocks and, on the rank with the head, for the loss; and the pipeline's boundary tensors (all
+  // of a micro-batch's rows, or under sequence parallelism this rank's part, in the compute
+  // precision), the most at once, and those held while the loss is computed. The blocks' staging
+  // beside the most boundary tensors is a bound: the two need not peak together.
   const int64_t tokens = int64_t{batch_size} * seq_len;
-  size_t& communication = plan.during_step[static_cast<size_t>(MemTag::communication)];
-  const bool with_loss = layout.part().head;
-  if (shard.size > 1)
-    communication += TensorParallel::communication_bytes(config, shard, tokens, precision, sp, with_loss).staging;
+  const TensorParallel::CommunicationBytes tp =
+      shard.size > 1 ? TensorParallel::communication_bytes(config, shard, tokens, precision, sp)
+                     : TensorParallel::CommunicationBytes{};
+  const size_t loss = layout.part().head ? tp.loss : 0;
+  size_t in_step = std::max(tp.staging, loss);
   if (schedule != nullptr) {
     const int64_t rows = sp ? even_part(tokens, shard.size, shard.rank).size() : tokens;
-    communication += static_cast<size_t>(pipeline::peak_boundary_buffers(*schedule, pp_rank)) *
-                     static_cast<size_t>(rows * config.d_model) * dtype_size(precision);
+    const size_t boundary = static_cast<size_t>(rows * config.d_model) * dtype_size(precision);
+    const pipeline::BoundaryBuffers held = pipeline::boundary_buffers(*schedule, pp_rank);
+    in_step = std::max(static_cast<size_t>(held.peak) * boundary + tp.staging,
+                       static_cast<size_t>(held.at_loss) * boundary + loss);
   }
+  plan.during_step[static_cast<size_t>(MemTag::communication)] += in_step;
   // Each group's largest all-reduce: a double for the job's control values (stop requests); over
   // dp, the step's loss and token counts (a double, summed before any gradient) and at ZeRO 0 the
   // gradient buckets, all in flight at once; over tp its largest sum; over pp the loss, and
@@ -80,8 +85,7 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   size_t& kept = plan.mpi_kept_results;
   if (dp_ranks > 1 || shard.size > 1 || schedule != nullptr) kept += kDouble;
   if (dp_ranks > 1) kept += kDouble + (zero_stage == 0 ? gradients : 0);
-  if (shard.size > 1)
-    kept += TensorParallel::communication_bytes(config, shard, tokens, precision, sp, with_loss).largest_sum;
+  kept += tp.largest_sum;
   if (schedule != nullptr) {
     kept += kDouble;
     if (config.tied_embeddings && (layout.part().embeddings || layout.holds_wte_copy())) {

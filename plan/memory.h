@@ -6,7 +6,7 @@
 // the prediction is what the constructors allocate, exactly. Beside them during a step: ZeRO 2
 // and 3's units of gradients, their staging and at stage 3 weights (a bound,
 // DataParallel::working_set), tensor parallelism's staging (TensorParallel::communication_bytes)
-// and the pipeline's boundary tensors (pipeline::peak_boundary_buffers); and what an MPI backend
+// and the pipeline's boundary tensors (pipeline::boundary_buffers); and what an MPI backend
 // keeps of each group's all-reduces. train/run_config.h's run_memory_plan adds what the trainer
 // holds, a CPU run's kernel scratch (cpu_kernel_scratch_bytes) and ring attention's buffers.
 // Not predicted: a GPU's kernel scratch.

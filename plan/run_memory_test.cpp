@@ -97,8 +97,7 @@ TEST_P(MpiMemoryCell, PeakIsPlanned) {
       EXPECT_LE(measured, planned) << what;
     } else {
       // The plan sizes every buffer with its constructor's own function: within 5%, the
-      // planner's promise. Exact in every cell but tp × pp, where the last stage's loss staging
-      // and its boundary tensors, added as a bound, do not peak together (+3.6%).
+      // planner's promise (exact in every cell today).
       EXPECT_NEAR(planned, measured, 0.05 * measured) << what;
     }
   }

@@ -35,11 +35,18 @@ bool InProcessTransport::try_recv(Op op, int to, int k, Tensor t) {
   return true;
 }
 
-void CommunicatorTransport::send(Op op, int from, int /*k*/, Tensor t) {
+void CommunicatorTransport::send(Op op, int from, int k, Tensor t) {
   // Messages between two ranks are matched in order (the schedule sends and receives in one).
   Buffer copy = copy_of(t);
   CollectiveHandle h = group_.send(copy.view(t.dtype, t.shape), stage_rank_[receiver(op, from)]);
-  sending_.emplace_back(std::move(copy), std::move(h));
+  sending_.emplace(std::tuple{op, from, k}, Sending{std::move(copy), std::move(h)});
+}
+
+void CommunicatorTransport::release(Op op, int from, int k) {
+  const auto it = sending_.find({op, from, k});
+  DT_CHECK(it != sending_.end(), "releasing ", op_name(op), " of stage ", from, " micro-batch ", k, ", not sending");
+  it->second.handle.wait();  // received already: returns at once
+  sending_.erase(it);
 }
 
 bool CommunicatorTransport::try_recv(Op op, int to, int /*k*/, Tensor t) {
@@ -48,7 +55,7 @@ bool CommunicatorTransport::try_recv(Op op, int to, int /*k*/, Tensor t) {
 }
 
 void CommunicatorTransport::finish() {
-  for (auto& [buffer, handle] : sending_) handle.wait();
+  for (auto& [message, sending] : sending_) sending.handle.wait();
   sending_.clear();
 }
 
@@ -73,6 +80,7 @@ PipelineRank::PipelineRank(const Schedule& schedule, int rank, std::vector<Stage
   for (int s = 0; s < schedule.stages(); ++s)
     DT_CHECK((stages_[s] != nullptr) == (schedule.stage_rank[s] == rank), "stage ", s, " on rank ",
              schedule.stage_rank[s], ", given to rank ", rank);
+  for (const SendRelease& r : send_releases(schedule, rank)) releases_.emplace(r.after, r.send);
 }
 
 bool PipelineRank::advance() {
@@ -86,6 +94,8 @@ bool PipelineRank::advance() {
     if (compute) span.emplace(str(op_name(a.op), " stage ", a.stage, " micro-batch ", a.micro_batch));
     const auto start = std::chrono::steady_clock::now();
     if (!run(a)) break;
+    const auto [first, end] = releases_.equal_range(next_);
+    for (auto it = first; it != end; ++it) transport_.release(it->second.op, it->second.stage, it->second.micro_batch);
     if (compute) {
       Busy& b = busy_[a.op];
       b.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -168,12 +178,45 @@ bool PipelineRank::run(const Action& a) {
   return true;
 }
 
-int peak_boundary_buffers(const Schedule& schedule, int rank) {
+std::vector<SendRelease> send_releases(const Schedule& schedule, int rank) {
+  // Where each rank's list holds each action.
+  const auto index_of = [&](int r, const Action& wanted) {
+    const std::vector<Action>& list = schedule.actions[r];
+    return static_cast<size_t>(std::find(list.begin(), list.end(), wanted) - list.begin());
+  };
+  const std::vector<Action>& mine = schedule.actions[rank];
+  std::vector<SendRelease> releases;
+  for (const Action& a : mine) {
+    if (a.op != Op::send_forward && a.op != Op::send_backward) continue;
+    const bool forward = a.op == Op::send_forward;
+    const int to_stage = forward ? a.stage + 1 : a.stage - 1, peer = schedule.stage_rank[to_stage];
+    const std::vector<Action>& theirs = schedule.actions[peer];
+    // The peer's receive of it, then the first message the peer sends this rank after it.
+    const size_t received = index_of(peer, {forward ? Op::recv_forward : Op::recv_backward, to_stage, a.micro_batch});
+    size_t after = mine.size();
+    for (size_t j = received + 1; j < theirs.size() && after == mine.size(); ++j) {
+      const Action& b = theirs[j];
+      if (b.op != Op::send_forward && b.op != Op::send_backward) continue;
+      const int back_stage = b.op == Op::send_forward ? b.stage + 1 : b.stage - 1;
+      if (schedule.stage_rank[back_stage] != rank) continue;
+      after = index_of(rank, {b.op == Op::send_forward ? Op::recv_forward : Op::recv_backward, back_stage,
+                              b.micro_batch});
+    }
+    if (after < mine.size()) releases.push_back({a, after});
+  }
+  return releases;
+}
+
+BoundaryBuffers boundary_buffers(const Schedule& schedule, int rank) {
   const int S = schedule.stages();
   const auto here = [&](int s) { return s >= 0 && s < S && schedule.stage_rank[s] == rank; };
-  int held = 0, sent = 0, peak = 0;
+  std::multimap<size_t, Action> releases;
+  for (const SendRelease& r : send_releases(schedule, rank)) releases.emplace(r.after, r.send);
+  int held = 0, sent = 0, peak = 0, at_loss = 0;
   const auto allocate = [&] { peak = std::max(peak, ++held + sent); };
-  for (const Action& a : schedule.actions[rank]) {
+  const std::vector<Action>& list = schedule.actions[rank];
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
     const int s = a.stage;
     switch (a.op) {
       case Op::recv_forward:
@@ -188,7 +231,8 @@ int peak_boundary_buffers(const Schedule& schedule, int rank) {
         --held;
         break;
       case Op::forward:
-        if (s > 0 && !here(s - 1)) --held;  // the received input
+        if (s == S - 1) at_loss = std::max(at_loss, held + sent);
+        if (s > 0 && !here(s - 1)) --held;  // the received input, freed after the forward
         break;
       case Op::backward:
       case Op::backward_input:
@@ -198,8 +242,9 @@ int peak_boundary_buffers(const Schedule& schedule, int rank) {
       case Op::backward_weight:
         break;
     }
+    sent -= static_cast<int>(releases.count(i));
   }
-  return peak;
+  return {peak, at_loss};
 }
 
 void run_in_turn(std::vector<PipelineRank>& ranks) {

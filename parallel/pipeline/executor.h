@@ -32,7 +32,18 @@ class Transport {
   // Receives into `t` what `send` of the matching op sent to stage `to`; false while it has not
   // been sent.
   virtual bool try_recv(Op op, int to, int k, Tensor t) = 0;
+  // The send (op, from, k) has been received (the schedule proves it): its copy can go.
+  virtual void release(Op /*op*/, int /*from*/, int /*k*/) {}
 };
+
+// A send of rank `rank`'s list and the action after which its copy is released: the receive of
+// the first message its receiver sends back after receiving it (that the receiver sent it proves
+// it received ours: receives wait). A send with no such receive is released when the step ends.
+struct SendRelease {
+  Action send;
+  size_t after;  // an index into the rank's action list
+};
+std::vector<SendRelease> send_releases(const Schedule& schedule, int rank);
 
 // Every rank in one process: a sent tensor is copied aside until received.
 class InProcessTransport final : public Transport {
@@ -45,20 +56,26 @@ class InProcessTransport final : public Transport {
 };
 
 // Ranks in their own processes, over a communicator whose ranks are the schedule's: a send
-// starts at once from a copy (waited for in finish()), a receive waits for its data.
+// starts at once from a copy, freed when the schedule proves it received (release) or when the
+// step ends (finish()); a receive waits for its data.
 class CommunicatorTransport final : public Transport {
  public:
   CommunicatorTransport(Communicator& group, std::vector<int> stage_rank)
       : group_(group), stage_rank_(std::move(stage_rank)) {}
   void send(Op op, int from, int k, Tensor t) override;
   bool try_recv(Op op, int to, int k, Tensor t) override;
+  void release(Op op, int from, int k) override;
   // Waits for every send started.
   void finish();
 
  private:
+  struct Sending {
+    Buffer copy;
+    CollectiveHandle handle;
+  };
   Communicator& group_;
   std::vector<int> stage_rank_;
-  std::vector<std::pair<Buffer, CollectiveHandle>> sending_;
+  std::map<std::tuple<Op, int, int>, Sending> sending_;  // by (op, sending stage, micro-batch)
 };
 
 // One rank of a pipeline: its stages (by stage index: stages[s] for the stages the schedule puts
@@ -96,6 +113,7 @@ class PipelineRank {
   // activations once they have been passed on.
   bool training_ = false;
   size_t next_ = 0;
+  std::multimap<size_t, Action> releases_;  // by the action after which each send is released
   std::vector<double> losses_;
   // By (stage, micro-batch): what a stage received (its input; its output's gradient), its forward's
   // output (a view of its activations) and its input's gradient, until used or sent.
@@ -107,9 +125,13 @@ class PipelineRank {
 // The most boundary tensors ((rows, C) in the compute precision, as a stage receives and sends
 // them) rank `rank` holds at once while it runs its list of `schedule` over a
 // CommunicatorTransport: each received input or output gradient until its stage uses it, each
-// input gradient until it is sent or used, and each copy it sends until the step ends. The walk
-// follows PipelineRank::run's allocations one for one; plan/memory.h counts the result.
-int peak_boundary_buffers(const Schedule& schedule, int rank);
+// input gradient until it is sent or used, and each copy it sends until its release
+// (send_releases); and how many it holds while its last stage's forward computes the loss. The
+// walk follows PipelineRank::run's allocations one for one; plan/memory.h counts the result.
+struct BoundaryBuffers {
+  int peak = 0, at_loss = 0;
+};
+BoundaryBuffers boundary_buffers(const Schedule& schedule, int rank);
 
 // Runs every rank of `ranks` in one process until all are done; throws dt::Error if they stall.
 void run_in_turn(std::vector<PipelineRank>& ranks);

@@ -116,17 +116,26 @@ namespace {
 // The same over MPI: ctest runs it as Mpi.np2 to Mpi.np4, the world being the pipeline's ranks.
 // Each rank holds the whole model's parameters but runs only its stages; its stages' gradients
 // are the whole model's, bit for bit (llama-tiny: untied, every weight in one stage).
-// The boundary tensors a rank holds at once, worked by hand for 1F1B over two ranks. One
-// micro-batch: rank 0 keeps its sent activation's copy and receives the gradient (2); rank 1
-// receives the activation (freed by forward), makes its input gradient and sends a copy of it (2,
-// the input gradient freed only after the copy). Four: the copies stay until the step ends, so
-// each rank's peak is its four sent copies and one received or made tensor (5). Every rank's
-// measured peak is checked against this in plan/run_memory_test.cpp.
+// The boundary tensors a rank holds at once, worked by hand for 1F1B over two ranks. A sent copy
+// goes once the receiver's next message back arrives (send_releases): rank 0's copy of micro-
+// batch k's activation with the gradient of k, rank 1's copy of k's input gradient with the
+// activation of k + 2. One micro-batch: rank 0 holds its copy and the received gradient (2);
+// rank 1 its input gradient and that gradient's copy (2, the input gradient freed after the copy
+// is made), and the received activation when its forward computes the loss (1). Four: rank 0
+// holds two copies (0 and 1) when the gradient of 0 arrives (3); rank 1 two copies when the
+// activation of 2 arrives, before the copy of 0 goes (3), and at the loss of micro-batch k >= 1
+// the activation of k beside the copy of k - 1 (2: the copy of k - 2 went on its arrival). Every
+// rank's measured peak is checked against this in plan/run_memory_test.cpp.
 TEST(Executor, BoundaryBuffersHeldAtOnceAreCountedFromTheSchedule) {
-  for (const int rank : {0, 1}) {
-    EXPECT_EQ(peak_boundary_buffers(make_schedule("1f1b", 2, 1), rank), 2) << "rank " << rank;
-    EXPECT_EQ(peak_boundary_buffers(make_schedule("1f1b", 2, 4), rank), 5) << "rank " << rank;
-  }
+  const auto expect = [](int micro_batches, int rank, int peak, int at_loss) {
+    const BoundaryBuffers held = boundary_buffers(make_schedule("1f1b", 2, micro_batches), rank);
+    EXPECT_EQ(held.peak, peak) << micro_batches << " micro-batches, rank " << rank;
+    EXPECT_EQ(held.at_loss, at_loss) << micro_batches << " micro-batches, rank " << rank;
+  };
+  expect(1, 0, 2, 0);
+  expect(1, 1, 2, 1);
+  expect(4, 0, 3, 0);
+  expect(4, 1, 3, 2);
 }
 
 TEST(Mpi, PipelineRanksInTheirOwnProcessesGiveTheWholeModelsGradients) {

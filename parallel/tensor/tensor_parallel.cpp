@@ -51,7 +51,7 @@ TensorParallel::TensorParallel(Communicator& group, const ModelConfig& config, b
 
 TensorParallel::CommunicationBytes TensorParallel::communication_bytes(const ModelConfig& config, TensorShard shard,
                                                                       int64_t tokens, DType precision,
-                                                                      bool sequence_parallel, bool with_loss) {
+                                                                      bool sequence_parallel) {
   const ShardDims dims = shard_dims(config, shard);
   const auto f32 = [](int64_t n) { return static_cast<size_t>(n) * sizeof(float); };
   const auto stored = [&](int64_t n) { return static_cast<size_t>(n) * dtype_size(precision); };
@@ -59,7 +59,7 @@ TensorParallel::CommunicationBytes TensorParallel::communication_bytes(const Mod
   const int64_t N = tokens, R = shard.size, C = config.d_model, P = (N + R - 1) / R;
   CommunicationBytes bytes;
   // The loss: every rank's three statistics per token (cross_entropy).
-  if (with_loss) bytes.staging = f32(R * N * 3);
+  bytes.loss = f32(R * N * 3);
   if (!sequence_parallel) {
     // Each block's two row outputs and two input gradients, summed whole (sum: widened first).
     bytes.largest_sum = f32(N * C);

@@ -50,17 +50,16 @@ class TensorParallel final : public ParallelRegions {
   TensorParallel(Communicator& group, const ModelConfig& config, bool sequence_parallel = false);
 
   // What a step's collectives over the tp group hold beside the model, for micro-batches of
-  // `tokens` tokens in `precision`, on a rank that computes the loss when `with_loss` (plan/memory.h
-  // counts them): `largest_sum`, the bytes of the
+  // `tokens` tokens in `precision` (plan/memory.h counts them): `largest_sum`, the bytes of the
   // largest all-reduce (always f32: an MPI backend keeps a result buffer that size); `staging`,
-  // the most that one collective stages at once — the vocabulary-parallel loss's gathered
-  // statistics, a 16-bit sum's f32 copy, sequence parallelism's padded parts, or copied key/value
-  // heads' gradients placed among the model's.
+  // the most that one of the blocks' collectives stages at once — a 16-bit sum's f32 copy,
+  // sequence parallelism's padded parts, or copied key/value heads' gradients placed among the
+  // model's; `loss`, what the vocabulary-parallel loss gathers (on the rank with the head).
   struct CommunicationBytes {
-    size_t largest_sum = 0, staging = 0;
+    size_t largest_sum = 0, staging = 0, loss = 0;
   };
   static CommunicationBytes communication_bytes(const ModelConfig& config, TensorShard shard, int64_t tokens,
-                                                DType precision, bool sequence_parallel, bool with_loss);
+                                                DType precision, bool sequence_parallel);
 
   TensorShard shard() const override { return {group_.rank(), group_.size()}; }
   Communicator* group() const override { return &group_; }
