@@ -1,5 +1,10 @@
 #include "plan/memory.h"
 
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
 #include "core/device.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/row_blocks.h"
@@ -24,6 +29,28 @@ size_t MemoryPlan::total() const {
   for (const size_t b : during_step) sum += b;
   return sum;
 }
+
+namespace {
+
+// pipeline::boundary_buffers, remembered: a layout search asks it of the same schedule and rank
+// for every tensor-parallel rank, micro-batch size and ZeRO stage. A schedule is a function of
+// its name, ranks, micro-batches and virtual stages.
+pipeline::BoundaryBuffers boundary_buffers_of(const pipeline::Schedule& schedule, int rank) {
+  using Key = std::tuple<std::string, int, int, int, int>;
+  static std::mutex mutex;
+  static std::map<Key, pipeline::BoundaryBuffers> known;
+  const Key key{schedule.name, schedule.ranks, schedule.micro_batches, schedule.virtual_stages, rank};
+  {
+    const std::lock_guard lock(mutex);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  const pipeline::BoundaryBuffers held = pipeline::boundary_buffers(schedule, rank);
+  const std::lock_guard lock(mutex);
+  known.emplace(key, held);
+  return held;
+}
+
+}  // namespace
 
 MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                             DType precision, int dp_ranks, int zero_stage, TensorShard shard, bool sp,
@@ -71,7 +98,7 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   if (schedule != nullptr) {
     const int64_t rows = sp ? even_part(tokens, shard.size, shard.rank).size() : tokens;
     const size_t boundary = static_cast<size_t>(rows * config.d_model) * dtype_size(precision);
-    const pipeline::BoundaryBuffers held = pipeline::boundary_buffers(*schedule, pp_rank);
+    const pipeline::BoundaryBuffers held = boundary_buffers_of(*schedule, pp_rank);
     in_step = std::max(static_cast<size_t>(held.peak) * boundary + tp.staging,
                        static_cast<size_t>(held.at_loss) * boundary + loss);
   }

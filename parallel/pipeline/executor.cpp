@@ -179,30 +179,45 @@ bool PipelineRank::run(const Action& a) {
 }
 
 std::vector<SendRelease> send_releases(const Schedule& schedule, int rank) {
-  // Where each rank's list holds each action.
-  const auto index_of = [&](int r, const Action& wanted) {
-    const std::vector<Action>& list = schedule.actions[r];
-    return static_cast<size_t>(std::find(list.begin(), list.end(), wanted) - list.begin());
+  const auto receiving_stage = [](const Action& send) {
+    return send.op == Op::send_forward ? send.stage + 1 : send.stage - 1;
   };
+  const auto receive_of = [&](const Action& send) {
+    return std::tuple{send.op == Op::send_forward ? Op::recv_forward : Op::recv_backward, receiving_stage(send),
+                      send.micro_batch};
+  };
+  // Where this rank's list holds each of its receives.
   const std::vector<Action>& mine = schedule.actions[rank];
+  std::map<std::tuple<Op, int, int>, size_t> my_receive;
+  for (size_t i = 0; i < mine.size(); ++i) my_receive[{mine[i].op, mine[i].stage, mine[i].micro_batch}] = i;
+  // For each peer: where it receives what this rank sends, and from each position of its list
+  // the first message it sends this rank (a reverse sweep).
+  struct Peer {
+    std::map<std::tuple<Op, int, int>, size_t> receives;
+    std::vector<const Action*> next_send_back;
+  };
+  std::map<int, Peer> peers;
+  const auto peer = [&](int r) -> const Peer& {
+    auto [it, made] = peers.try_emplace(r);
+    if (!made) return it->second;
+    const std::vector<Action>& list = schedule.actions[r];
+    it->second.next_send_back.assign(list.size() + 1, nullptr);
+    for (size_t j = list.size(); j-- > 0;) {
+      const Action& b = list[j];
+      const bool back = (b.op == Op::send_forward || b.op == Op::send_backward) &&
+                        schedule.stage_rank[receiving_stage(b)] == rank;
+      it->second.next_send_back[j] = back ? &b : it->second.next_send_back[j + 1];
+      it->second.receives[{b.op, b.stage, b.micro_batch}] = j;
+    }
+    return it->second;
+  };
   std::vector<SendRelease> releases;
   for (const Action& a : mine) {
     if (a.op != Op::send_forward && a.op != Op::send_backward) continue;
-    const bool forward = a.op == Op::send_forward;
-    const int to_stage = forward ? a.stage + 1 : a.stage - 1, peer = schedule.stage_rank[to_stage];
-    const std::vector<Action>& theirs = schedule.actions[peer];
+    const Peer& p = peer(schedule.stage_rank[receiving_stage(a)]);
     // The peer's receive of it, then the first message the peer sends this rank after it.
-    const size_t received = index_of(peer, {forward ? Op::recv_forward : Op::recv_backward, to_stage, a.micro_batch});
-    size_t after = mine.size();
-    for (size_t j = received + 1; j < theirs.size() && after == mine.size(); ++j) {
-      const Action& b = theirs[j];
-      if (b.op != Op::send_forward && b.op != Op::send_backward) continue;
-      const int back_stage = b.op == Op::send_forward ? b.stage + 1 : b.stage - 1;
-      if (schedule.stage_rank[back_stage] != rank) continue;
-      after = index_of(rank, {b.op == Op::send_forward ? Op::recv_forward : Op::recv_backward, back_stage,
-                              b.micro_batch});
-    }
-    if (after < mine.size()) releases.push_back({a, after});
+    const Action* back = p.next_send_back[p.receives.at(receive_of(a)) + 1];
+    if (back != nullptr) releases.push_back({a, my_receive.at(receive_of(*back))});
   }
   return releases;
 }
