@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The planner against this machine: for the quickstart's model (configs/quickstart.toml: GPT-2,
 # 4 layers, d_model 256, vocabulary 4,096, micro-batches of 8 x 256 tokens) in a set of layouts
-# — one rank in f32 and bf16 with each recomputation policy, dp 2 at ZeRO 0 and 1, tp 2 with and
+# — one rank in f32 and bf16 with each recomputation policy, dp 2 at each ZeRO stage, tp 2 with and
 # without sp, pp 2 under 1F1B, cp 2 — `dtrain plan --gpu cpu-local` predicts the step time from
 # this machine's profile, and `dtrain train` measures it (the median of steps 3 to 8, one OpenMP
 # thread per rank, as the profile was measured). Prints each layout's predicted and measured
@@ -46,6 +46,8 @@ row "bf16" 1 train.precision=bf16
 row "bf16 recompute full" 1 train.precision=bf16 train.recompute=full
 row "dp 2, ZeRO 0" 2 parallel.dp=2 train.global_batch_size=16
 row "dp 2, ZeRO 1" 2 parallel.dp=2 parallel.zero_stage=1 train.global_batch_size=16
+row "dp 2, ZeRO 2" 2 parallel.dp=2 parallel.zero_stage=2 train.global_batch_size=16
+row "dp 2, ZeRO 3" 2 parallel.dp=2 parallel.zero_stage=3 train.global_batch_size=16
 row "tp 2" 2 parallel.tp=2
 row "tp 2, sp" 2 parallel.tp=2 parallel.sp=true
 row "pp 2, 1F1B, 4 micro-batches" 2 parallel.pp=2 train.global_batch_size=32
