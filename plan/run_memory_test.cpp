@@ -52,8 +52,9 @@ std::string run_toml(const LayoutCell& cell, int world, const std::string& data_
 }
 
 // Where the plan gives a bound rather than the measurement: ZeRO 2 and 3 during a step
-// (DataParallel::working_set), the gradients, staging and weights of the units a pass can hold at
-// once; how many it does hold depends on when each reduction completes.
+// (DataParallel::working_set), the embeddings' and three of the largest unit's gradients (with
+// their staging) and at stage 3 two units' weights. The units a pass holds follow from the stage's
+// hook order and the reductions kept in flight, so an exact walk is possible; not built yet.
 bool bounded(const LayoutCell& cell, MemTag tag) {
   return cell.zero >= 2 && (tag == MemTag::gradients || tag == MemTag::parameters || tag == MemTag::communication);
 }
