@@ -230,6 +230,10 @@ size_t FlatTensors::held_bytes(const ParameterLayout& layout, DType dtype, Stora
   return storage == Storage::whole ? static_cast<size_t>(layout.total_elements()) * dtype_size(dtype) : 0;
 }
 
+size_t FlatTensors::unit_bytes(const ParameterLayout& layout, DType dtype, size_t u) {
+  return static_cast<size_t>(layout.units().at(u).size()) * dtype_size(dtype);
+}
+
 Tensor FlatTensors::all() const {
   DT_CHECK(storage_ == Storage::whole, "all() of flat tensors stored per unit: use unit()");
   return buffer_.view(dtype_, {layout_->total_elements()});
@@ -246,7 +250,7 @@ bool FlatTensors::held(size_t u) const { return storage_ == Storage::whole || un
 
 void FlatTensors::hold(size_t u) {
   if (held(u)) return;
-  units_[u] = Buffer(static_cast<size_t>(layout_->units()[u].size()) * dtype_size(dtype_), tag_, device_, false);
+  units_[u] = Buffer(unit_bytes(*layout_, dtype_, u), tag_, device_, false);
 }
 
 void FlatTensors::release(size_t u) {

@@ -186,6 +186,8 @@ class FlatTensors {
   // The bytes such flat tensors allocate when made: the whole buffer, or nothing until units are
   // held (a pass holds a few at a time).
   static size_t held_bytes(const ParameterLayout& layout, DType dtype, Storage storage);
+  // The bytes hold(u) allocates, stored per unit.
+  static size_t unit_bytes(const ParameterLayout& layout, DType dtype, size_t u);
 
   const ParameterLayout& layout() const { return *layout_; }
   DType dtype() const { return dtype_; }

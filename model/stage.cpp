@@ -108,8 +108,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
       units_(units),
       parallel_(regions),
       scope_(scope),
-      head_unit_(units.head ? layout.head_unit() : 0),
-      output_unit_(units.head ? layout.unit_of(Linear::output_projection(layout).weight()) : 0),
+      order_(layout, units),
       regions_(std::make_unique<Regions>(
           config_, dims_, units, recompute, precision, int64_t{batch_size} * seq_len,
           part_rows(int64_t{batch_size} * seq_len, layout.shard().size, regions.sequence_parallel()),
@@ -127,12 +126,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
            " communicating as rank ", regions.shard().rank, " of ", regions.shard().size);
   DT_CHECK((!units.embeddings || layout.part().embeddings) && (!units.head || layout.part().head),
            "a stage with units its layout does not hold");
-  if (units.embeddings) unit_order_.push_back(layout.embeddings_unit());
-  for (int l = units.first_block; l < units.end_block; ++l) {
-    blocks_.emplace_back(layout, l, recompute, regions);
-    unit_order_.push_back(blocks_.back().unit());
-  }
-  if (units.head) unit_order_.push_back(head_unit_);
+  for (int l = units.first_block; l < units.end_block; ++l) blocks_.emplace_back(layout, l, recompute, regions);
   if (units.embeddings) embedding_.emplace(layout);
   if (units.head) {
     ln_f_.emplace(layout, "ln_f");
@@ -188,16 +182,68 @@ Tensor Stage::block_input(int k, size_t i, int64_t N) const {
   return region(k, i == 0 ? regions_->input : regions_->blocks[i - 1].res3, parallel_.rows(N).size());
 }
 
-std::optional<size_t> Stage::forward_next(size_t u) const {
-  const auto at = std::ranges::find(unit_order_, u);
-  return at + 1 < unit_order_.end() ? std::optional<size_t>(*(at + 1)) : std::nullopt;
+Stage::UnitOrder::UnitOrder(const ParameterLayout& layout, StageUnits units)
+    : embeddings(units.embeddings), head(units.head) {
+  if (units.embeddings) forward.push_back(layout.embeddings_unit());
+  for (int l = units.first_block; l < units.end_block; ++l) forward.push_back(layout.block_unit(l));
+  if (units.head) {
+    head_unit = layout.head_unit();
+    output_unit = layout.unit_of(Linear::output_projection(layout).weight());
+    forward.push_back(head_unit);
+  }
 }
 
-std::optional<size_t> Stage::backward_next(size_t u) const {
+std::optional<size_t> Stage::UnitOrder::forward_next(size_t u) const {
+  const auto at = std::ranges::find(forward, u);
+  return at + 1 < forward.end() ? std::optional<size_t>(*(at + 1)) : std::nullopt;
+}
+
+std::optional<size_t> Stage::UnitOrder::backward_next(size_t u) const {
   // The lookup's backward reads no weights: backward needs the embeddings' weights only when tied.
-  const auto at = std::ranges::find(unit_order_, u);
-  const auto first = unit_order_.begin() + (units_.embeddings ? 1 : 0);
-  return at > first && at != unit_order_.end() ? std::optional<size_t>(*(at - 1)) : std::nullopt;
+  const auto at = std::ranges::find(forward, u);
+  const auto first = forward.begin() + (embeddings ? 1 : 0);
+  return at > first && at != forward.end() ? std::optional<size_t>(*(at - 1)) : std::nullopt;
+}
+
+std::vector<UnitHookCall> Stage::unit_hook_calls(const ParameterLayout& layout, StageUnits units) {
+  // forward() and backward()'s calls, in their order (stage_test.cpp records theirs against these).
+  using Hook = UnitHookCall::Hook;
+  const UnitOrder order(layout, units);
+  std::vector<UnitHookCall> calls;
+  const auto call = [&](Hook hook, size_t u, std::optional<size_t> next = std::nullopt) {
+    calls.push_back({hook, u, next});
+  };
+  const size_t blocks_begin = units.embeddings ? 1 : 0;
+  const size_t blocks_end = blocks_begin + static_cast<size_t>(units.end_block - units.first_block);
+  if (units.embeddings) {
+    call(Hook::weights_needed, 0, order.forward_next(0));
+    if (!order.tied_here()) call(Hook::weights_done, 0);
+  }
+  for (size_t i = blocks_begin; i < blocks_end; ++i) {
+    call(Hook::weights_needed, order.forward[i], order.forward_next(order.forward[i]));
+    call(Hook::weights_done, order.forward[i]);
+  }
+  if (units.head) {
+    call(Hook::weights_needed, order.head_unit);  // held into backward, which starts with it
+    call(Hook::weights_needed, order.head_unit, order.backward_next(order.head_unit));
+    call(Hook::weights_needed, order.output_unit);
+    call(Hook::gradients_needed, order.head_unit);
+    call(Hook::gradients_needed, order.output_unit);
+    if (order.output_unit != order.head_unit) call(Hook::weights_done, order.output_unit);
+    call(Hook::weights_done, order.head_unit);
+    call(Hook::gradients_final, order.head_unit);
+  }
+  for (size_t i = blocks_end; i-- > blocks_begin;) {
+    call(Hook::weights_needed, order.forward[i], order.backward_next(order.forward[i]));
+    call(Hook::gradients_needed, order.forward[i]);
+    call(Hook::weights_done, order.forward[i]);
+    call(Hook::gradients_final, order.forward[i]);
+  }
+  if (units.embeddings) {
+    call(Hook::gradients_needed, 0);
+    call(Hook::gradients_final, 0);
+  }
+  return calls;
 }
 
 void Stage::weights_needed(size_t u, std::optional<size_t> next) const {
@@ -226,9 +272,9 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
   shapes_[k] = {B, T};
   const Tensor x = block_input(k, 0, N);
   // A tied wte is read again by the output projection.
-  const bool tied_here = units_.embeddings && units_.head && output_unit_ == 0;
+  const bool tied_here = order_.tied_here();
   if (units_.embeddings) {
-    weights_needed(0, forward_next(0));
+    weights_needed(0, order_.forward_next(0));
     // This rank's vocabulary rows looked up: the sum over the group is the lookup, of this rank's
     // rows with sequence parallelism (the whole lookup then goes through dtmp).
     const Tensor lookup = parallel_.sequence_parallel() ? region(k, regions_->dtmp, N) : x;
@@ -241,7 +287,7 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
   const std::unique_ptr<TrainingAttention> attention = scope_.core(dims_.heads.attention(), B, T, rope_.cos, rope_.sin);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const size_t u = blocks_[i].unit();
-    weights_needed(u, forward_next(u));
+    weights_needed(u, order_.forward_next(u));
     blocks_[i].forward(weights, block_input(k, i, N), block_activations(k, i, N), *attention);
     weights_done(u);
   }
@@ -249,14 +295,14 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
   if (!units_.head) return out;
   const Regions& r = *regions_;
   const int64_t P = out.dim(0);
-  weights_needed(head_unit_, std::nullopt);
+  weights_needed(order_.head_unit, std::nullopt);
   const Tensor lnf = region(k, r.lnf, P), logits = region(k, r.logits, N);
   ln_f_->forward(weights, lnf, rows(k, r.lnf_mean, P), rows(k, r.lnf_rstd, P), out);
   // Padding rows of the output weight are zero, so padding columns of the logits are zero; the
   // loss never reads them and sets their gradient to zero.
   output_->forward(weights, logits, parallel_.column_input(lnf, region(k, r.gathered, N)));
   if (backward_follows) return logits;  // it starts with the head
-  weights_done(head_unit_);
+  weights_done(order_.head_unit);
   if (tied_here) weights_done(0);
   return logits;
 }
@@ -286,20 +332,21 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   const Tensor out = block_input(k, blocks_.size(), N);
   if (units_.head) {
     const Tensor dlogits = region(k, r.logits, N);
-    weights_needed(head_unit_, backward_next(head_unit_));
-    weights_needed(output_unit_, std::nullopt);  // the head's, or a tied wte, still held from forward
-    gradients_needed(head_unit_);
-    gradients_needed(output_unit_);
+    weights_needed(order_.head_unit, order_.backward_next(order_.head_unit));
+    weights_needed(order_.output_unit, std::nullopt);  // the head's, or a tied wte, still held from forward
+    gradients_needed(order_.head_unit);
+    gradients_needed(order_.output_unit);
     output_->backward_input(weights, dtmp, dlogits);
     PendingSum dlnf = parallel_.column_input_gradient(dtmp, dpart);
     if (weights_now) output_->backward_weight(grads, dlogits, parallel_.column_input(region(k, r.lnf, P), gathered));
     dlnf.done.wait();
-    if (output_unit_ != head_unit_) weights_done(output_unit_);  // the lookup's backward reads no weights
+    // The lookup's backward reads no weights.
+    if (order_.output_unit != order_.head_unit) weights_done(order_.output_unit);
     zero_bytes(dres.data, dres.device, dres.bytes());
     ln_f_->backward(weights, grads, dres, dlnf.value, out, rows(k, r.lnf_mean, P), rows(k, r.lnf_rstd, P),
                     parallel_);
-    weights_done(head_unit_);
-    gradients_final(head_unit_);
+    weights_done(order_.head_unit);
+    gradients_final(order_.head_unit);
   } else {
     copy_bytes(dres.data, dres.device, dout.data, dout.device, dres.bytes());
   }
@@ -318,7 +365,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   }
   for (size_t i = blocks_.size(); i-- > 0;) {
     const size_t u = blocks_[i].unit();
-    weights_needed(u, backward_next(u));
+    weights_needed(u, order_.backward_next(u));
     gradients_needed(u);
     blocks_[i].backward_input(weights, grads, block_input(k, i, N), block_activations(k, i, N),
                               weights_now ? at_once : deferred_gradients(k, i, N), *attention, weights_now);

@@ -73,6 +73,10 @@ class Stage {
 
   const StageUnits& units() const { return units_; }
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
+  // The hook calls a stage over `units` of `layout` makes for one micro-batch: its forward with
+  // backward following, then its backward (weights now). What the passes do, as data: plan/
+  // walks it to size the units data parallelism holds at once.
+  static std::vector<UnitHookCall> unit_hook_calls(const ParameterLayout& layout, StageUnits units);
 
   // tokens: the micro-batch's shape (B, T), when `in` is activations.
   Tensor forward(int k, Tensor in, const FlatTensors& weights, bool backward_follows, Shape tokens = {});
@@ -109,10 +113,20 @@ class Stage {
   Tensor region(int k, const ActivationRegion& r, int64_t N) const { return store_.view(k, r, N); }
   // Region r as per-row statistics (N), or none for a norm that keeps none (RMSNorm's mean).
   Tensor rows(int k, const ActivationRegion& r, int64_t N) const;
-  // The unit after u whose weights a pass of this stage reads next: forward goes up to the head,
-  // backward down to the first block (the lookup's backward reads no weights).
-  std::optional<size_t> forward_next(size_t u) const;
-  std::optional<size_t> backward_next(size_t u) const;
+  // The order the passes reach the stage's units of the layout.
+  struct UnitOrder {
+    UnitOrder(const ParameterLayout& layout, StageUnits units);
+    // The unit after u whose weights a pass reads next: forward goes up to the head, backward
+    // down to the first block (the lookup's backward reads no weights).
+    std::optional<size_t> forward_next(size_t u) const;
+    std::optional<size_t> backward_next(size_t u) const;
+    // Whether the output projection reads the embeddings' wte, which forward then holds to the end.
+    bool tied_here() const { return embeddings && head && output_unit == 0; }
+
+    std::vector<size_t> forward;  // forward's order
+    bool embeddings, head;
+    size_t head_unit = 0, output_unit = 0;  // the output projection's: the head's, or the embeddings' when tied
+  };
   void weights_needed(size_t u, std::optional<size_t> next) const;
   void weights_done(size_t u) const;
   void gradients_needed(size_t u) const;
@@ -127,8 +141,7 @@ class Stage {
   std::optional<Embedding> embedding_;
   std::optional<Norm> ln_f_;
   std::optional<Linear> output_;
-  std::vector<size_t> unit_order_;  // the stage's units of the layout, in forward's order
-  size_t head_unit_, output_unit_;  // the output projection's: the head's, or the embeddings' when tied
+  UnitOrder order_;
   std::unique_ptr<Regions> regions_;
   ActivationStore store_;
   std::map<int, Tokens> shapes_;  // of each micro-batch held

@@ -92,6 +92,47 @@ TEST_P(StageTest, TwoStagesChainedGiveTheWholeModelsLossAndGradients) {
   }
 }
 
+// Records the hook calls a stage makes.
+struct RecordedHooks : UnitHooks {
+  using Hook = UnitHookCall::Hook;
+  void weights_needed(size_t u, std::optional<size_t> next) override {
+    calls.push_back({Hook::weights_needed, u, next});
+  }
+  void weights_done(size_t u) override { calls.push_back({Hook::weights_done, u}); }
+  void gradients_needed(size_t u) override { calls.push_back({Hook::gradients_needed, u}); }
+  void gradients_final(size_t u) override { calls.push_back({Hook::gradients_final, u}); }
+  std::vector<UnitHookCall> calls;
+};
+
+// The hook calls as data (what plan/ walks to size ZeRO 3's weights and ZeRO 2's gradients) are
+// the calls the passes make: a whole model's (gpt2's wte tied, llama's not) and a cut in two.
+TEST_P(StageTest, UnitHookCallsAreThoseThePassesMake) {
+  const int cut = 1;
+  for (const StageUnits units : {StageUnits::whole(config),
+                                 StageUnits{.embeddings = true, .first_block = 0, .end_block = cut, .head = false},
+                                 StageUnits{.embeddings = false, .first_block = cut, .end_block = config.n_layer,
+                                            .head = true}}) {
+    const std::string what = str("embeddings ", units.embeddings, " blocks [", units.first_block, ", ",
+                                 units.end_block, ") head ", units.head);
+    Stage stage(layout, units, Recompute::none, DType::f32, Device::cpu, B, T);
+    RecordedHooks hooks;
+    stage.set_unit_hooks(&hooks);
+    FlatTensors grads(layout, MemTag::gradients);
+    grads.zero();
+    const OwnedTensor activations = random_normal(DType::f32, {B * T, config.d_model}, 5);
+    const Tensor out = stage.forward(0, units.embeddings ? tokens[0].t : activations.t, weights, true,
+                                     tokens[0].t.shape);
+    if (units.head) stage.loss(0, targets[0].t, 0.5f, true);
+    stage.backward(0, units.head ? Tensor{} : out, tokens[0].t, weights, grads);
+    EXPECT_EQ(hooks.calls, Stage::unit_hook_calls(layout, units)) << what;
+    // Every unit of the stage: weights read and gradients made.
+    size_t finals = 0;
+    for (const UnitHookCall& c : hooks.calls) finals += c.hook == UnitHookCall::Hook::gradients_final;
+    EXPECT_EQ(finals, static_cast<size_t>(units.end_block - units.first_block) + units.embeddings + units.head)
+        << what;
+  }
+}
+
 TEST_P(StageTest, MicroBatchesHeldAtOnceGiveTheSameGradients) {
   for (Recompute recompute : {Recompute::none, Recompute::selective}) {
     const auto [loss, expected] = whole_model(recompute);

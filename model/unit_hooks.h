@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <vector>
 
 namespace dt {
 
@@ -24,5 +25,26 @@ class UnitHooks {
   virtual void gradients_needed(size_t u) = 0;
   virtual void gradients_final(size_t u) = 0;
 };
+
+// One call of a hook: a pass's order as data (Stage::unit_hook_calls), to walk without running it.
+struct UnitHookCall {
+  enum class Hook { weights_needed, weights_done, gradients_needed, gradients_final };
+  Hook hook;
+  size_t unit;
+  std::optional<size_t> next = std::nullopt;  // weights_needed's
+  bool operator==(const UnitHookCall&) const = default;
+};
+
+// Makes `calls` on `hooks`, in order.
+inline void replay(const std::vector<UnitHookCall>& calls, UnitHooks& hooks) {
+  for (const UnitHookCall& c : calls) {
+    switch (c.hook) {
+      case UnitHookCall::Hook::weights_needed: hooks.weights_needed(c.unit, c.next); break;
+      case UnitHookCall::Hook::weights_done: hooks.weights_done(c.unit); break;
+      case UnitHookCall::Hook::gradients_needed: hooks.gradients_needed(c.unit); break;
+      case UnitHookCall::Hook::gradients_final: hooks.gradients_final(c.unit); break;
+    }
+  }
+}
 
 }  // namespace dt

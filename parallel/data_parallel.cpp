@@ -69,19 +69,95 @@ std::vector<DataParallel::ShardSpec> DataParallel::shard_buffers(DType precision
   return specs;
 }
 
+namespace {
+
+// DataParallel's hooks at stages 2 and 3 (below), keeping count of the bytes they would hold
+// rather than holding them: a unit's gradients from gradients_needed until its reduction is
+// finished, once more than kUnitReductionsInFlight are in flight after a gradients_final; the
+// staging of each reduction that adds to the shard, as long; at stage 3 a unit's weights from
+// its gather (for the pass, or prefetched for the next) until weights_done.
+class HeldUnits : public UnitHooks {
+ public:
+  HeldUnits(const ParameterLayout& layout, DType precision, int ranks, int zero_stage, bool accumulate)
+      : layout_(layout), precision_(precision), ranks_(ranks), zero_stage_(zero_stage), accumulate_(accumulate),
+        weights_(layout.units().size()), gradients_(layout.units().size()) {}
+
+  void weights_needed(size_t u, std::optional<size_t> next) override {
+    if (zero_stage_ < 3) return;
+    gather(u);
+    if (next) gather(*next);
+  }
+  void weights_done(size_t u) override {
+    if (zero_stage_ < 3) return;
+    weights_[u] = false;
+    add(MemTag::parameters, -unit_bytes(u, precision_));
+  }
+  void gradients_needed(size_t u) override {
+    if (gradients_[u]) return;
+    gradients_[u] = true;
+    add(MemTag::gradients, unit_bytes(u, DType::f32));
+  }
+  void gradients_final(size_t u) override {
+    const int64_t staged = accumulate_ ? layout_.units()[u].size() / ranks_ * int64_t{sizeof(float)} : 0;
+    add(MemTag::communication, staged);
+    reductions_.push_back({u, staged});
+    while (reductions_.size() > kUnitReductionsInFlight) finish_oldest_reduction();
+  }
+  // wait_for_gradients, after backward.
+  void finish_reductions() {
+    while (!reductions_.empty()) finish_oldest_reduction();
+  }
+  const std::array<int64_t, kNumMemTags>& peak() const { return peak_; }
+
+ private:
+  struct Reduction {
+    size_t unit;
+    int64_t staged;
+  };
+  int64_t unit_bytes(size_t u, DType dtype) const {
+    return static_cast<int64_t>(FlatTensors::unit_bytes(layout_, dtype, u));
+  }
+  void gather(size_t u) {
+    if (weights_[u]) return;
+    weights_[u] = true;
+    add(MemTag::parameters, unit_bytes(u, precision_));
+  }
+  void finish_oldest_reduction() {
+    const Reduction& r = reductions_.front();
+    add(MemTag::communication, -r.staged);
+    gradients_[r.unit] = false;
+    add(MemTag::gradients, -unit_bytes(r.unit, DType::f32));
+    reductions_.pop_front();
+  }
+  void add(MemTag tag, int64_t bytes) {
+    const auto t = static_cast<size_t>(tag);
+    held_[t] += bytes;
+    peak_[t] = std::max(peak_[t], held_[t]);
+  }
+
+  const ParameterLayout& layout_;
+  DType precision_;
+  int64_t ranks_;
+  int zero_stage_;
+  bool accumulate_;
+  std::vector<bool> weights_, gradients_;  // held, per unit
+  std::deque<Reduction> reductions_;
+  std::array<int64_t, kNumMemTags> held_{}, peak_{};
+};
+
+}  // namespace
+
 std::array<size_t, kNumMemTags> DataParallel::working_set(const ParameterLayout& layout, DType precision, int ranks,
-                                                          int zero_stage) {
+                                                          int zero_stage, const std::vector<UnitHookCall>& calls,
+                                                          int micro_batches) {
   std::array<size_t, kNumMemTags> bytes{};
   if (zero_stage < 2) return bytes;
-  int64_t largest = 0;
-  for (const kernels::FlatRange& unit : layout.units()) largest = std::max(largest, unit.size());
-  const int64_t embeddings = layout.units().front().size();
-  const auto in_backward = static_cast<int64_t>(kUnitReductionsInFlight) + 1;
-  const auto set = [&](MemTag tag, int64_t n) { bytes[static_cast<size_t>(tag)] = static_cast<size_t>(n); };
-  set(MemTag::gradients, (embeddings + in_backward * largest) * 4);
-  set(MemTag::communication, in_backward * (largest / ranks) * 4);
-  if (zero_stage == 3)
-    set(MemTag::parameters, (embeddings + 2 * largest) * static_cast<int64_t>(dtype_size(precision)));
+  // The first micro-batch's reductions write into the shard; every later one's is staged, and
+  // holds the most.
+  HeldUnits held(layout, precision, ranks, zero_stage, /*accumulate=*/micro_batches > 1);
+  replay(calls, held);
+  held.finish_reductions();
+  for (size_t t = 0; t < bytes.size(); ++t) bytes[t] = static_cast<size_t>(held.peak()[t]);
   return bytes;
 }
 

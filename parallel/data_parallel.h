@@ -91,13 +91,15 @@ class DataParallel : public UnitHooks {
     DType dtype;
   };
   static std::vector<ShardSpec> shard_buffers(DType precision, int zero_stage);
-  // A bound on the units stages 2 and 3 hold during a pass, beyond the shards: the gradients of
-  // the embeddings (finished last, written first by a tied head) and of the unit being computed
-  // and those being reduced, with their staging for a later micro-batch; at stage 3 also the
-  // weights of the embeddings, the unit being computed and the one prefetched. Bytes by tag
-  // (gradients, communication for the staging, parameters for the weights); none below stage 2.
+  // What stages 2 and 3 hold during a step beside the shards, at most, by tag: the units of
+  // gradients backward makes, each kept until its reduction completes (gradients); the staging
+  // of the reductions that add to the shard, every micro-batch's after the first
+  // (communication); at stage 3 the units of weights gathered for the passes (parameters). The
+  // hooks below walked over `calls`, one micro-batch's (Stage::unit_hook_calls), for a step of
+  // `micro_batches`. None below stage 2.
   static std::array<size_t, kNumMemTags> working_set(const ParameterLayout& layout, DType precision, int ranks,
-                                                     int zero_stage);
+                                                     int zero_stage, const std::vector<UnitHookCall>& calls,
+                                                     int micro_batches);
 
   Communicator& group() { return group_; }
   const Communicator& group() const { return group_; }

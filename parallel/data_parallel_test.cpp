@@ -356,7 +356,7 @@ ModelStates model_states(DType precision, int ranks, int stage) {
 // table in the workspace). Between steps the model states are exactly their formulas.
 // plan_memory (plan/memory.h), the prediction a GPU run is checked against before it allocates,
 // is those formulas, the activations the model allocates (plan/memory_test.cpp checks them by
-// hand) and, from stage 2, a bound on the units held during a step; during a step, every tag
+// hand) and, from stage 2, the units held during a step; during a step, every tag
 // but the kernels' scratch (workspace, not estimated: tens of KiB here), added, stays within it.
 void expect_every_stage_holds_its_formula(Communicator& group) {
   const ModelConfig config = model_preset("gpt2-tiny");
@@ -373,7 +373,7 @@ void expect_every_stage_holds_its_formula(Communicator& group) {
       const size_t activations = since_before(made, MemTag::activations) + since_before(made, MemTag::workspace);
       const ModelStates formula = model_states(precision, ranks, stage);
       const size_t states = formula.parameters + formula.gradients + formula.optimizer_state;
-      const MemoryPlan plan = plan_memory(config, kB, kT, Recompute::none, precision, ranks, stage);
+      const MemoryPlan plan = plan_memory(config, kB, kT, 2, Recompute::none, precision, ranks, stage);
       const size_t estimate = plan.total(), working_set = plan.total() - plan.allocated();
       EXPECT_EQ(plan.allocated(), states + activations) << what;
       for (const MemTag tag : {MemTag::parameters, MemTag::gradients, MemTag::optimizer_state})

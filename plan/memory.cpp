@@ -52,9 +52,11 @@ pipeline::BoundaryBuffers boundary_buffers_of(const pipeline::Schedule& schedule
 
 }  // namespace
 
-MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                            DType precision, int dp_ranks, int zero_stage, TensorShard shard, bool sp,
-                            const pipeline::Schedule* schedule, int pp_rank) {
+MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches,
+                            Recompute recompute, DType precision, int dp_ranks, int zero_stage, TensorShard shard,
+                            bool sp, const pipeline::Schedule* schedule, int pp_rank) {
+  DT_CHECK(schedule == nullptr || schedule->micro_batches == micro_batches, "a plan of ", micro_batches,
+           " micro-batches a step under a schedule of ", schedule->micro_batches);
   MemoryPlan plan;
   const auto add = [&](MemTag tag, size_t bytes) { plan.bytes[static_cast<int>(tag)] += bytes; };
   const ParameterStorage storage = DataParallel::storage(dp_ranks, zero_stage);
@@ -83,7 +85,10 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   for (const DataParallel::ShardSpec& spec : DataParallel::shard_buffers(precision, zero_stage))
     add(spec.tag, static_cast<size_t>(local) * dtype_size(spec.dtype));
   add(MemTag::optimizer_state, 2 * AdamW::bytes_per_moment(local));
-  plan.during_step = DataParallel::working_set(layout, precision, dp_ranks, zero_stage);
+  // ZeRO 2 and 3 run on one stage (their hooks reduce and gather during its passes).
+  DT_CHECK(zero_stage < 2 || held.size() == 1, "ZeRO stage ", zero_stage, " of a rank with ", held.size(), " stages");
+  plan.during_step = DataParallel::working_set(layout, precision, dp_ranks, zero_stage,
+                                               Stage::unit_hook_calls(layout, held.front()), micro_batches);
   // What crosses between ranks during a step, on any backend: tensor parallelism's staging in the
   // blocks and, on the rank with the head, for the loss; and the pipeline's boundary tensors (all
   // of a micro-batch's rows, or under sequence parallelism this rank's part, in the compute
@@ -139,14 +144,15 @@ size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int s
   return std::max(norms, attention);
 }
 
-MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                       int dp_ranks, int zero_stage, int tp_ranks, bool sp, const pipeline::Schedule* schedule) {
+MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches, Recompute recompute,
+                       DType precision, int dp_ranks, int zero_stage, int tp_ranks, bool sp,
+                       const pipeline::Schedule* schedule) {
   MemoryPlan largest;
   bool first = true;
   for (int pp_rank = 0; pp_rank < (schedule != nullptr ? schedule->ranks : 1); ++pp_rank)
     for (int r = 0; r < tp_ranks; ++r) {
-      const MemoryPlan plan = plan_rank_memory(config, batch_size, seq_len, recompute, precision, dp_ranks,
-                                               zero_stage, {r, tp_ranks}, sp, schedule, pp_rank);
+      const MemoryPlan plan = plan_rank_memory(config, batch_size, seq_len, micro_batches, recompute, precision,
+                                               dp_ranks, zero_stage, {r, tp_ranks}, sp, schedule, pp_rank);
       if (first || plan.total() > largest.total()) largest = plan;
       first = false;
     }
@@ -155,9 +161,10 @@ MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, R
 
 void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
                        int dp_ranks, int zero_stage, int tp_ranks, bool sp, const pipeline::Schedule* schedule) {
-  const size_t needed =
-      plan_memory(config, batch_size, seq_len, recompute, precision, dp_ranks, zero_stage, tp_ranks, sp, schedule)
-          .total();
+  const int micro_batches = schedule != nullptr ? schedule->micro_batches : 1;
+  const size_t needed = plan_memory(config, batch_size, seq_len, micro_batches, recompute, precision, dp_ranks,
+                                    zero_stage, tp_ranks, sp, schedule)
+                            .total();
   const size_t available = device_free_bytes(Device::cuda);
   if (needed <= available) return;
   throw Error(str("training this model needs about ", format_bytes(static_cast<double>(needed)),

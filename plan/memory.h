@@ -4,9 +4,9 @@
 // FlatTensors::held_bytes), the stage's activations (Stage::activation_bytes), the rotary tables,
 // ZeRO's shards (DataParallel::shard_buffers) and AdamW's moments (AdamW::bytes_per_moment); so
 // the prediction is what the constructors allocate, exactly. Beside them during a step: ZeRO 2
-// and 3's units of gradients, their staging and at stage 3 weights (a bound,
-// DataParallel::working_set), tensor parallelism's staging (TensorParallel::communication_bytes)
-// and the pipeline's boundary tensors (pipeline::boundary_buffers); and what an MPI backend
+// and 3's units of gradients, their staging and at stage 3 weights (DataParallel::working_set
+// walks the stage's hook calls, Stage::unit_hook_calls), tensor parallelism's staging
+// (TensorParallel::communication_bytes) and the pipeline's boundary tensors (pipeline::boundary_buffers); and what an MPI backend
 // keeps of each group's all-reduces. train/run_config.h's run_memory_plan adds what the trainer
 // holds, a CPU run's kernel scratch (cpu_kernel_scratch_bytes) and ring attention's buffers.
 // Not predicted: a GPU's kernel scratch.
@@ -34,21 +34,22 @@ struct MemoryPlan {
   size_t total() const;  // every tag's peak, added
 };
 
-// One rank's: micro-batches of batch_size x seq_len tokens under `recompute`, in `precision`,
-// with ZeRO `zero_stage` over `dp_ranks` data-parallel ranks; with `tp_ranks` tensor-parallel
-// ranks (and sequence parallelism when `sp`), and a pipeline `schedule` (none: one stage), the
-// plan of the rank whose share is the largest. A pipeline rank's activations are each of its
-// stages' kept activations times the micro-batches the schedule promises to hold at once, plus
-// their shared and scratch regions: a bound (a stage's activation store grows to it).
-MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
-                       int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false,
+// One rank's: steps of `micro_batches` (a schedule's own) of batch_size x seq_len tokens under
+// `recompute`, in `precision`, with ZeRO `zero_stage` over `dp_ranks` data-parallel ranks; with
+// `tp_ranks` tensor-parallel ranks (and sequence parallelism when `sp`), and a pipeline
+// `schedule` (none: one stage), the plan of the rank whose share is the largest. A pipeline
+// rank's activations are each of its stages' kept activations times the micro-batches the
+// schedule promises to hold at once, plus their shared and scratch regions: a bound (a stage's
+// activation store grows to it).
+MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches, Recompute recompute,
+                       DType precision, int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false,
                        const pipeline::Schedule* schedule = nullptr);
 
 // The plan of one rank: tensor-parallel rank `shard` of pipeline rank `pp_rank` under `schedule`
 // (none: one stage, pp_rank 0).
-MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
-                            DType precision, int dp_ranks, int zero_stage, TensorShard shard, bool sp,
-                            const pipeline::Schedule* schedule, int pp_rank);
+MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches,
+                            Recompute recompute, DType precision, int dp_ranks, int zero_stage, TensorShard shard,
+                            bool sp, const pipeline::Schedule* schedule, int pp_rank);
 
 // The most scratch one of the CPU kernels of a step allocates for `threads` threads: attention's
 // per-thread tiles (kernels/attention.h) or a norm backward's row-block partials. A CPU run holds
@@ -59,7 +60,8 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
 size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
                                 TensorShard shard, bool sp, bool ring_attention, int threads);
 
-// Before a GPU run allocates: the plan's total against the GPU's free memory; the error names
+// Before a GPU run of one micro-batch a step (or a schedule's) allocates: the plan's total
+// against the GPU's free memory; the error names
 // every figure and the fixes (a higher ZeRO stage, recomputation, bf16, smaller micro-batches).
 void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute, DType precision,
                        int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false,

@@ -47,7 +47,7 @@ TEST(TrainingBytes, AreWhatTheModelsShapeGivesByHand) {
       EXPECT_EQ(after.total_current_bytes - before.total_current_bytes,
                 parameters + gradients + optimizer_state + activations + scratch)
           << what << ": a tag not counted above";
-      const MemoryPlan plan = plan_memory(config, kBatch, kSeqLen, recompute, precision, 1, 0);
+      const MemoryPlan plan = plan_memory(config, kBatch, kSeqLen, 1, recompute, precision, 1, 0);
       const auto planned = [&](MemTag tag) { return plan.bytes[static_cast<int>(tag)]; };
       EXPECT_EQ(planned(MemTag::parameters), parameters) << what;
       EXPECT_EQ(planned(MemTag::gradients), gradients) << what;
@@ -81,7 +81,7 @@ TEST(TrainingBytes, TheZeroPapersModelStateWithFp32Gradients) {
   ModelConfig config = model_preset("gpt2-124m");
   config.n_layer = 36, config.d_model = 4096, config.n_head = 32;
   for (int stage = 0; stage <= 3; ++stage) {
-    const MemoryPlan plan = plan_memory(config, 1, 1024, Recompute::full, DType::bf16, 64, stage);
+    const MemoryPlan plan = plan_memory(config, 1, 1024, 1, Recompute::full, DType::bf16, 64, stage);
     // Ψ as the flat buffers hold it: ZeRO pads each unit to 64 equal parts.
     const double psi = static_cast<double>(
         ParameterLayout(config, DataParallel::storage(64, stage).unit_multiple).total_elements());
@@ -114,7 +114,7 @@ TEST(TrainingBytes, FourteenBytesPerParameterAsCommonlyTabulated) {
   const ModelConfig models[] = {medium, model_preset("llama3.2-1b"), llama2(32, 4096, 32, 32, 11008),
                                 llama2(40, 5120, 40, 40, 13824), llama2(80, 8192, 64, 8, 28672)};
   for (int i = 0; i < 5; ++i) {
-    const MemoryPlan plan = plan_memory(models[i], 1, 128, Recompute::full, DType::bf16, 1, 0);
+    const MemoryPlan plan = plan_memory(models[i], 1, 128, 1, Recompute::full, DType::bf16, 1, 0);
     const double psi = static_cast<double>(ParameterLayout(models[i]).total_elements());
     const auto tag = [&](MemTag t) { return static_cast<double>(plan.bytes[static_cast<int>(t)]); };
     EXPECT_EQ(tag(MemTag::parameters) + tag(MemTag::optimizer_state), 14 * psi) << table_gb[i] << " GB row";
@@ -160,10 +160,10 @@ TEST(TrainingBytes, TheSequenceParallelismPapersActivationsPerLayer) {
   const double s = 2048, b = 1, h = 12288, a = 96, sbh = s * b * h;
   const auto per_layer = [&](Recompute recompute, int t, bool sp) {
     gpt3.n_layer = 2;
-    const auto two = static_cast<double>(plan_memory(gpt3, 1, 2048, recompute, DType::bf16, 1, 0, t, sp)
+    const auto two = static_cast<double>(plan_memory(gpt3, 1, 2048, 1, recompute, DType::bf16, 1, 0, t, sp)
                                              .bytes[static_cast<int>(MemTag::activations)]);
     gpt3.n_layer = 3;
-    const auto three = static_cast<double>(plan_memory(gpt3, 1, 2048, recompute, DType::bf16, 1, 0, t, sp)
+    const auto three = static_cast<double>(plan_memory(gpt3, 1, 2048, 1, recompute, DType::bf16, 1, 0, t, sp)
                                                .bytes[static_cast<int>(MemTag::activations)]);
     return three - two;
   };

@@ -92,18 +92,19 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
   const int chunks = config.parallel.cp_zigzag ? 2 * cp : cp;
   const int local_T = cp == 1 ? T : (T + chunks - 1) / chunks * chunks / cp;
   const std::optional<pipeline::Schedule> schedule = run_schedule(config);
-  const int shard_ranks = config.dims().dp * config.dims().cp;
+  const int shard_ranks = config.dims().dp * config.dims().cp, accumulation = config.accumulation_steps();
+  const Recompute recompute = config.train.recompute;
+  const DType precision = config.train.precision;
   MemoryPlan plan =
-      rank ? plan_rank_memory(config.model, B, local_T, config.train.recompute, config.train.precision, shard_ranks,
+      rank ? plan_rank_memory(config.model, B, local_T, accumulation, recompute, precision, shard_ranks,
                               config.parallel.zero_stage, {rank->tp, config.dims().tp}, config.parallel.sp,
                               schedule ? &*schedule : nullptr, rank->pp)
-           : plan_memory(config.model, B, local_T, config.train.recompute, config.train.precision, shard_ranks,
+           : plan_memory(config.model, B, local_T, accumulation, recompute, precision, shard_ranks,
                          config.parallel.zero_stage, config.dims().tp, config.parallel.sp,
                          schedule ? &*schedule : nullptr);
   // The trainer's token buffers (train/trainer.cpp): each step's micro-batches and the
   // evaluation's, as the model runs them; under context parallelism the loader's whole
   // sequences beside them, on the host (the device's memory on a CPU run).
-  const int accumulation = config.accumulation_steps();
   const bool on_cpu = config.train.target_device() == Device::cpu;
   size_t& workspace = plan.bytes[static_cast<size_t>(MemTag::workspace)];
   workspace += BatchBuffers::bytes(accumulation + 1, B, local_T);
@@ -119,12 +120,12 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
     if (llama) workspace += rope_table_bytes(config.model, local_T * cp);
     const ShardDims dims = shard_dims(config.model, shard);
     const RingAttention::CallBytes ring = RingAttention::call_bytes(B, local_T, dims.head_size, dims.heads.attention(),
-                                                                    config.train.precision, llama);
+                                                                    precision, llama);
     plan.during_step[static_cast<size_t>(MemTag::activations)] += ring.activations;
     ring_workspace = ring.workspace;
   }
   // At one moment of each step, the kernels' scratch on the CPU, or the ring's workspace.
-  const size_t kernels = on_cpu ? cpu_kernel_scratch_bytes(config.model, B, local_T, config.train.precision, shard,
+  const size_t kernels = on_cpu ? cpu_kernel_scratch_bytes(config.model, B, local_T, precision, shard,
                                                            config.parallel.sp, cp > 1, omp_get_max_threads())
                                 : 0;
   plan.during_step[static_cast<size_t>(MemTag::workspace)] += std::max(kernels, ring_workspace);
