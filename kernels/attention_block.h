@@ -42,6 +42,14 @@ void attention_block_forward(Tensor out, Tensor lse, Tensor q, Tensor kv, Attent
                              bool first);
 void attention_block_backward(Tensor dq, Tensor dkv, Tensor dout, Tensor q, Tensor kv, Tensor out, Tensor lse,
                               AttentionHeads heads, BlockMask mask);
+// The scratch a forward and a backward call over blocks of `queries` query rows allocate for
+// `threads` threads (omp_get_max_threads() at the call), in bytes: RingAttention::call_bytes
+// counts them.
+struct BlockScratchBytes {
+  size_t forward = 0, backward = 0;
+};
+BlockScratchBytes attention_block_scratch_bytes(int64_t queries, int head_size, AttentionHeads heads, DType storage,
+                                                int threads);
 }  // namespace cpu
 
 namespace cuda {

@@ -54,8 +54,8 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
 // The most scratch one of the CPU kernels of a step allocates for `threads` threads: attention's
 // per-thread tiles (kernels/attention.h) or a norm backward's row-block partials. A CPU run holds
 // it beside the plan's workspace at some moment of each step. With `ring_attention` (context
-// parallelism) attention runs in blocks whose buffers RingAttention::call_bytes gives: the norms
-// alone. (A GPU's kernels' scratch, cuDNN's workspace, is known only once its graph is built:
+// parallelism) attention runs in blocks whose buffers and kernels' scratch
+// RingAttention::call_bytes gives: the norms alone. (A GPU's kernels' scratch, cuDNN's workspace, is known only once its graph is built:
 // not counted.)
 size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
                                 TensorShard shard, bool sp, bool ring_attention, int threads);

@@ -119,12 +119,19 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
     const bool llama = config.model.family == ModelFamily::llama;
     if (llama) workspace += rope_table_bytes(config.model, local_T * cp);
     const ShardDims dims = shard_dims(config.model, shard);
+    // The CPU's block kernels run on one chunk's queries at a time.
+    const int chunk_T = local_T / (config.parallel.cp_zigzag ? 2 : 1);
+    const kernels::cpu::BlockScratchBytes block_scratch =
+        on_cpu ? kernels::cpu::attention_block_scratch_bytes(chunk_T, static_cast<int>(dims.head_size),
+                                                             dims.heads.attention(), precision, omp_get_max_threads())
+               : kernels::cpu::BlockScratchBytes{};
     const RingAttention::CallBytes ring = RingAttention::call_bytes(B, local_T, dims.head_size, dims.heads.attention(),
-                                                                    precision, llama);
+                                                                    precision, llama, block_scratch);
     plan.during_step[static_cast<size_t>(MemTag::activations)] += ring.activations;
     ring_workspace = ring.workspace;
   }
-  // At one moment of each step, the kernels' scratch on the CPU, or the ring's workspace.
+  // At one moment of each step, the kernels' scratch on the CPU, or the ring's workspace (with
+  // its block kernels' scratch).
   const size_t kernels = on_cpu ? cpu_kernel_scratch_bytes(config.model, B, local_T, precision, shard,
                                                            config.parallel.sp, cp > 1, omp_get_max_threads())
                                 : 0;

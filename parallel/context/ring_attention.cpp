@@ -1,12 +1,12 @@
 #include "parallel/context/ring_attention.h"
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <vector>
 
 #include "core/device.h"
 #include "core/trace.h"
-#include "kernels/attention_block.h"
 #include "kernels/convert.h"
 #include "kernels/rope.h"
 
@@ -29,13 +29,17 @@ void copy_columns(Tensor to, int64_t to_first, const Tensor& from, int64_t from_
 }  // namespace
 
 RingAttention::CallBytes RingAttention::call_bytes(int64_t batch, int64_t local_len, int64_t head_size,
-                                                   kernels::AttentionHeads heads, DType storage, bool rope) {
+                                                   kernels::AttentionHeads heads, DType storage, bool rope,
+                                                   kernels::cpu::BlockScratchBytes kernels) {
   const int64_t N = batch * local_len, A = heads.n_head * head_size, KV = 2 * heads.n_kv_head * head_size;
   const DType acc = storage == DType::f64 ? DType::f64 : DType::f32;
+  const bool widened = storage != acc;
   CallBytes bytes;
   bytes.activations = 2 * bytes_of(storage, N * KV) + 2 * bytes_of(acc, N * KV);  // backward's blocks and grads
-  bytes.workspace = (rope ? 2 * bytes_of(DType::f32, local_len * (head_size / 2)) : 0) + bytes_of(acc, N * A) +
-                    (storage == acc ? 0 : bytes_of(storage, N * (A + KV)));
+  const size_t forward = (widened ? bytes_of(acc, N * A) : 0) + kernels.forward;
+  const size_t rounded = widened ? bytes_of(storage, N * (A + KV)) : 0;  // after the blocks
+  const size_t backward = bytes_of(acc, N * A) + std::max(kernels.backward, rounded);
+  bytes.workspace = (rope ? 2 * bytes_of(DType::f32, local_len * (head_size / 2)) : 0) + std::max(forward, backward);
   return bytes;
 }
 

@@ -25,6 +25,7 @@
 
 #include "comm/communicator.h"
 #include "core/buffer.h"
+#include "kernels/attention_block.h"
 #include "model/attention_core.h"
 #include "parallel/context/context_layout.h"
 
@@ -40,15 +41,17 @@ class RingAttention final : public TrainingAttention {
   void rerun(Tensor qkv, Tensor atty, Tensor lse) override;
   void backward(Tensor dqkv, Tensor datty, Tensor qkv, Tensor atty, Tensor lse) override;
   // The most one call allocates beside its arguments, for `batch` sequences of `local_len` tokens
-  // of this rank, heads of `head_size` in `storage` (plan/memory.h counts it; backward is the
-  // larger): activations, the key/value blocks in hand and arriving, and their f32 gradients;
-  // workspace, the rotary rows of this rank's chunks (with `rope`), the f32 query gradient, and
-  // with 16-bit storage the rounded gradients.
+  // of this rank, heads of `head_size` in `storage` (plan/memory.h counts it): activations, the
+  // key/value blocks in hand and arriving, and their f32 gradients (backward's); workspace, the
+  // rotary rows of this rank's chunks (with `rope`), and beside them forward's f32 output with
+  // 16-bit storage, or backward's f32 query gradient and then with 16-bit storage the rounded
+  // gradients; the block kernels' scratch (`kernels`: the CPU's for one chunk's queries; none on
+  // a GPU) during the blocks.
   struct CallBytes {
     size_t activations = 0, workspace = 0;
   };
   static CallBytes call_bytes(int64_t batch, int64_t local_len, int64_t head_size, kernels::AttentionHeads heads,
-                              DType storage, bool rope);
+                              DType storage, bool rope, kernels::cpu::BlockScratchBytes kernels = {});
   // The bytes this object has sent so far: the key/value blocks, and in backward their gradients.
   int64_t bytes_sent() const { return bytes_sent_; }
 
