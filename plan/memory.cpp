@@ -61,25 +61,24 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   const auto add = [&](MemTag tag, size_t bytes) { plan.bytes[static_cast<int>(tag)] += bytes; };
   const ParameterStorage storage = DataParallel::storage(dp_ranks, zero_stage);
   RankStages stages{.all = {StageUnits::whole(config)}, .held = {0}, .deferred_weights = false};
-  int in_flight = 1;
-  if (schedule != nullptr) {
-    stages = pipeline::PipelineParallel::rank_stages(config, *schedule, pp_rank, seq_len);
-    in_flight = schedule->promised_in_flight.at(static_cast<size_t>(pp_rank));
-  }
+  if (schedule != nullptr) stages = pipeline::PipelineParallel::rank_stages(config, *schedule, pp_rank, seq_len);
   std::vector<StageUnits> held;
   for (const int s : stages.held) held.push_back(stages.all[static_cast<size_t>(s)]);
   const ParameterLayout layout(config, storage.unit_multiple, shard, ModelPart::of(held, config.n_layer));
-  // The model: its flat buffers, its stages' activations and the rotary tables.
+  // The model: its flat buffers, and each stage's activations and (llama) rotary tables.
   const Transformer::ParameterBuffers model = Transformer::parameter_buffers(precision, storage);
   for (const auto& spec : {std::optional(model.params), std::optional(model.grads), model.weights})
     if (spec) add(spec->tag, FlatTensors::held_bytes(layout, spec->dtype, spec->storage));
-  for (const StageUnits& units : held) {
-    const ActivationBytes activations = Stage::activation_bytes(config, units, recompute, precision, batch_size,
-                                                                seq_len, shard, sp, stages.deferred_weights);
+  for (const int s : stages.held) {
+    const ActivationBytes activations =
+        Stage::activation_bytes(config, stages.all[static_cast<size_t>(s)], recompute, precision, batch_size, seq_len,
+                                shard, sp, stages.deferred_weights);
+    // Each stage's store grows to the micro-batches it holds at once (one without a schedule).
+    const int in_flight = schedule != nullptr ? pipeline::stage_in_flight(*schedule, s) : 1;
     add(MemTag::activations, static_cast<size_t>(activations.kept * in_flight + activations.shared));
     add(MemTag::workspace, static_cast<size_t>(activations.scratch));
+    if (config.family == ModelFamily::llama) add(MemTag::workspace, rope_table_bytes(config, seq_len));
   }
-  if (config.family == ModelFamily::llama) add(MemTag::workspace, rope_table_bytes(config, seq_len));
   // The optimizer: the whole layout's moments at stage 0, else the shards and their moments.
   const int64_t local = zero_stage == 0 ? layout.total_elements() : DataParallel::shard_elements(layout, dp_ranks);
   for (const DataParallel::ShardSpec& spec : DataParallel::shard_buffers(precision, zero_stage))
@@ -120,7 +119,9 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   kept += tp.largest_sum;
   if (schedule != nullptr) {
     kept += kDouble;
-    if (config.tied_embeddings && (layout.part().embeddings || layout.holds_wte_copy())) {
+    // Only where the embeddings and the head are on two ranks (not a V schedule's first rank).
+    const bool apart = schedule->stage_rank.front() != schedule->stage_rank.back();
+    if (config.tied_embeddings && apart && (layout.part().embeddings || layout.holds_wte_copy())) {
       const ParamInfo& wte = layout.find("wte");
       kept += static_cast<size_t>(wte.stored_rows * wte.shape[1]) * sizeof(float);
     }

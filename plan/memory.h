@@ -38,9 +38,9 @@ struct MemoryPlan {
 // `recompute`, in `precision`, with ZeRO `zero_stage` over `dp_ranks` data-parallel ranks; with
 // `tp_ranks` tensor-parallel ranks (and sequence parallelism when `sp`), and a pipeline
 // `schedule` (none: one stage), the plan of the rank whose share is the largest. A pipeline
-// rank's activations are each of its stages' kept activations times the micro-batches the
-// schedule promises to hold at once, plus their shared and scratch regions: a bound (a stage's
-// activation store grows to it).
+// rank's activations are each of its stages' kept activations times the micro-batches that
+// stage holds at once under the schedule (pipeline::stage_in_flight, to which its activation
+// store grows), plus their shared and scratch regions.
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches, Recompute recompute,
                        DType precision, int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false,
                        const pipeline::Schedule* schedule = nullptr);

@@ -1,9 +1,10 @@
 // The planner against the allocator, rank by rank and tag by tag: each cell trains a small model
 // with `dtrain train`'s own code (run_training) under a parallel layout — dp with each ZeRO
-// stage, tp with and without sp, pp under two schedules, cp, recomputation, bf16 and their
-// compositions — and every rank compares the peak bytes it held under each tag during the run
-// with what plan/memory.h predicted for that rank from the configuration alone. ctest runs each
-// cell under mpirun as MpiMemoryCell.npN.<cell> (CMakeLists.txt); run without mpirun, they skip.
+// stage, tp with and without sp, pp under four schedules (two with two stages a rank), cp,
+// recomputation, bf16 and their compositions — and every rank compares the peak bytes it held
+// under each tag during the run with what plan/memory.h predicted for that rank from the
+// configuration alone. ctest runs each cell under mpirun as MpiMemoryCell.npN.<cell>
+// (CMakeLists.txt); run without mpirun, they skip.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,14 +36,17 @@ std::string rank0_path(Communicator& world, const std::string& path) {
 
 // The run's configuration: two steps of the cell's layout over the GPL's bytes (vocabulary 256),
 // micro-batches of 4 sequences of 32 bytes, 4 of them per step under pp (the schedule's count),
-// else 2; no validation shards or tokenizer: no evaluation or samples.
+// else 2; under pp a layer more than the stages (an interleaved or V schedule has two a rank);
+// no validation shards or tokenizer: no evaluation or samples.
 std::string run_toml(const LayoutCell& cell, int world, const std::string& data_dir) {
   const int tp = world / (cell.dp * cell.pp * cell.cp);
   const int accumulation = cell.pp > 1 ? 4 : 2;
+  const int stages = cell.pp * (cell.schedule == "zb_v" ? 2 : cell.virtual_stages);
   std::string schedule = cell.schedule;  // the cell's name for it has _ for the configuration's -
   std::replace(schedule.begin(), schedule.end(), '_', '-');
   return str("[model]\npreset = \"", cell.family == "gpt2" ? "gpt2-tiny" : "llama-tiny", "\"\nvocab_size = 256\n",
-             cell.family == "llama_tied" ? "tie_embeddings = true\n" : "", "[data]\ndir = \"", data_dir,
+             cell.family == "llama_tied" ? "tied_embeddings = true\n" : "",
+             cell.pp > 1 ? str("n_layer = ", stages + 1, "\n") : "", "[data]\ndir = \"", data_dir,
              "\"\nseq_len = 32\n[train]\nsteps = 2\nmicro_batch_size = 4\nglobal_batch_size = ",
              4 * cell.dp * accumulation, "\nprecision = \"", dtype_name(cell.precision),
              "\"\nrecompute = \"", recompute_name(cell.recompute), "\"\n[optim]\nwarmup_steps = 1\n",
@@ -107,6 +111,8 @@ std::vector<LayoutCell> cells() {
   out.push_back({.family = "llama", .precision = DType::bf16, .sp = true, .recompute = Recompute::selective});
   out.push_back({.family = "gpt2", .pp = 2});
   out.push_back({.family = "llama", .pp = 2, .schedule = "zb_h1"});
+  out.push_back({.family = "llama_tied", .pp = 2, .schedule = "interleaved", .virtual_stages = 2});
+  out.push_back({.family = "gpt2", .pp = 2, .schedule = "zb_v"});
   out.push_back({.family = "llama", .cp = 2});
   out.push_back({.family = "llama", .precision = DType::bf16, .cp = 2});
   out.push_back({.family = "gpt2", .dp = 2, .zero = 1, .cp = 2});  // dp 2 × cp 2

@@ -26,6 +26,16 @@ std::string_view op_name(Op op) {
   return "?";
 }
 
+int stage_in_flight(const Schedule& schedule, int s) {
+  int held = 0, most = 0;
+  for (const Action& a : schedule.actions.at(static_cast<size_t>(schedule.stage_rank.at(static_cast<size_t>(s))))) {
+    if (a.stage != s) continue;
+    if (a.op == Op::forward) most = std::max(most, ++held);
+    if (a.op == Op::backward || a.op == Op::backward_weight) --held;
+  }
+  return most;
+}
+
 std::vector<std::string> schedule_names() { return {"afab", "1f1b", "interleaved", "zb-h1", "zb-v"}; }
 
 std::vector<std::vector<Action>> with_communication(const std::vector<std::vector<Action>>& compute,

@@ -74,6 +74,12 @@ std::vector<std::string> schedule_names();
 // interleaved only). Throws dt::ConfigError naming the schedules, or the counts that work.
 Schedule make_schedule(std::string_view name, int ranks, int micro_batches, int virtual_stages = 1);
 
+// The most micro-batches whose activations stage s holds at once under `schedule`: each from its
+// forward to its stage's last backward action (backward, or backward_weight after
+// backward_input), where the executor releases it. A rank's stages' add up to at most its promise;
+// each stage's activation store grows to its own (plan/memory.h counts them).
+int stage_in_flight(const Schedule& schedule, int s);
+
 // Inserts the sends and receives into per-rank orders of compute actions (see above).
 std::vector<std::vector<Action>> with_communication(const std::vector<std::vector<Action>>& compute,
                                                     const std::vector<int>& stage_rank);

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "parallel/pipeline/schedule_check.h"
@@ -27,6 +29,37 @@ TEST(Schedule, EveryScheduleRunsForEveryShape) {
         }
   std::printf("%d schedules checked\n", checked);
   EXPECT_GT(checked, 900);
+}
+
+// Each stage's micro-batches held at once (what its activation store grows to): with one stage a
+// rank, the rank's peak; with several, each at least one and together at least the rank's peak
+// (the stages need not peak at once).
+TEST(Schedule, EachStageHoldsWhatItsRankHolds) {
+  for (const std::string& name : schedule_names())
+    for (int p = 1; p <= 4; ++p)
+      for (const int m : {1, 4, 8}) {
+        const int v = name == "interleaved" ? 2 : 1;
+        if (name == "interleaved" && m % p != 0) continue;
+        const Schedule s = make_schedule(name, p, m, v);
+        const ScheduleCheck check = check_schedule(s);
+        ASSERT_TRUE(check.ok()) << check.problem;
+        std::vector<int> summed(static_cast<size_t>(p), 0), stages(static_cast<size_t>(p), 0);
+        for (int st = 0; st < s.stages(); ++st) {
+          const int held = stage_in_flight(s, st), r = s.stage_rank[static_cast<size_t>(st)];
+          EXPECT_GE(held, 1) << name << " stage " << st;
+          EXPECT_LE(held, m) << name << " stage " << st;
+          summed[static_cast<size_t>(r)] += held;
+          ++stages[static_cast<size_t>(r)];
+        }
+        for (int r = 0; r < p; ++r) {
+          const std::string what = str(name, " p ", p, " m ", m, " rank ", r);
+          if (stages[static_cast<size_t>(r)] == 1) {
+            EXPECT_EQ(summed[static_cast<size_t>(r)], check.peak_in_flight[static_cast<size_t>(r)]) << what;
+          } else {
+            EXPECT_GE(summed[static_cast<size_t>(r)], check.peak_in_flight[static_cast<size_t>(r)]) << what;
+          }
+        }
+      }
 }
 
 // Unit times (forward 1, input and weight passes 1 each): the idle time of the busiest-idle rank
