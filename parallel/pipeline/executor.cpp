@@ -246,8 +246,8 @@ BoundaryBuffers boundary_buffers(const Schedule& schedule, int rank) {
         --held;
         break;
       case Op::forward:
-        if (s == S - 1) at_loss = std::max(at_loss, held + sent);
         if (s > 0 && !here(s - 1)) --held;  // the received input, freed after the forward
+        if (s == S - 1) at_loss = std::max(at_loss, held + sent);  // the loss follows
         break;
       case Op::backward:
       case Op::backward_input:
