@@ -84,10 +84,12 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   for (const DataParallel::ShardSpec& spec : DataParallel::shard_buffers(precision, zero_stage))
     add(spec.tag, static_cast<size_t>(local) * dtype_size(spec.dtype));
   add(MemTag::optimizer_state, 2 * AdamW::bytes_per_moment(local));
-  // ZeRO 2 and 3 run on one stage (their hooks reduce and gather during its passes).
-  DT_CHECK(zero_stage < 2 || held.size() == 1, "ZeRO stage ", zero_stage, " of a rank with ", held.size(), " stages");
-  plan.during_step = DataParallel::working_set(layout, precision, dp_ranks, zero_stage,
-                                               Stage::unit_hook_calls(layout, held.front()), micro_batches);
+  if (zero_stage >= 2) {
+    // ZeRO 2 and 3 run on one stage (their hooks reduce and gather during its passes).
+    DT_CHECK(held.size() == 1, "ZeRO stage ", zero_stage, " of a rank with ", held.size(), " stages");
+    plan.during_step = DataParallel::working_set(layout, precision, dp_ranks, zero_stage,
+                                                 Stage::unit_hook_calls(layout, held.front()), micro_batches);
+  }
   // What crosses between ranks during a step, on any backend: tensor parallelism's staging in the
   // blocks and, on the rank with the head, for the loss; and the pipeline's boundary tensors (all
   // of a micro-batch's rows, or under sequence parallelism this rank's part, in the compute
@@ -102,9 +104,9 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   if (schedule != nullptr) {
     const int64_t rows = sp ? even_part(tokens, shard.size, shard.rank).size() : tokens;
     const size_t boundary = static_cast<size_t>(rows * config.d_model) * dtype_size(precision);
-    const pipeline::BoundaryBuffers held = boundary_buffers_of(*schedule, pp_rank);
-    in_step = std::max(static_cast<size_t>(held.peak) * boundary + tp.staging,
-                       static_cast<size_t>(held.at_loss) * boundary + loss);
+    const pipeline::BoundaryBuffers buffers = boundary_buffers_of(*schedule, pp_rank);
+    in_step = std::max(static_cast<size_t>(buffers.peak) * boundary + tp.staging,
+                       static_cast<size_t>(buffers.at_loss) * boundary + loss);
   }
   plan.during_step[static_cast<size_t>(MemTag::communication)] += in_step;
   // Each group's largest all-reduce: a double for the job's control values (stop requests); over
