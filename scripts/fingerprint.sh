@@ -13,7 +13,10 @@
 #   - the quickstart (configs/quickstart.toml) for 30 steps;
 #   - a 2-layer gpt2 and llama, each in f32 and bf16, for 4 steps of 2 micro-batches, on one
 #     process and over 2 MPI ranks at ZeRO stages 0 to 3, then resumed from the step-4
-#     checkpoint for 2 more steps (the moments and the checkpoint's round trip show in those).
+#     checkpoint for 2 more steps (the moments and the checkpoint's round trip show in those);
+#   - the same two shapes (4 layers for the pipeline) over 2 ranks of tensor parallelism, with
+#     and without sequence parallelism, of pipeline parallelism under 1f1b and zb-v, and of
+#     context parallelism, in f32 and bf16, resumed the same way.
 # Threads are fixed (OMP_NUM_THREADS, one per rank under MPI) so that the kernels' sums run in
 # the same order each time. Needs the bible-kjv package (scripts/setup.sh installs it) and,
 # for the MPI runs, mpirun.
@@ -43,7 +46,8 @@ print() {
   echo "$1 parameters: $(sha256sum < "$2/export/model.safetensors" | cut -d' ' -f1)"
 }
 
-# run NAME RANKS OVERRIDES...: trains (or resumes) run NAME with the quickstart's data.
+# run NAME RANKS OVERRIDES...: trains (or resumes) run NAME with the quickstart's data; the
+# overrides give the layout of RANKS ranks.
 run() {
   local name=$1 ranks=$2
   shift 2
@@ -53,7 +57,7 @@ run() {
   if [ "$ranks" -eq 1 ]; then
     OMP_NUM_THREADS=2 "${command[@]}" >> "$run.log" 2>&1 || { cat "$run.log" >&2; exit 1; }
   else
-    mpirun --oversubscribe --allow-run-as-root -np "$ranks" -x OMP_NUM_THREADS=1 "${command[@]}" parallel.dp="$ranks" \
+    mpirun --oversubscribe --allow-run-as-root -np "$ranks" -x OMP_NUM_THREADS=1 "${command[@]}" \
       >> "$run.log" 2>&1 || { cat "$run.log" >&2; exit 1; }
   fi
 }
@@ -81,7 +85,14 @@ for family in gpt2 llama; do
     train resume=yes "$family-$precision-1rank" 1 "${shape[@]}" train.precision=$precision
     for zero in 0 1 2 3; do
       train resume=yes "$family-$precision-dp2-zero$zero" 2 "${shape[@]}" train.precision=$precision \
-        parallel.zero_stage=$zero train.global_batch_size=8
+        parallel.dp=2 parallel.zero_stage=$zero train.global_batch_size=8
     done
+    train resume=yes "$family-$precision-tp2" 2 "${shape[@]}" train.precision=$precision parallel.tp=2
+    train resume=yes "$family-$precision-tp2-sp" 2 "${shape[@]}" train.precision=$precision parallel.tp=2 parallel.sp=true
+    for schedule in 1f1b zb-v; do
+      train resume=yes "$family-$precision-pp2-$schedule" 2 "${shape[@]}" model.n_layer=4 train.precision=$precision \
+        parallel.pp=2 parallel.pp_schedule=$schedule
+    done
+    train resume=yes "$family-$precision-cp2" 2 "${shape[@]}" train.precision=$precision parallel.cp=2
   done
 done
