@@ -19,15 +19,16 @@ int ParallelDims::rank_of(Coords c) const { return c.tp + tp * (c.cp + cp * (c.d
 
 std::string ParallelDims::describe() const {
   return str("dp ", dp, " × cp ", cp, " × tp ", tp, " × pp ", pp, " = ", world_size(), " rank",
-             world_size() == 1 ? "" : "s");
+             world_size() == 1 ? "" : "s", ep > 1 ? str(", ep ", ep, " over dp × cp") : "");
 }
 
 std::string ParallelDims::rank_description(int rank) const {
   const Coords c = coords_of(rank);
   std::string coordinates;
   int above_one = 0;
-  for (const auto& [name, size, coordinate] : {std::tuple{"dp", dp, c.dp}, std::tuple{"cp", cp, c.cp},
-                                               std::tuple{"tp", tp, c.tp}, std::tuple{"pp", pp, c.pp}}) {
+  for (const auto& [name, size, coordinate] :
+       {std::tuple{"dp", dp, c.dp}, std::tuple{"cp", cp, c.cp}, std::tuple{"tp", tp, c.tp},
+        std::tuple{"pp", pp, c.pp}, std::tuple{"ep", ep, ep_rank(c)}}) {
     if (size == 1) continue;
     ++above_one;
     coordinates += str(coordinates.empty() ? "" : ", ", name, " ", coordinate);
@@ -36,8 +37,12 @@ std::string ParallelDims::rank_description(int rank) const {
 }
 
 void ParallelDims::check_world_size(int world_size) const {
-  if (dp < 1 || cp < 1 || tp < 1 || pp < 1)
-    throw Error(str("parallel dimensions must be at least 1; got ", describe()));
+  if (dp < 1 || cp < 1 || tp < 1 || pp < 1 || ep < 1)
+    throw Error(str("parallel dimensions must be at least 1; got ", describe(), ep < 1 ? str(", ep ", ep) : ""));
+  if ((dp * cp) % ep != 0)
+    throw Error(str("expert parallelism spreads experts over ep = ", ep, " of the dp × cp = ", dp * cp,
+                    " ranks that hold the same other parameters, which must divide them; set parallel.ep to a "
+                    "divisor of ", dp * cp, " or change parallel.dp"));
   if (world_size != this->world_size())
     throw Error(str("this job has ", world_size, " rank", world_size == 1 ? "" : "s", " but the parallel layout is ",
                     describe(), "; launch with mpirun -np ", this->world_size(),
@@ -59,7 +64,10 @@ ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const Par
   g.tp = group({.dp = c.dp, .cp = c.cp, .tp = 0, .pp = c.pp}, c.tp, "tp");
   g.pp = group({.dp = c.dp, .cp = c.cp, .tp = c.tp, .pp = 0}, c.pp, "pp");
   // The ranks holding the same parameters: those that differ in dp or cp, ordered dp-major.
-  if (dims.cp > 1) g.dp_cp_ = group({.dp = 0, .cp = 0, .tp = c.tp, .pp = c.pp}, c.dp * dims.cp + c.cp, "dp×cp");
+  if (dims.cp > 1) g.dp_cp_ = group({.dp = 0, .cp = 0, .tp = c.tp, .pp = c.pp}, dims.replica_index(c), "dp×cp");
+  // Expert parallelism: ep consecutive ones of those; colored by the group's first.
+  const int first = dims.replica_index(c) - dims.ep_rank(c);
+  g.ep = group({.dp = first / dims.cp, .cp = first % dims.cp, .tp = c.tp, .pp = c.pp}, dims.ep_rank(c), "ep");
   g.world = std::move(world);
   return g;
 }

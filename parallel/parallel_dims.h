@@ -9,6 +9,10 @@
 //
 // The group of a dimension is the ranks that differ only in that coordinate; its rank order is
 // that coordinate. A rank belongs to one group of each dimension.
+//
+// Expert parallelism adds no ranks: it reuses the dp × cp ranks of each (tp, pp) position, which
+// it cuts into groups of ep consecutive ones (dp-major, as dp_cp orders them): the ranks among
+// which a mixture-of-experts layer's experts are spread. ep must divide dp × cp.
 #pragma once
 
 #include <memory>
@@ -20,6 +24,7 @@ namespace dt {
 
 struct ParallelDims {
   int dp = 1, cp = 1, tp = 1, pp = 1;
+  int ep = 1;  // over dp × cp: not a factor of the world size
 
   struct Coords {
     int dp = 0, cp = 0, tp = 0, pp = 0;
@@ -29,13 +34,17 @@ struct ParallelDims {
   int world_size() const { return dp * cp * tp * pp; }
   Coords coords_of(int rank) const;
   int rank_of(Coords c) const;
+  // A rank's place among its (tp, pp) position's dp × cp ranks, dp-major; its ep group is the
+  // ep consecutive places from (place / ep) · ep, and its rank in that group place % ep.
+  int replica_index(Coords c) const { return c.dp * cp + c.cp; }
+  int ep_rank(Coords c) const { return replica_index(c) % ep; }
   // "dp 2 × cp 1 × tp 2 × pp 1 = 4 ranks"
   std::string describe() const;
   // How a line printed on rank `rank`'s behalf names it: "rank 5", and with more than one
   // dimension above 1 its coordinates in those: "rank 5 (dp 1, tp 1)".
   std::string rank_description(int rank) const;
-  // Throws dt::Error unless every dimension is at least 1 and their product is the job's
-  // world size, naming both and the two ways to fix it.
+  // Throws dt::Error unless every dimension is at least 1, ep divides dp × cp, and the product
+  // of dp, cp, tp and pp is the job's world size, naming the values and the ways to fix it.
   void check_world_size(int world_size) const;
 };
 
@@ -44,6 +53,7 @@ struct ProcessGroups {
   ParallelDims dims;
   ParallelDims::Coords coords;
   std::unique_ptr<Communicator> world, dp, cp, tp, pp;
+  std::unique_ptr<Communicator> ep;  // the ep ranks of this rank's expert-parallel group
   // dp × cp: the ranks that hold the same parameters and split the global batch's tokens (context
   // parallelism joins data parallelism for the gradients' sum and ZeRO's shards); the dp group
   // itself when cp is 1.

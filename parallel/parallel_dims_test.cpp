@@ -35,6 +35,29 @@ TEST(ParallelDims, ARankIsNamedWithItsCoordinatesWhereTheyTellMore) {
   EXPECT_EQ((ParallelDims{.dp = 2, .tp = 2}).rank_description(2), "rank 2 (dp 1, tp 0)");
 }
 
+// Expert parallelism cuts each (tp, pp) position's dp × cp ranks, dp-major, into groups of ep.
+TEST(ParallelDims, ExpertParallelGroupsAreConsecutiveReplicas) {
+  const ParallelDims d{.dp = 2, .cp = 2, .tp = 2, .pp = 1, .ep = 2};
+  EXPECT_EQ(d.world_size(), 8);  // ep is not a factor
+  // Ranks 0, 2 (cp 0, 1 of dp 0) form one group; 4, 6 (dp 1) another.
+  EXPECT_EQ(d.replica_index(d.coords_of(2)), 1);
+  EXPECT_EQ(d.ep_rank(d.coords_of(2)), 1);
+  EXPECT_EQ(d.replica_index(d.coords_of(4)), 2);
+  EXPECT_EQ(d.ep_rank(d.coords_of(4)), 0);
+  EXPECT_EQ(d.rank_description(6), "rank 6 (dp 1, cp 1, tp 0, ep 1)");
+  EXPECT_EQ((ParallelDims{.dp = 4, .ep = 2}).describe(), "dp 4 × cp 1 × tp 1 × pp 1 = 4 ranks, ep 2 over dp × cp");
+}
+
+TEST(ParallelDims, AnExpertParallelSizeThatDoesNotDivideTheReplicasIsRefused) {
+  try {
+    (ParallelDims{.dp = 3, .ep = 2}).check_world_size(3);
+    ADD_FAILURE() << "accepted ep 2 over 3 replicas";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ep = 2 of the dp × cp = 3 ranks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("set parallel.ep to a divisor of 3"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ParallelDims, AWrongWorldSizeSaysHowToLaunch) {
   const ParallelDims d{.dp = 2, .tp = 2};
   try {
@@ -52,6 +75,8 @@ TEST(ParallelDims, OneProcessHasGroupsOfOne) {
   const ProcessGroups g = make_process_groups(std::make_unique<SingleProcessCommunicator>(Device::cpu), {});
   EXPECT_EQ(g.dp->size(), 1);
   EXPECT_EQ(g.dp->name(), "dp");
+  EXPECT_EQ(g.ep->size(), 1);
+  EXPECT_EQ(g.ep->name(), "ep");
   EXPECT_EQ(g.world->name(), "world");
 }
 
@@ -80,6 +105,22 @@ TEST(Mpi, ProcessGroupsHoldTheRanksOfTheirDimension) {
   EXPECT_EQ(g.coords.dp, rank / tp);
   EXPECT_EQ(g.coords.tp, rank % tp);
   EXPECT_EQ(g.pp->size(), 1);
+  EXPECT_EQ(g.ep->size(), 1);  // ep 1: each rank its own group
+}
+
+// Under mpirun, as dp (all) × ep 2 where the rank count is even and ep (all) where it is odd:
+// each ep group is ep consecutive ranks, checked by summing world ranks over it.
+TEST(Mpi, ExpertParallelGroupsHoldConsecutiveReplicas) {
+  DT_SKIP_WITHOUT_MPIRUN();
+  std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
+  const int rank = world->rank(), ranks = world->size(), ep = ranks % 2 == 0 ? 2 : ranks;
+  const ProcessGroups g = make_process_groups(std::move(world), {.dp = ranks, .ep = ep});
+  float sum = static_cast<float>(rank);
+  g.ep->all_reduce({.data = &sum, .dtype = DType::f32, .shape = {1}}, ReduceOp::sum).wait();
+  const int first = rank / ep * ep;
+  EXPECT_EQ(sum, static_cast<float>(ep * first + ep * (ep - 1) / 2));
+  EXPECT_EQ(g.ep->size(), ep);
+  EXPECT_EQ(g.ep->rank(), rank % ep);
 }
 
 }  // namespace

@@ -128,7 +128,9 @@ struct RunConfig {
   // Micro-batches accumulated per optimizer step on each data-parallel rank.
   // The parallel layout the parallel.* keys describe: the one source of the sizes that the
   // process groups are made from (parallel/parallel_dims.h).
-  ParallelDims dims() const { return {.dp = parallel.dp, .cp = parallel.cp, .tp = parallel.tp, .pp = parallel.pp}; }
+  ParallelDims dims() const {
+    return {.dp = parallel.dp, .cp = parallel.cp, .tp = parallel.tp, .pp = parallel.pp, .ep = parallel.ep};
+  }
   int accumulation_steps() const { return global_batch_size() / (train.micro_batch_size * dims().dp); }
   int global_batch_size() const { return train.global_batch_size; }
   int64_t tokens_per_step() const { return static_cast<int64_t>(train.global_batch_size) * data.seq_len; }
