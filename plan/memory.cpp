@@ -7,6 +7,7 @@
 
 #include "core/device.h"
 #include "kernels/attention.h"
+#include "kernels/cpu/linear_scratch.h"
 #include "kernels/cpu/row_blocks.h"
 #include "model/rope_tables.h"
 #include "model/transformer.h"
@@ -77,7 +78,7 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
     const int in_flight = schedule != nullptr ? pipeline::stage_in_flight(*schedule, s) : 1;
     add(MemTag::activations, static_cast<size_t>(activations.kept * in_flight + activations.shared));
     add(MemTag::workspace, static_cast<size_t>(activations.scratch));
-    if (config.family == ModelFamily::llama) add(MemTag::workspace, rope_table_bytes(config, seq_len));
+    if (config.traits().positions == PositionKind::rotary) add(MemTag::workspace, rope_table_bytes(config, seq_len));
   }
   // The optimizer: the whole layout's moments at stage 0, else the shards and their moments.
   const int64_t local = zero_stage == 0 ? layout.total_elements() : DataParallel::shard_elements(layout, dp_ranks);
@@ -102,7 +103,7 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   const size_t loss = layout.part().head ? tp.loss : 0;
   size_t in_step = std::max(tp.staging, loss);
   if (schedule != nullptr) {
-    const int64_t rows = sp ? even_part(tokens, shard.size, shard.rank).size() : tokens;
+    const int64_t rows = sequence_rows(tokens, shard, sp);
     const size_t boundary = static_cast<size_t>(rows * config.d_model) * dtype_size(precision);
     const pipeline::BoundaryBuffers buffers = boundary_buffers_of(*schedule, pp_rank);
     in_step = std::max(static_cast<size_t>(buffers.peak) * boundary + tp.staging,
@@ -132,19 +133,27 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
 }
 
 size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
-                                TensorShard shard, bool sp, bool ring_attention, int threads) {
+                                TensorShard shard, bool sp, bool ring_attention, bool head, int threads) {
   const ShardDims dims = shard_dims(config, shard);
   const size_t compute = precision == DType::f64 ? sizeof(double) : sizeof(float);
   // The norms run on every token of the micro-batch, or under sequence parallelism on this
   // rank's part of them; RMSNorm sums one parameter's gradient, LayerNorm two.
-  const int64_t tokens = int64_t{batch_size} * seq_len, norm_rows = sp ? tokens / shard.size : tokens;
-  const int norm_sums = config.family == ModelFamily::llama ? 1 : 2;
+  const int64_t tokens = int64_t{batch_size} * seq_len, norm_rows = sequence_rows(tokens, shard, sp);
+  const int norm_sums = config.traits().norm == NormKind::rmsnorm ? 1 : 2;
   const size_t norms =
       static_cast<size_t>(kernels::cpu::block_partial_elements(norm_rows, config.d_model, norm_sums)) * compute;
-  if (ring_attention) return norms;
+  // The linear layers run on all of the micro-batch's rows; the output projection on the rank
+  // with the head.
+  size_t linears = 0;
+  for (const LinearDeclaration* linear : declare_block(config).linears())
+    linears = std::max(linears, kernels::cpu::linear_scratch_bytes(tokens, linear->in_features(config, dims),
+                                                                   linear->out_features(config, dims), precision));
+  if (head)
+    linears = std::max(linears, kernels::cpu::linear_scratch_bytes(tokens, config.d_model, dims.padded_vocab, precision));
+  if (ring_attention) return std::max(norms, linears);
   const size_t attention = kernels::cpu::attention_scratch_bytes(seq_len, static_cast<int>(dims.head_size),
                                                                  dims.heads.attention(), precision, threads);
-  return std::max(norms, attention);
+  return std::max({norms, attention, linears});
 }
 
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches, Recompute recompute,

@@ -52,13 +52,14 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
                             bool sp, const pipeline::Schedule* schedule, int pp_rank);
 
 // The most scratch one of the CPU kernels of a step allocates for `threads` threads: attention's
-// per-thread tiles (kernels/attention.h) or a norm backward's row-block partials. A CPU run holds
-// it beside the plan's workspace at some moment of each step. With `ring_attention` (context
-// parallelism) attention runs in blocks whose buffers and kernels' scratch
-// RingAttention::call_bytes gives: the norms alone. (A GPU's kernels' scratch, cuDNN's workspace, is known only once its graph is built:
-// not counted.)
+// per-thread tiles (kernels/attention.h), a norm backward's row-block partials, or a 16-bit linear
+// layer's widened operands where the processor has no bf16 units (kernels/cpu/linear_scratch.h;
+// the output projection's where the rank holds the `head`). A CPU run holds it beside the plan's
+// workspace at some moment of each step. With `ring_attention` (context parallelism) attention
+// runs in blocks whose buffers and kernels' scratch RingAttention::call_bytes gives. (A GPU's
+// kernels' scratch, cuDNN's workspace, is known only once its graph is built: not counted.)
 size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
-                                TensorShard shard, bool sp, bool ring_attention, int threads);
+                                TensorShard shard, bool sp, bool ring_attention, bool head, int threads);
 
 // Before a GPU run of one micro-batch a step (or a schedule's) allocates: the plan's total
 // against the GPU's free memory; the error names

@@ -25,11 +25,11 @@ namespace {
 
 using namespace run_config;
 
-// Whether resolved_toml writes the key: model.preset only when there is one, the rotary and
-// grouped-query keys only for llama.
+// Whether resolved_toml writes the key: model.preset only when there is one, a trait's keys only
+// for a family with it.
 bool written(const ConfigKey& k, const RunConfig& config) {
   if (k.section == "model" && k.name == "preset") return !config.model_preset.empty();
-  return !k.llama_only || config.model.family == ModelFamily::llama;
+  return k.applies_to(config.model.traits());
 }
 
 // 124439808 -> "124,439,808".
@@ -116,8 +116,8 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
   const TensorShard shard{rank ? rank->tp : 0, config.dims().tp};
   size_t ring_workspace = 0;
   if (cp > 1) {
-    const bool llama = config.model.family == ModelFamily::llama;
-    if (llama) workspace += rope_table_bytes(config.model, local_T * cp);
+    const bool rotary = config.model.traits().positions == PositionKind::rotary;
+    if (rotary) workspace += rope_table_bytes(config.model, local_T * cp);
     const ShardDims dims = shard_dims(config.model, shard);
     // The CPU's block kernels run on one chunk's queries at a time.
     const int chunk_T = local_T / (config.parallel.cp_zigzag ? 2 : 1);
@@ -126,14 +126,20 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
                                                              dims.heads.attention(), precision, omp_get_max_threads())
                : kernels::cpu::BlockScratchBytes{};
     const RingAttention::CallBytes ring = RingAttention::call_bytes(B, local_T, dims.head_size, dims.heads.attention(),
-                                                                    precision, llama, block_scratch);
+                                                                    precision, rotary, block_scratch);
     plan.during_step[static_cast<size_t>(MemTag::activations)] += ring.activations;
     ring_workspace = ring.workspace;
   }
   // At one moment of each step, the kernels' scratch on the CPU, or the ring's workspace (with
   // its block kernels' scratch).
+  // The output projection runs on the rank with the head: the pipeline's last stage's.
+  bool head = true;
+  if (schedule && rank) {
+    const RankStages stages = pipeline::PipelineParallel::rank_stages(config.model, *schedule, rank->pp, T);
+    head = std::ranges::any_of(stages.held, [&](int s) { return stages.all[static_cast<size_t>(s)].head; });
+  }
   const size_t kernels = on_cpu ? cpu_kernel_scratch_bytes(config.model, B, local_T, precision, shard,
-                                                           config.parallel.sp, cp > 1, omp_get_max_threads())
+                                                           config.parallel.sp, cp > 1, head, omp_get_max_threads())
                                 : 0;
   plan.during_step[static_cast<size_t>(MemTag::workspace)] += std::max(kernels, ring_workspace);
   return plan;

@@ -28,6 +28,7 @@
 #include "core/buffer.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/float_type.h"
+#include "kernels/cpu/linear_scratch.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/storage.h"
 #include "kernels/linear.h"
@@ -106,6 +107,11 @@ const float* f32_data(const Buffer& b) {
 }
 
 }  // namespace
+
+size_t linear_scratch_bytes(int64_t rows, int64_t in, int64_t out, DType storage) {
+  const bool widened = storage == DType::f16 || (storage == DType::bf16 && !onednn_has_native_bf16());
+  return widened ? static_cast<size_t>(rows * out + rows * in + out * in) * sizeof(float) : 0;
+}
 
 void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   dispatch_storage(weight.dtype, [&]<typename S>() {
