@@ -56,8 +56,8 @@ void run_context_bench(const ContextBenchOptions& o) {
     const Tensor qkv = qkv_b.view(DType::f32, {N, W}), datty = datty_b.view(DType::f32, {N, A}),
                  atty = atty_b.view(DType::f32, {N, A}), lse = lse_b.view(DType::f32, {N * c.n_head}),
                  dqkv = dqkv_b.view(DType::f32, {N, W});
-    RingAttention ring(*world, layout, heads, B, c.family == ModelFamily::llama ? rope.cos : Tensor{},
-                       c.family == ModelFamily::llama ? rope.sin : Tensor{});
+    const bool rotary = c.traits().positions == PositionKind::rotary;
+    RingAttention ring(*world, layout, heads, B, rotary ? rope.cos : Tensor{}, rotary ? rope.sin : Tensor{});
     trace::enable(true);
     std::vector<double> compute, hidden;
     int64_t sent = 0;

@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/onednn_matmul.h"
+#include "model/block_declaration.h"
 
 namespace dt {
 
@@ -56,10 +57,8 @@ void run_gemm_bench(const GemmBenchOptions& o) {
   const ModelConfig& c = o.model;
   const int64_t N = static_cast<int64_t>(o.batch_size) * o.seq_len;
   std::vector<Product> products;
-  add_linear(products, "attn.qkv", N, c.d_model, c.qkv_width());
-  add_linear(products, "attn.proj", N, c.d_model, c.d_model);
-  add_linear(products, "mlp.fc", N, c.d_model, c.ffn_in_width());
-  add_linear(products, "mlp.proj", N, c.ffn_hidden(), c.d_model);
+  for (const LinearDeclaration* linear : declare_block(c).linears())
+    add_linear(products, linear->name, N, linear->in_features(c), linear->out_features(c));
   add_linear(products, "classifier", N, c.d_model, c.padded_vocab_size());
 
   int64_t largest = 0;

@@ -49,8 +49,8 @@ std::array<Traffic, 3> expected_traffic(const ModelConfig& c, int64_t N, int R, 
   const uint64_t gathers = 2 * L + 1 + 4 * L + 1 + 1 + 2 * reruns;
   ag.collectives += gathers;
   ag.bytes += gathers * P * C * e;
-  // The norms' weight (and gpt2's bias) gradients: two per block and ln_f.
-  const uint64_t norms = 2 * L + 1, norm_bytes = C * f32 * (c.family == ModelFamily::gpt2 ? 2 : 1);
+  // The norms' weight (and LayerNorm's bias) gradients: two per block and ln_f.
+  const uint64_t norms = 2 * L + 1, norm_bytes = C * f32 * (c.traits().norm == NormKind::layernorm ? 2 : 1);
   ar.collectives += norms;
   ar.bytes += norms * norm_bytes;
   return t;

@@ -11,50 +11,34 @@ namespace dt::ckpt {
 
 namespace {
 
-// Our per-layer suffix -> Hugging Face's, for the tensors that map one to one.
-const std::map<std::string, std::string>& gpt2_layer_names() {
-  static const std::map<std::string, std::string> names = {
-      {"ln_1.weight", "ln_1.weight"},           {"ln_1.bias", "ln_1.bias"},
-      {"attn.qkv.weight", "attn.c_attn.weight"}, {"attn.qkv.bias", "attn.c_attn.bias"},
-      {"attn.proj.weight", "attn.c_proj.weight"}, {"attn.proj.bias", "attn.c_proj.bias"},
-      {"ln_2.weight", "ln_2.weight"},           {"ln_2.bias", "ln_2.bias"},
-      {"mlp.fc.weight", "mlp.c_fc.weight"},     {"mlp.fc.bias", "mlp.c_fc.bias"},
-      {"mlp.proj.weight", "mlp.c_proj.weight"}, {"mlp.proj.bias", "mlp.c_proj.bias"}};
-  return names;
-}
-
-std::vector<HfPiece> gpt2_pieces(const ParamInfo& p) {
-  const int64_t rows = p.shape[0];
-  if (p.name == "wte" || p.name == "wpe") return {{"transformer." + p.name + ".weight", 0, rows, false}};
-  if (p.name.rfind("ln_f.", 0) == 0) return {{"transformer." + p.name, 0, rows, false}};
-  // h.<l>.<suffix>
-  const size_t dot = p.name.find('.', 2);
-  const std::string layer = p.name.substr(0, dot), suffix = p.name.substr(dot + 1);
-  const bool conv1d_weight = suffix.ends_with(".weight") && p.shape.ndim() == 2;
-  return {{str("transformer.", layer, ".", gpt2_layer_names().at(suffix)), 0, rows, conv1d_weight}};
-}
-
-std::vector<HfPiece> llama_pieces(const ModelConfig& c, const ParamInfo& p) {
-  const int64_t rows = p.shape[0];
-  if (p.name == "wte") return {{"model.embed_tokens.weight", 0, rows, false}};
-  if (p.name == "lm_head") return {{"lm_head.weight", 0, rows, false}};
-  if (p.name == "ln_f.weight") return {{"model.norm.weight", 0, rows, false}};
-  const size_t dot = p.name.find('.', 2);
-  const std::string prefix = str("model.layers.", p.name.substr(2, dot - 2), ".");
-  const std::string suffix = p.name.substr(dot + 1);
-  if (suffix == "ln_1.weight") return {{prefix + "input_layernorm.weight", 0, rows, false}};
-  if (suffix == "ln_2.weight") return {{prefix + "post_attention_layernorm.weight", 0, rows, false}};
-  if (suffix == "attn.proj.weight") return {{prefix + "self_attn.o_proj.weight", 0, rows, false}};
-  if (suffix == "mlp.proj.weight") return {{prefix + "mlp.down_proj.weight", 0, rows, false}};
-  if (suffix == "attn.qkv.weight") {
-    const int64_t q = static_cast<int64_t>(c.n_head) * c.head_size(), kv = static_cast<int64_t>(c.kv_heads()) * c.head_size();
-    return {{prefix + "self_attn.q_proj.weight", 0, q, false},
-            {prefix + "self_attn.k_proj.weight", q, kv, false},
-            {prefix + "self_attn.v_proj.weight", q + kv, kv, false}};
+// The pieces of block parameter `p` ("h.<l>.<layer>.<weight|bias>") from its layer's declaration:
+// a norm's one tensor; a linear layer's tensors, each covering spans of its split dimension.
+std::vector<HfPiece> block_pieces(const ModelConfig& c, const ParamInfo& p) {
+  const BlockDeclaration& block = declare_block(c);
+  const size_t dot = p.name.find('.', 2), last = p.name.rfind('.');
+  const std::string prefix = str(block.hf.block_prefix, p.name.substr(2, dot - 2), ".");
+  const std::string layer = p.name.substr(dot + 1, last - dot - 1), kind = p.name.substr(last);  // ".weight"
+  for (const auto& declared : block.layers) {
+    if (const auto* norm = std::get_if<NormDeclaration>(&declared); norm != nullptr && norm->name == layer)
+      return {{prefix + norm->hf + kind, 0, p.shape[0], false}};
+    const auto* linear = std::get_if<LinearDeclaration>(&declared);
+    if (linear == nullptr || linear->name != layer) continue;
+    const bool transposed = c.traits().hf_transposed_weights && p.shape.ndim() == 2;
+    // A row-parallel layer's rows are the model width, whole in one tensor, as is its bias.
+    if (linear->style == LinearStyle::row) return {{prefix + linear->hf.front().name + kind, 0, p.shape[0], transposed}};
+    std::vector<HfPiece> pieces;
+    int64_t row = 0;
+    size_t span = 0;
+    for (const HfTensor& tensor : linear->hf) {
+      int64_t rows = 0;
+      for (int i = 0; i < tensor.spans; ++i) rows += span_width(c, linear->spans.at(span++));
+      pieces.push_back({prefix + tensor.name + kind, row, rows, transposed});
+      row += rows;
+    }
+    return pieces;
   }
-  DT_CHECK(suffix == "mlp.fc.weight", "no Hugging Face name for ", p.name);
-  const int64_t F = c.ffn_hidden();
-  return {{prefix + "mlp.gate_proj.weight", 0, F, false}, {prefix + "mlp.up_proj.weight", F, F, false}};
+  DT_CHECK(false, "no Hugging Face name for ", p.name);
+  return {};
 }
 
 // The shape of a piece in the file.
@@ -75,7 +59,13 @@ std::string family_of_file(const SafetensorsReader& reader) {
 }  // namespace
 
 std::vector<HfPiece> hf_pieces(const ModelConfig& config, const ParamInfo& p) {
-  return config.family == ModelFamily::gpt2 ? gpt2_pieces(p) : llama_pieces(config, p);
+  const HfNames& hf = declare_block(config).hf;
+  const int64_t rows = p.shape[0];
+  if (p.name == "wte") return {{hf.wte, 0, rows, false}};
+  if (p.name == "wpe") return {{hf.wpe, 0, rows, false}};
+  if (p.name == "lm_head") return {{hf.lm_head, 0, rows, false}};
+  if (p.name.starts_with("ln_f.")) return {{hf.ln_f + p.name.substr(4), 0, rows, false}};
+  return block_pieces(config, p);
 }
 
 void save_hf_safetensors(const FlatTensors& params, const std::filesystem::path& path) {

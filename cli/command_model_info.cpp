@@ -24,7 +24,7 @@ int command_model_info(int argc, char** argv, int first) {
               std::string(model_family_name(config.family)).c_str(), config.n_layer, config.d_model, config.n_head,
               config.kv_heads(), config.head_size(), config.ffn_hidden(), config.vocab_size, config.padded_vocab_size(),
               config.max_seq_len, config.tied_embeddings ? "tied" : "untied");
-  if (config.family == ModelFamily::llama)
+  if (config.traits().positions == PositionKind::rotary)
     std::printf("rotary: theta %g%s\n", config.rope_theta,
                 config.rope_scaling_factor > 0
                     ? str(", Llama 3 scaling factor ", config.rope_scaling_factor, " (low ", config.rope_low_freq_factor,

@@ -11,7 +11,7 @@ namespace k = kernels;
 
 namespace {
 
-std::string prefix(int layer, const char* name) { return str("h.", layer, ".", name); }
+std::string prefix(int layer, const char* name) { return block_prefix(layer) + name; }
 
 // dst = src, unless they are the same tensor (the gradient updated in place).
 void copy_unless_same(Tensor dst, Tensor src) {
@@ -24,24 +24,24 @@ Block::Block(const ParameterLayout& layout, int layer, Recompute recompute, Para
     : layer_(layer),
       unit_(layout.block_unit(layer)),
       recompute_(recompute),
-      gelu_(layout.config().family == ModelFamily::gpt2),
+      mlp_(layout.config().traits().mlp),
       ln_1_(layout, prefix(layer, "ln_1")),
       ln_2_(layout, prefix(layer, "ln_2")),
-      attn_qkv_(layout, prefix(layer, "attn.qkv")),
-      attn_proj_(layout, prefix(layer, "attn.proj")),
-      mlp_fc_(layout, prefix(layer, "mlp.fc")),
-      mlp_proj_(layout, prefix(layer, "mlp.proj")),
-      regions_(&regions) {}
+      attn_qkv_(layout, prefix(layer, "attn.qkv"), regions),
+      mlp_fc_(layout, prefix(layer, "mlp.fc"), regions),
+      attn_proj_(layout, prefix(layer, "attn.proj"), regions),
+      mlp_proj_(layout, prefix(layer, "mlp.proj"), regions),
+      parallel_(&regions) {}
 
 void Block::forward_to_activation(const FlatTensors& weights, Tensor x, const BlockActivations& a,
                                   AttentionCore& attention) const {
   ln_1_.forward(weights, a.ln1, a.ln1_mean, a.ln1_rstd, x);
-  attn_qkv_.forward(weights, a.qkv, regions_->column_input(a.ln1, a.gathered));
+  attn_qkv_.forward(weights, a.qkv, a.ln1, a.gathered);
   attention.forward(a.qkv, a.atty, a.lse);
-  attn_proj_.forward(weights, a.proj_out, a.atty);
-  ln_2_.add_forward(weights, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, regions_->row_output(a.proj_out, a.branch));
-  mlp_fc_.forward(weights, a.fch, regions_->column_input(a.ln2, a.gathered));
-  if (gelu_)
+  const Tensor attn = attn_proj_.forward(weights, a.proj_out, a.atty, a.branch);
+  ln_2_.add_forward(weights, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, attn);
+  mlp_fc_.forward(weights, a.fch, a.ln2, a.gathered);
+  if (mlp_ == MlpKind::gelu)
     k::gelu_forward(a.fch_act, a.fch);
   else
     k::swiglu_forward(a.fch_act, a.fch);
@@ -49,50 +49,47 @@ void Block::forward_to_activation(const FlatTensors& weights, Tensor x, const Bl
 
 void Block::forward(const FlatTensors& weights, Tensor x, const BlockActivations& a, AttentionCore& attention) const {
   forward_to_activation(weights, x, a, attention);
-  mlp_proj_.forward(weights, a.proj_out, a.fch_act);
-  k::add_forward(a.res3, a.res2, regions_->row_output(a.proj_out, a.branch));
+  k::add_forward(a.res3, a.res2, mlp_proj_.forward(weights, a.proj_out, a.fch_act, a.branch));
 }
 
 void Block::backward_input(const FlatTensors& weights, const FlatTensors& grads, Tensor x, const BlockActivations& a,
                            const BlockGradients& d, TrainingAttention& attention, bool weights_now) const {
   if (recompute_ == Recompute::full) forward_to_activation(weights, x, a, attention);
   // MLP branch, from the output's gradient.
-  const Tensor dmlp = regions_->row_output_gradient(d.dout, a.gathered);
+  const Tensor dmlp = mlp_proj_.output_gradient(d.dout, a.gathered);
   mlp_proj_.backward_input(weights, d.dact, dmlp);
   if (weights_now) mlp_proj_.backward_weight(grads, dmlp, a.fch_act);
-  if (gelu_)
+  if (mlp_ == MlpKind::gelu)
     k::gelu_backward(d.dfch, a.fch, d.dact);
   else
     k::swiglu_backward(d.dfch, d.dact, a.fch);
-  mlp_fc_.backward_input(weights, d.dtmp, d.dfch);
   // The weight's gradient while the input's is summed over the group (its input gathered again
   // with sequence parallelism: gathered held dmlp until now).
-  PendingSum dln2 = regions_->column_input_gradient(d.dtmp, d.dpart);
-  if (weights_now) mlp_fc_.backward_weight(grads, d.dfch, regions_->column_input(a.ln2, a.gathered));
+  PendingSum dln2 = mlp_fc_.backward_input(weights, d.dtmp, d.dfch, d.dpart);
+  if (weights_now) mlp_fc_.backward_weight(grads, d.dfch, a.ln2, a.gathered);
   dln2.done.wait();
   // The residual stream's gradient goes past the branch; the norm's backward adds the branch's.
   copy_unless_same(d.dres2, d.dout);
-  ln_2_.backward(weights, grads, d.dres2, dln2.value, a.res2, a.ln2_mean, a.ln2_rstd, *regions_);
+  ln_2_.backward(weights, grads, d.dres2, dln2.value, a.res2, a.ln2_mean, a.ln2_rstd, *parallel_);
   // Attention branch, from x''s gradient.
   if (recompute_ == Recompute::selective) attention.rerun(a.qkv, a.atty, a.lse);
-  const Tensor dattn = regions_->row_output_gradient(d.dres2, a.gathered);
+  const Tensor dattn = attn_proj_.output_gradient(d.dres2, a.gathered);
   attn_proj_.backward_input(weights, d.datty, dattn);
   if (weights_now) attn_proj_.backward_weight(grads, dattn, a.atty);
   attention.backward(d.dqkv, d.datty, a.qkv, a.atty, a.lse);
-  attn_qkv_.backward_input(weights, d.dtmp, d.dqkv);
-  PendingSum dln1 = regions_->column_input_gradient(d.dtmp, d.dpart);
-  regions_->sum_copied_head_gradients(d.dqkv);
-  if (weights_now) attn_qkv_.backward_weight(grads, d.dqkv, regions_->column_input(a.ln1, a.gathered));
+  PendingSum dln1 = attn_qkv_.backward_input(weights, d.dtmp, d.dqkv, d.dpart);
+  parallel_->sum_copied_head_gradients(d.dqkv);
+  if (weights_now) attn_qkv_.backward_weight(grads, d.dqkv, a.ln1, a.gathered);
   dln1.done.wait();
   copy_unless_same(d.din, d.dres2);
-  ln_1_.backward(weights, grads, d.din, dln1.value, x, a.ln1_mean, a.ln1_rstd, *regions_);
+  ln_1_.backward(weights, grads, d.din, dln1.value, x, a.ln1_mean, a.ln1_rstd, *parallel_);
 }
 
 void Block::backward_weight(const FlatTensors& grads, const BlockActivations& a, const BlockGradients& d) const {
-  mlp_proj_.backward_weight(grads, regions_->row_output_gradient(d.dout, a.gathered), a.fch_act);
-  mlp_fc_.backward_weight(grads, d.dfch, regions_->column_input(a.ln2, a.gathered));
-  attn_proj_.backward_weight(grads, regions_->row_output_gradient(d.dres2, a.gathered), a.atty);
-  attn_qkv_.backward_weight(grads, d.dqkv, regions_->column_input(a.ln1, a.gathered));
+  mlp_proj_.backward_weight(grads, mlp_proj_.output_gradient(d.dout, a.gathered), a.fch_act);
+  mlp_fc_.backward_weight(grads, d.dfch, a.ln2, a.gathered);
+  attn_proj_.backward_weight(grads, attn_proj_.output_gradient(d.dres2, a.gathered), a.atty);
+  attn_qkv_.backward_weight(grads, d.dqkv, a.ln1, a.gathered);
 }
 
 }  // namespace dt

@@ -4,9 +4,10 @@
 //   x' = x + attn.proj(attention(attn.qkv(ln_1(x))))
 //   y  = x' + mlp.proj(act(mlp.fc(ln_2(x'))))
 //
-// with LayerNorm, biases and GELU for gpt2, RMSNorm, no biases and SwiGLU for llama; attention
-// (with llama's rotary embedding) is an AttentionCore (model/attention_core.h), and every linear
-// layer's input and output pass through the block's ParallelRegions (model/parallel_regions.h).
+// as model/block_declaration.h declares it: the norm, the MLP's activation and the biases are the
+// family's traits; attention (with rotary embedding where the family has it) is an
+// AttentionCore (model/attention_core.h), and every linear layer's input and output pass
+// through the block's ParallelRegions (model/parallel_regions.h).
 // Under tensor parallelism the block holds this rank's heads and MLP columns (model/tensor_shard.h):
 // qkv, atty, lse, fch and fch_act are this rank's widths; the rest are the model's. With sequence
 // parallelism the block's input and output, the norms' activations and the residual stream are
@@ -85,10 +86,11 @@ class Block {
   int layer_;
   size_t unit_;
   Recompute recompute_;
-  bool gelu_;  // gpt2's GELU, else llama's SwiGLU
+  MlpKind mlp_;
   Norm ln_1_, ln_2_;
-  Linear attn_qkv_, attn_proj_, mlp_fc_, mlp_proj_;
-  ParallelRegions* regions_;
+  ColumnParallelLinear attn_qkv_, mlp_fc_;
+  RowParallelLinear attn_proj_, mlp_proj_;
+  ParallelRegions* parallel_;
 };
 
 }  // namespace dt

@@ -68,6 +68,16 @@ std::string_view model_family_name(ModelFamily family) {
   return "?";
 }
 
+FamilyTraits family_traits(ModelFamily family) {
+  if (family == ModelFamily::gpt2)
+    return {.norm = NormKind::layernorm, .mlp = MlpKind::gelu, .positions = PositionKind::learned, .biases = true,
+            .grouped_query = false, .untied_output = false, .scaled_residual_init = true,
+            .hf_transposed_weights = true};
+  return {.norm = NormKind::rmsnorm, .mlp = MlpKind::swiglu, .positions = PositionKind::rotary, .biases = false,
+          .grouped_query = true, .untied_output = true, .scaled_residual_init = false,
+          .hf_transposed_weights = false};
+}
+
 int ModelConfig::padded_vocab_size() const {
   const int m = vocab_pad_multiple;
   return (vocab_size + m - 1) / m * m;
@@ -104,15 +114,18 @@ void validate_model_config(const ModelConfig& c) {
     if (!ok) problems += str("\n  model.", field, " = ", value, ": ", valid);
   };
   require_real(c.norm_eps > 0 && c.norm_eps < 1, "norm_eps", c.norm_eps, "must be in (0, 1)");
-  if (c.family == ModelFamily::gpt2) {
+  const FamilyTraits traits = c.traits();
+  const std::string family(model_family_name(c.family));
+  if (!traits.grouped_query)
     require(c.n_kv_head == 0 || c.n_kv_head == c.n_head, "n_kv_head", c.n_kv_head,
-            "must equal n_head (or be 0) for gpt2, which has no grouped-query attention; use the llama family");
-    require(c.tied_embeddings, "tied_embeddings", c.tied_embeddings, "must be true for gpt2");
-  } else if (c.n_head >= 1 && c.d_model >= 1 && c.d_model % c.n_head == 0) {
+            str("must equal n_head (or be 0) for ", family, ", which has no grouped-query attention; use the llama "
+                "family"));
+  if (!traits.untied_output)
+    require(c.tied_embeddings, "tied_embeddings", c.tied_embeddings, str("must be true for ", family));
+  if (traits.positions == PositionKind::rotary && c.n_head >= 1 && c.d_model >= 1 && c.d_model % c.n_head == 0)
     require(c.head_size() % 2 == 0, "d_model", c.d_model,
             str("gives head size d_model / n_head = ", c.head_size(), ", but rotary embedding needs an even head size"));
-  }
-  if (c.family == ModelFamily::llama) {
+  if (traits.positions == PositionKind::rotary) {
     require_real(c.rope_theta > 1, "rope_theta", c.rope_theta, "must be above 1");
     require_real(c.rope_scaling_factor == 0 || c.rope_scaling_factor >= 1, "rope_scaling_factor",
                  c.rope_scaling_factor, "must be 0 (no scaling) or at least 1");

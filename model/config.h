@@ -18,6 +18,27 @@ namespace dt {
 enum class ModelFamily { gpt2, llama };
 std::string_view model_family_name(ModelFamily family);
 
+// What distinguishes the families, as Megatron-Core's TransformerConfig says it: code asks for
+// a trait, never for the family, so a new family is a new set of traits
+// (model/block_declaration.h derives the block from them).
+enum class NormKind { layernorm, rmsnorm };  // LayerNorm keeps a per-row mean and has a bias
+enum class MlpKind { gelu, swiglu };          // SwiGLU's first projection is gate and up: 2F rows
+enum class PositionKind { learned, rotary };  // a wpe table, or rotary embedding in attention
+struct FamilyTraits {
+  NormKind norm;
+  MlpKind mlp;
+  PositionKind positions;
+  bool biases;               // every linear layer and norm has a bias
+  bool grouped_query;        // key/value heads may be fewer than query heads
+  bool untied_output;        // the output projection may be its own lm_head
+  // GPT-2 scales the residual projections' initial weights by 1/sqrt(2L), so the residual
+  // stream's variance does not grow with depth.
+  bool scaled_residual_init;
+  // Hugging Face's layout: GPT-2's Conv1D stores weights (in, out), transposed.
+  bool hf_transposed_weights;
+};
+FamilyTraits family_traits(ModelFamily family);
+
 struct ModelConfig {
   ModelFamily family = ModelFamily::gpt2;
   int n_layer = 0;
@@ -41,13 +62,14 @@ struct ModelConfig {
   // shown: not in logits, loss, gradients, saved tensors or parameter counts.
   int vocab_pad_multiple = 128;
 
+  FamilyTraits traits() const { return family_traits(family); }
   int head_size() const { return d_model / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int qkv_width() const { return (n_head + 2 * kv_heads()) * head_size(); }  // fused q, k, v
   int padded_vocab_size() const;  // Vp
   int ffn_hidden() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * d_model; }
   // Output columns of the MLP's first projection: F, or 2F for SwiGLU's gate and up.
-  int ffn_in_width() const { return family == ModelFamily::llama ? 2 * ffn_hidden() : ffn_hidden(); }
+  int ffn_in_width() const { return traits().mlp == MlpKind::swiglu ? 2 * ffn_hidden() : ffn_hidden(); }
 };
 
 // Throws dt::Error listing every invalid field with its value and valid range.

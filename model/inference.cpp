@@ -34,7 +34,7 @@ class InferenceSession::CachedAttention final : public AttentionCore {
       : s_(session), layer_(layer), first_(first), rows_(rows) {}
   void forward(Tensor qkv, Tensor atty, Tensor /*lse: not kept*/) override {
     const ModelConfig& c = s_.config();
-    if (c.family == ModelFamily::llama)
+    if (c.traits().positions == PositionKind::rotary)
       kernels::rope_forward(qkv.reshape({1, rows_, c.qkv_width()}), s_.rope_.cos.slice_rows(first_, rows_),
                             s_.rope_.sin.slice_rows(first_, rows_), c.n_head, c.kv_heads());
     const Tensor q = s_.q_.slice_rows(0, rows_);
@@ -54,7 +54,7 @@ InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
       chunk_rows_(std::min(max_tokens, kPrefillChunk)),
       embedding_(params.layout()),
       ln_f_(params.layout(), "ln_f"),
-      output_(Linear::output_projection(params.layout())) {
+      output_(ColumnParallelLinear::output_projection(params.layout(), ParallelRegions::single_rank())) {
   const ModelConfig& c = config();
   const int64_t R = chunk_rows_, C = c.d_model, KV = 2 * int64_t{c.kv_heads()} * c.head_size();
   cache_ = Buffer(static_cast<size_t>(int64_t{c.n_layer} * max_tokens * KV) * sizeof(float), MemTag::activations);
@@ -83,7 +83,7 @@ InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
     offset += bytes(r);
   }
   for (int l = 0; l < c.n_layer; ++l) blocks_.emplace_back(params.layout(), l, Recompute::none);
-  if (c.family == ModelFamily::llama) rope_ = make_rope_tables(c, max_tokens);
+  if (c.traits().positions == PositionKind::rotary) rope_ = make_rope_tables(c, max_tokens);
 }
 
 Tensor InferenceSession::cache(int layer) const {
@@ -114,7 +114,7 @@ std::span<const float> InferenceSession::prefill(std::span<const int32_t> prompt
   const ModelConfig& c = config();
   const int64_t last = (static_cast<int64_t>(prompt.size()) - 1) % chunk_rows_;
   ln_f_.forward(params_, ln_.slice_rows(0, 1), mean_.slice_rows(0, 1), rstd_.slice_rows(0, 1), x_.slice_rows(last, 1));
-  output_.forward(params_, logits_, ln_.slice_rows(0, 1));
+  output_.forward(params_, logits_, ln_.slice_rows(0, 1), Tensor{});
   return {logits_.ptr<float>(), static_cast<size_t>(c.vocab_size)};  // the padding columns are not shown
 }
 

@@ -69,7 +69,7 @@ class InferenceSession {
   Embedding embedding_;
   std::vector<Block> blocks_;
   Norm ln_f_;
-  Linear output_;
+  ColumnParallelLinear output_;
   Buffer cache_;
   Buffer acts_;
   // Views of acts_: (chunk_rows_, width) each; the residual stream x is updated in place.

@@ -14,9 +14,9 @@ namespace k = kernels;
 
 namespace {
 
-// `prefix`.bias where the family has biases (gpt2), else none.
-const ParamInfo* family_bias(const ParameterLayout& layout, const std::string& prefix) {
-  return layout.config().family == ModelFamily::gpt2 ? &layout.find(prefix + ".bias") : nullptr;
+// `prefix`.bias where the family's layers have biases, else none.
+const ParamInfo* linear_bias(const ParameterLayout& layout, const std::string& prefix) {
+  return layout.config().traits().biases ? &layout.find(prefix + ".bias") : nullptr;
 }
 
 Tensor view(const FlatTensors& tensors, const ParamInfo* info) { return info ? tensors.stored(*info) : Tensor{}; }
@@ -25,7 +25,7 @@ Tensor view(const FlatTensors& tensors, const ParamInfo* info) { return info ? t
 
 Norm::Norm(const ParameterLayout& layout, const std::string& prefix)
     : weight_(&layout.find(prefix + ".weight")),
-      bias_(family_bias(layout, prefix)),
+      bias_(layout.config().traits().norm == NormKind::layernorm ? &layout.find(prefix + ".bias") : nullptr),
       eps_(layout.config().norm_eps) {}
 
 void Norm::forward(const FlatTensors& weights, Tensor out, Tensor mean, Tensor rstd, Tensor inp) const {
@@ -69,33 +69,67 @@ void Norm::backward(const FlatTensors& weights, const FlatTensors& grads, Tensor
   }
 }
 
-Linear::Linear(const ParameterLayout& layout, const std::string& prefix)
-    : Linear(&layout.find(prefix + ".weight"), family_bias(layout, prefix)) {}
-
-Linear::Linear(const ParamInfo* weight, const ParamInfo* bias)
-    : weight_(weight),
-      bias_(bias),
-      adds_bias_(bias != nullptr && (weight->slice.dim == 0 || bias->slice.pieces.front().owned)) {}
-
-Linear Linear::output_projection(const ParameterLayout& layout) {
-  return Linear(&layout.find(layout.config().tied_embeddings ? "wte" : "lm_head"), nullptr);
-}
-
-void Linear::forward(const FlatTensors& weights, Tensor out, Tensor inp) const {
+void LinearProduct::forward(const FlatTensors& weights, Tensor out, Tensor inp) const {
   k::linear_forward(out, inp, weights.stored(*weight_), adds_bias_ ? weights.stored(*bias_) : Tensor{});
 }
 
-void Linear::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const {
+void LinearProduct::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const {
   k::linear_backward_input(dinp, dout, weights.stored(*weight_));
 }
 
-void Linear::backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const {
+void LinearProduct::backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const {
   k::linear_backward_weight(grads.stored(*weight_), view(grads, bias_), dout, inp);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(const ParameterLayout& layout, const std::string& prefix,
+                                           ParallelRegions& regions)
+    : product_(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), layout.config().traits().biases),
+      regions_(&regions) {}
+
+ColumnParallelLinear ColumnParallelLinear::output_projection(const ParameterLayout& layout, ParallelRegions& regions) {
+  return {LinearProduct(&layout.find(layout.config().tied_embeddings ? "wte" : "lm_head"), nullptr, false), regions};
+}
+
+void ColumnParallelLinear::forward(const FlatTensors& weights, Tensor out, Tensor x, Tensor whole) const {
+  product_.forward(weights, out, regions_->column_input(x, whole));
+}
+
+PendingSum ColumnParallelLinear::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout,
+                                                Tensor part) const {
+  product_.backward_input(weights, dinp, dout);
+  return regions_->column_input_gradient(dinp, part);
+}
+
+void ColumnParallelLinear::backward_weight(const FlatTensors& grads, Tensor dout, Tensor x, Tensor whole) const {
+  product_.backward_weight(grads, dout, regions_->column_input(x, whole));
+}
+
+RowParallelLinear::RowParallelLinear(const ParameterLayout& layout, const std::string& prefix,
+                                     ParallelRegions& regions)
+    : product_(&layout.find(prefix + ".weight"), linear_bias(layout, prefix),
+               layout.config().traits().biases && layout.find(prefix + ".bias").slice.pieces.front().owned),
+      regions_(&regions) {}
+
+Tensor RowParallelLinear::forward(const FlatTensors& weights, Tensor partial, Tensor x, Tensor part) const {
+  product_.forward(weights, partial, x);
+  return regions_->row_output(partial, part);
+}
+
+Tensor RowParallelLinear::output_gradient(Tensor dy, Tensor whole) const {
+  return regions_->row_output_gradient(dy, whole);
+}
+
+void RowParallelLinear::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const {
+  product_.backward_input(weights, dinp, dout);
+}
+
+void RowParallelLinear::backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const {
+  product_.backward_weight(grads, dout, inp);
 }
 
 Embedding::Embedding(const ParameterLayout& layout)
     : wte_(&layout.find("wte")),
-      wpe_(layout.config().family == ModelFamily::gpt2 ? &layout.find("wpe") : nullptr),
+      wpe_(layout.config().traits().positions == PositionKind::learned ? &layout.find("wpe") : nullptr),
       first_id_(layout.dims().vocab.begin),
       adds_positions_(wpe_ != nullptr && wpe_->slice.pieces.front().owned) {}
 

@@ -5,16 +5,19 @@
 // layer reads its weights from the weights forward reads and adds into the gradients, which are
 // flat buffers of one layout (model/parameters.h).
 //
-//   Norm:    gpt2's LayerNorm (weight and bias) or llama's RMSNorm (weight), with the model's eps.
-//   Linear:  out = inp @ weight^T + bias; the bias in gpt2 only.
-//   Embedding: x = wte[tokens], + wpe[positions] for gpt2.
+//   Norm:    LayerNorm (weight and bias) or RMSNorm (weight), as the family's traits say, with
+//            the model's eps.
+//   ColumnParallelLinear, RowParallelLinear: out = inp @ weight^T + bias (the bias where the
+//            family has biases), by their tensor-parallel style (model/block_declaration.h).
+//   Embedding: x = wte[tokens], + wpe[positions] with learned positions.
 //
 // Under tensor parallelism (model/tensor_shard.h) each layer computes with this rank's slice of
-// its parameters: a column-parallel Linear its rows of the output, a row-parallel one (the
-// weight's columns split) its part of the sum, to which only the bias's owner adds the bias; the
-// Embedding looks up this rank's vocabulary rows (zeros for the others' ids), and only the
-// position table's owner adds the positions. The sums over the group are the caller's
-// (model/parallel_regions.h). Every rank computes every gradient it holds.
+// its parameters: a column-parallel layer its rows of the output, a row-parallel one (the
+// weight's columns split) its part of the sum; the Embedding looks up this rank's vocabulary
+// rows (zeros for the others' ids), and only the position table's owner adds the positions.
+// The linear layers communicate through the ParallelRegions they are given
+// (model/parallel_regions.h); the embedding's sum is the caller's. Every rank computes every
+// gradient it holds.
 #pragma once
 
 #include <string>
@@ -30,7 +33,7 @@ namespace dt {
 
 class Norm {
  public:
-  // The norm whose parameters are `prefix`.weight (and .bias for gpt2): "h.3.ln_1", "ln_f".
+  // The norm whose parameters are `prefix`.weight (and .bias for LayerNorm): "h.3.ln_1", "ln_f".
   Norm(const ParameterLayout& layout, const std::string& prefix);
 
   // Sets out (N, C) and rstd (N), and mean (N) for LayerNorm (RMSNorm keeps none: mean may be
@@ -49,16 +52,16 @@ class Norm {
 
  private:
   const ParamInfo* weight_;
-  const ParamInfo* bias_;  // gpt2 only
+  const ParamInfo* bias_;  // LayerNorm's
   float eps_;
 };
 
-class Linear {
+// The product both styles of linear layer compute on this rank's slice of the weight:
+// out = inp @ weight^T (+ bias where `adds_bias`).
+class LinearProduct {
  public:
-  // The layer whose parameters are `prefix`.weight (and .bias for gpt2): "h.3.attn.qkv".
-  Linear(const ParameterLayout& layout, const std::string& prefix);
-  // The output projection, without bias: lm_head, or wte when the embeddings are tied.
-  static Linear output_projection(const ParameterLayout& layout);
+  LinearProduct(const ParamInfo* weight, const ParamInfo* bias, bool adds_bias)
+      : weight_(weight), bias_(bias), adds_bias_(adds_bias) {}
 
   void forward(const FlatTensors& weights, Tensor out, Tensor inp) const;
   // dinp = dout @ weight (set, not accumulated).
@@ -68,10 +71,63 @@ class Linear {
   const ParamInfo& weight() const { return *weight_; }
 
  private:
-  Linear(const ParamInfo* weight, const ParamInfo* bias);
   const ParamInfo* weight_;
-  const ParamInfo* bias_;  // gpt2 only
-  bool adds_bias_;         // forward adds the bias: it has one, and the output is not a partial sum or the bias is owned
+  const ParamInfo* bias_;  // where the family has biases
+  bool adds_bias_;
+};
+
+// A column-parallel linear layer (Megatron's ColumnParallelLinear: attention's qkv, the MLP's
+// first projection, the output projection): its input comes through f — identity forward, the
+// input gradient's sum over the group backward, or under sequence parallelism the gather of
+// every rank's rows into `whole` and the reduce-scatter of the gradient into `part`; each rank
+// computes its rows of the output, and adds its rows of the bias.
+class ColumnParallelLinear {
+ public:
+  // The layer whose parameters are `prefix`.weight (and .bias): "h.3.attn.qkv". Communicates
+  // through `regions` (which must outlive it).
+  ColumnParallelLinear(const ParameterLayout& layout, const std::string& prefix, ParallelRegions& regions);
+  // The output projection, without bias: lm_head, or wte when the embeddings are tied.
+  static ColumnParallelLinear output_projection(const ParameterLayout& layout, ParallelRegions& regions);
+
+  // out (N, this rank's output rows) from x, this rank's rows of the input.
+  void forward(const FlatTensors& weights, Tensor out, Tensor x, Tensor whole) const;
+  // dinp (N, C) = dout @ weight (set), then its sum over the group started: the pending sum,
+  // into `part` under sequence parallelism. Work that does not need it goes before the wait.
+  PendingSum backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout, Tensor part) const;
+  // The weight's (and bias's) gradient += from dout and the forward's input x (gathered again
+  // into `whole` under sequence parallelism).
+  void backward_weight(const FlatTensors& grads, Tensor dout, Tensor x, Tensor whole) const;
+  const ParamInfo& weight() const { return product_.weight(); }
+
+ private:
+  ColumnParallelLinear(LinearProduct product, ParallelRegions& regions) : product_(product), regions_(&regions) {}
+  LinearProduct product_;
+  ParallelRegions* regions_;
+};
+
+// A row-parallel linear layer (Megatron's RowParallelLinear: each branch's output projection):
+// each rank computes a partial sum of the whole output from its columns of the input, and the
+// output goes through g — the sum over the group forward (a reduce-scatter into this rank's
+// rows under sequence parallelism), identity backward (a gather). Only the bias's owner adds
+// the bias, so that the sum adds it once.
+class RowParallelLinear {
+ public:
+  RowParallelLinear(const ParameterLayout& layout, const std::string& prefix, ParallelRegions& regions);
+
+  // This rank's rows of the complete output, from its partial output `partial` (N, C) of x:
+  // `partial` itself, or `part` under sequence parallelism.
+  Tensor forward(const FlatTensors& weights, Tensor partial, Tensor x, Tensor part) const;
+  // The gradient of the whole output (N, C) from this rank's rows dy (into `whole` under sequence
+  // parallelism): what backward_input and backward_weight read.
+  Tensor output_gradient(Tensor dy, Tensor whole) const;
+  // dinp = dout @ weight (set), dout the whole output's gradient.
+  void backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const;
+  // The weight's (and bias's) gradient += from dout (the whole output's) and the forward's input.
+  void backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const;
+
+ private:
+  LinearProduct product_;
+  ParallelRegions* regions_;
 };
 
 class Embedding {
@@ -91,7 +147,7 @@ class Embedding {
 
  private:
   const ParamInfo* wte_;
-  const ParamInfo* wpe_;  // gpt2 only
+  const ParamInfo* wpe_;  // learned positions only
   int64_t first_id_;      // of the vocabulary rows wte holds
   bool adds_positions_;   // the position table is owned here
 };

@@ -38,6 +38,38 @@ std::vector<ParamInfo::Run> ParamInfo::runs() const {
   return runs;
 }
 
+std::string block_prefix(int layer) { return str("h.", layer, "."); }
+
+std::vector<SlicePiece> span_pieces(const ModelConfig& config, const ShardDims& dims, const std::vector<Span>& spans) {
+  const int64_t HS = config.head_size();
+  const HeadShard& heads = dims.heads;
+  std::vector<SlicePiece> pieces;
+  int64_t first = 0;  // of the span in the whole dimension
+  for (const Span span : spans) {
+    switch (span) {
+      case Span::query_heads:
+        pieces.push_back({{first + heads.q_begin * HS, first + heads.q_end * HS}, true});
+        break;
+      case Span::kv_heads:
+        // Each key/value head the rank's query heads read, owned or a copy; runs of the same
+        // ownership merged.
+        for (int j = heads.kv_begin; j < heads.kv_end; ++j) {
+          const SlicePiece head{{first + j * HS, first + (j + 1) * HS}, heads.owns_kv(j)};
+          if (j > heads.kv_begin && pieces.back().owned == head.owned)
+            pieces.back().range.end = head.range.end;
+          else
+            pieces.push_back(head);
+        }
+        break;
+      case Span::ffn:
+        pieces.push_back({{first + dims.ffn.begin, first + dims.ffn.end}, true});
+        break;
+    }
+    first += span_width(config, span);
+  }
+  return pieces;
+}
+
 ModelPart ModelPart::of(const std::vector<StageUnits>& stages, int n_layer) {
   ModelPart part{.embeddings = false, .head = false, .blocks = std::vector<bool>(static_cast<size_t>(n_layer))};
   for (const StageUnits& s : stages) {
@@ -59,69 +91,52 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
            " must be a positive multiple of ", kParamAlignment);
   DT_CHECK(part_.blocks.empty() || part_.blocks.size() == static_cast<size_t>(config.n_layer),
            "a model part naming ", part_.blocks.size(), " blocks of ", config.n_layer);
-  const int64_t C = config.d_model, L = config.n_layer, F = config.ffn_hidden(), HS = config.head_size();
-  const int64_t NH = config.n_head, NKV = config.kv_heads();
-  const bool gpt2 = config.family == ModelFamily::gpt2;
-  // N(0, 0.02) for weights, as GPT-2 and Hugging Face's Llama initialise; GPT-2 also scales the
-  // residual projections by 1/sqrt(2L) so the residual stream's variance does not grow with
-  // depth. Norm weights start at one, biases at zero.
+  const int64_t C = config.d_model, L = config.n_layer;
+  const BlockDeclaration& block = declare_block(config);
+  // N(0, 0.02) for weights, as GPT-2 and Hugging Face's Llama initialise (GPT-2 scaling the
+  // residual projections': FamilyTraits); norm weights start at one, biases at zero.
   const float std = 0.02f;
-  const float residual_std = gpt2 ? std / std::sqrt(2.0f * static_cast<float>(L)) : std;
+  const float residual_std =
+      config.traits().scaled_residual_init ? std / std::sqrt(2.0f * static_cast<float>(L)) : std;
   // What every rank holds whole: owned by rank 0.
   const bool lead = shard.rank == 0;
   const auto copy = [&](Shape whole) { return TensorSlice::all(whole, lead); };
-  // Rows or columns `pieces` of a tensor of shape `whole`, owned.
   const auto rows = [](Shape whole, std::vector<SlicePiece> pieces) { return TensorSlice{whole, 0, std::move(pieces)}; };
-  const auto columns = [](Shape whole, kernels::FlatRange r) { return TensorSlice{whole, 1, {{r, true}}}; };
   const auto norm = [&](const std::string& name) {
     add(name + ".weight", copy({C}), ParamInit::ones, 0);
-    if (gpt2) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
+    if (block.norm == NormKind::layernorm) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
   };
-  // A column-parallel layer's weight and bias hold its output rows `out`; a row-parallel one's
-  // weight holds its input columns, and its bias is whole (added once, by the owner).
-  const auto column_parallel = [&](const std::string& name, int64_t out_width, int64_t in,
-                                   const std::vector<SlicePiece>& out) {
-    add(name + ".weight", rows({out_width, in}, out), ParamInit::normal, std);
-    if (gpt2) add(name + ".bias", rows({out_width}, out), ParamInit::zeros, 0);
-  };
-  const auto row_parallel = [&](const std::string& name, int64_t in_width, kernels::FlatRange in) {
-    add(name + ".weight", columns({C, in_width}, in), ParamInit::normal, residual_std);
-    if (gpt2) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
-  };
-  // The qkv rows of this rank's heads: its query heads, then the key and value heads they read,
-  // each run of key/value heads owned or a copy.
-  const HeadShard& heads = dims_.heads;
-  std::vector<SlicePiece> qkv = {{{heads.q_begin * HS, heads.q_end * HS}, true}};
-  for (const int64_t first : {NH, NH + NKV})
-    for (int j = heads.kv_begin; j < heads.kv_end; ++j) {
-      const SlicePiece head{{(first + j) * HS, (first + j + 1) * HS}, heads.owns_kv(j)};
-      if (j > heads.kv_begin && qkv.back().owned == head.owned)
-        qkv.back().range.end = head.range.end;
-      else
-        qkv.push_back(head);
+  // A column-parallel layer's weight and bias hold its output rows; a row-parallel one's weight
+  // holds its input columns, and its bias is whole (added once, by the owner).
+  const auto linear = [&](const std::string& name, const LinearDeclaration& decl) {
+    const int64_t width = decl.split_width(config);
+    std::vector<SlicePiece> pieces = span_pieces(config, dims_, decl.spans);
+    const float init_std = decl.residual ? residual_std : std;
+    if (decl.style == LinearStyle::column) {
+      add(name + ".weight", rows({width, C}, pieces), ParamInit::normal, init_std);
+      if (block.biases) add(name + ".bias", rows({width}, std::move(pieces)), ParamInit::zeros, 0);
+    } else {
+      add(name + ".weight", TensorSlice{{C, width}, 1, std::move(pieces)}, ParamInit::normal, init_std);
+      if (block.biases) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
     }
-  // The MLP's hidden columns: llama's gate rows, then its up rows.
-  const kernels::FlatRange f = dims_.ffn;
-  std::vector<SlicePiece> fc = {{f, true}};
-  if (!gpt2) fc.push_back({{F + f.begin, F + f.end}, true});
+  };
   const kernels::FlatRange vocab = dims_.vocab;
 
   if (part_.embeddings) {
     add("wte", rows({config.vocab_size, C}, {{vocab, true}}), ParamInit::normal, std, dims_.padded_vocab);
-    if (gpt2) add("wpe", copy({config.max_seq_len, C}), ParamInit::normal, std);
+    if (config.traits().positions == PositionKind::learned)
+      add("wpe", copy({config.max_seq_len, C}), ParamInit::normal, std);
     end_unit(0);
   }
   for (int l = 0; l < L; ++l) {
     if (!part_.holds_block(l)) continue;
     block_units_[static_cast<size_t>(l)] = static_cast<int>(units_.size());
     const int64_t block_begin = total_elements_;
-    const std::string h = str("h.", l, ".");
-    norm(h + "ln_1");
-    column_parallel(h + "attn.qkv", config.qkv_width(), C, qkv);
-    row_parallel(h + "attn.proj", C, {heads.q_begin * HS, heads.q_end * HS});
-    norm(h + "ln_2");
-    column_parallel(h + "mlp.fc", config.ffn_in_width(), C, fc);  // llama: gate rows, then up rows
-    row_parallel(h + "mlp.proj", F, f);
+    const std::string h = block_prefix(l);
+    for (const auto& layer : block.layers) {
+      if (const auto* n = std::get_if<NormDeclaration>(&layer)) norm(h + n->name);
+      if (const auto* decl = std::get_if<LinearDeclaration>(&layer)) linear(h + decl->name, *decl);
+    }
     end_unit(block_begin);
   }
   if (!part_.head) return;

@@ -31,6 +31,7 @@
 
 #include "core/buffer.h"
 #include "kernels/flat_ranges.h"
+#include "model/block_declaration.h"
 #include "model/config.h"
 #include "model/tensor_shard.h"
 
@@ -56,6 +57,12 @@ struct TensorSlice {
   // All of a tensor of shape `whole`, owned or a copy.
   static TensorSlice all(Shape whole, bool owned = true) { return {whole, 0, {{{0, whole[0]}, owned}}}; }
 };
+
+// The prefix of block `layer`'s parameter names: "h.3.".
+std::string block_prefix(int layer);
+// The pieces of a linear layer's split dimension, made of `spans`, that a tensor-parallel rank
+// with `dims` holds, in order: all of it on one rank.
+std::vector<SlicePiece> span_pieces(const ModelConfig& config, const ShardDims& dims, const std::vector<Span>& spans);
 
 // A contiguous range of the model's units — optionally the embeddings, blocks [first, end),
 // optionally the head (the final norm, the output projection and the loss): what one stage runs

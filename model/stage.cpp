@@ -1,6 +1,7 @@
 #include "model/stage.h"
 
 #include <algorithm>
+#include <array>
 
 #include "core/device.h"
 
@@ -23,10 +24,11 @@ double sum_in_order(Tensor losses) {
 // (norm mean and rstd, attention lse, losses) in f32. With sequence parallelism the stage's
 // input, the norms' activations and the residual stream hold this rank's part of the rows
 // (part_rows of them at most); everything else holds all of them.
-struct Stage::Regions {
+struct Stage::ActivationRegions {
   struct Block {
-    ActivationRegion ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
+    std::array<ActivationRegion, kBlockActivations> activations;  // by BlockActivation
     ActivationRegion dout, dres2, dfch, dqkv;  // kept for a deferred weight pass
+    const ActivationRegion& operator[](BlockActivation a) const { return activations[static_cast<size_t>(a)]; }
   };
   ActivationRegion input;  // the embeddings' output, or the previous stage's output
   std::vector<Block> blocks;
@@ -39,36 +41,27 @@ struct Stage::Regions {
   ActivationBytes bytes;
 
   // `d`: this rank's widths (the model's on one rank).
-  Regions(const ModelConfig& c, const ShardDims& d, StageUnits units, Recompute recompute, DType precision,
+  ActivationRegions(const ModelConfig& c, const ShardDims& d, StageUnits units, Recompute recompute, DType precision,
           int64_t max_rows, int64_t part_rows, bool sequence_parallel, bool deferred_weights) {
     RegionLayout kept(ActivationPart::kept, max_rows), shared(ActivationPart::shared, max_rows),
         scratch(ActivationPart::scratch, max_rows);
-    const int64_t C = c.d_model, F = d.ffn_hidden(), QKV = d.qkv_width(), A = d.attention_width();
+    const int64_t C = c.d_model, F = d.ffn_hidden(), QKV = d.qkv_width();
     const int64_t F_in = d.ffn_in_width(c);
-    const int64_t mean_width = c.family == ModelFamily::gpt2 ? 1 : 0;  // RMSNorm keeps no mean
+    const bool layernorm = c.traits().norm == NormKind::layernorm;
     input = kept.add(C, precision, part_rows);
-    // A recomputed activation has one shared region that every block uses: backward rebuilds it
-    // for the block at hand. A kept one has a region per block and micro-batch.
-    std::map<int, ActivationRegion> once;
-    const auto region = [&](bool recomputed, int key, int64_t width, DType dtype, int64_t rows) {
-      if (!recomputed) return kept.add(width, dtype, rows);
-      if (!once.count(key)) once[key] = shared.add(width, dtype, rows);
-      return once[key];
-    };
-    const bool full = recompute == Recompute::full, core = recompute != Recompute::none;
-    const auto s = [&](int key, int64_t width) { return region(full, key, width, precision, max_rows); };
-    // Of this rank's part of the rows: the norms' outputs and statistics.
-    const auto p = [&](int key, int64_t width) { return region(full, key, width, precision, part_rows); };
-    const auto stat = [&](int key, int64_t width) { return region(full, key, width, DType::f32, part_rows); };
-    for (int l = units.first_block; l < units.end_block; ++l)
-      blocks.push_back({.ln1 = p(0, C), .ln1_mean = stat(1, mean_width), .ln1_rstd = stat(2, 1),
-                        .qkv = s(3, QKV),
-                        .atty = region(core, 4, A, precision, max_rows),
-                        .lse = region(core, 5, d.heads.n_head(), DType::f32, max_rows),
-                        .res2 = p(6, C), .ln2 = p(7, C), .ln2_mean = stat(8, mean_width), .ln2_rstd = stat(9, 1),
-                        .fch = s(10, F_in), .fch_act = s(11, F),
-                        .res3 = kept.add(C, precision, part_rows),  // the next block's input: always kept
-                        .dout = {}, .dres2 = {}, .dfch = {}, .dqkv = {}});
+    // A kept activation has a region per block and micro-batch; one the policy rebuilds in
+    // backward has one shared region that every block uses, rebuilt for the block at hand.
+    std::array<std::optional<ActivationRegion>, kBlockActivations> once;
+    for (int l = units.first_block; l < units.end_block; ++l) {
+      Block& b = blocks.emplace_back();
+      for (const ActivationDeclaration& a : declare_block(c).activations) {
+        const int64_t width = a.width_of(c, d), rows = a.rows == ActivationRows::part ? part_rows : max_rows;
+        std::optional<ActivationRegion>& shared_region = once[static_cast<size_t>(a.id)];
+        if (!a.kept(recompute) && !shared_region) shared_region = shared.add(width, a.dtype(precision), rows);
+        b.activations[static_cast<size_t>(a.id)] =
+            a.kept(recompute) ? kept.add(width, a.dtype(precision), rows) : *shared_region;
+      }
+    }
     // What a deferred weight pass reads beside the activations: each block's output gradient and
     // x''s (this rank's rows), and its fc and qkv outputs' gradients.
     for (Block& b : blocks) {
@@ -78,7 +71,7 @@ struct Stage::Regions {
     }
     if (deferred_weights) dinput = kept.add(C, precision, part_rows);
     if (units.head) {
-      lnf = kept.add(C, precision, part_rows), lnf_mean = kept.add(mean_width, DType::f32, part_rows),
+      lnf = kept.add(C, precision, part_rows), lnf_mean = kept.add(layernorm ? 1 : 0, DType::f32, part_rows),
       lnf_rstd = kept.add(1, DType::f32, part_rows);
       logits = kept.add(d.padded_vocab, precision), losses = kept.add(1, DType::f32);
     }
@@ -93,10 +86,10 @@ struct Stage::Regions {
 
 namespace {
 
-// The most rows of `max_rows` a rank holds in the norms and the residual stream: all of them, or
-// with sequence parallelism over `ranks` the largest part (even_part's first).
+// The most rows of `max_rows` a rank holds in the norms and the residual stream: the first
+// rank's, whose part is the largest.
 int64_t part_rows(int64_t max_rows, int ranks, bool sequence_parallel) {
-  return sequence_parallel ? (max_rows + ranks - 1) / ranks : max_rows;
+  return sequence_rows(max_rows, {0, ranks}, sequence_parallel);
 }
 
 }  // namespace
@@ -109,11 +102,12 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
       parallel_(regions),
       scope_(scope),
       order_(layout, units),
-      regions_(std::make_unique<Regions>(
+      activation_regions_(std::make_unique<ActivationRegions>(
           config_, dims_, units, recompute, precision, int64_t{batch_size} * seq_len,
           part_rows(int64_t{batch_size} * seq_len, layout.shard().size, regions.sequence_parallel()),
           regions.sequence_parallel(), deferred_weights)),
-      store_(regions_->bytes.kept, regions_->bytes.shared, regions_->bytes.scratch, device, /*reserved=*/1),
+      store_(activation_regions_->bytes.kept, activation_regions_->bytes.shared, activation_regions_->bytes.scratch,
+             device, /*reserved=*/1),
       deferred_weights_(deferred_weights) {
   // A deferred weight pass reads the activations of its own micro-batch: none may be rebuilt for
   // another in between.
@@ -130,9 +124,9 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
   if (units.embeddings) embedding_.emplace(layout);
   if (units.head) {
     ln_f_.emplace(layout, "ln_f");
-    output_ = Linear::output_projection(layout);
+    output_ = ColumnParallelLinear::output_projection(layout, regions);
   }
-  if (config_.family == ModelFamily::llama) rope_ = make_rope_tables(config_, seq_len, device);
+  if (config_.traits().positions == PositionKind::rotary) rope_ = make_rope_tables(config_, seq_len, device);
 }
 
 Stage::~Stage() = default;
@@ -141,7 +135,7 @@ ActivationBytes Stage::activation_bytes(const ModelConfig& config, StageUnits un
                                         DType precision, int batch_size, int seq_len, TensorShard shard,
                                         bool sequence_parallel, bool deferred_weights) {
   const int64_t rows = int64_t{batch_size} * seq_len;
-  return Regions(config, shard_dims(config, shard), units, recompute, precision, rows,
+  return ActivationRegions(config, shard_dims(config, shard), units, recompute, precision, rows,
                  part_rows(rows, shard.size, sequence_parallel), sequence_parallel, deferred_weights)
       .bytes;
 }
@@ -151,22 +145,24 @@ Tensor Stage::rows(int k, const ActivationRegion& r, int64_t N) const {
 }
 
 BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
-  const Regions::Block& b = regions_->blocks[i];
+  using A = BlockActivation;
+  const ActivationRegions::Block& b = activation_regions_->blocks[i];
   const int64_t P = parallel_.rows(N).size();  // this rank's rows of the norms and the residual stream
   const auto all = [&](const ActivationRegion& r) { return region(k, r, N); };
   const auto part = [&](const ActivationRegion& r) { return region(k, r, P); };
   // The branch outputs go through dtmp (and part): free in forward, and in backward when full
   // recomputation reruns a block (the block above has consumed it; dres is kept).
-  return {.ln1 = part(b.ln1), .ln1_mean = rows(k, b.ln1_mean, P), .ln1_rstd = rows(k, b.ln1_rstd, P),
-          .qkv = all(b.qkv), .atty = all(b.atty), .lse = all(b.lse), .proj_out = all(regions_->dtmp),
-          .res2 = part(b.res2), .ln2 = part(b.ln2), .ln2_mean = rows(k, b.ln2_mean, P),
-          .ln2_rstd = rows(k, b.ln2_rstd, P), .fch = all(b.fch), .fch_act = all(b.fch_act), .res3 = part(b.res3),
-          .branch = part(regions_->part), .gathered = all(regions_->gathered)};
+  return {.ln1 = part(b[A::ln1]), .ln1_mean = rows(k, b[A::ln1_mean], P), .ln1_rstd = rows(k, b[A::ln1_rstd], P),
+          .qkv = all(b[A::qkv]), .atty = all(b[A::atty]), .lse = all(b[A::lse]),
+          .proj_out = all(activation_regions_->dtmp), .res2 = part(b[A::res2]), .ln2 = part(b[A::ln2]),
+          .ln2_mean = rows(k, b[A::ln2_mean], P), .ln2_rstd = rows(k, b[A::ln2_rstd], P), .fch = all(b[A::fch]),
+          .fch_act = all(b[A::fch_act]), .res3 = part(b[A::res3]), .branch = part(activation_regions_->part),
+          .gathered = all(activation_regions_->gathered)};
 }
 
 BlockGradients Stage::deferred_gradients(int k, size_t i, int64_t N) const {
-  const Regions& r = *regions_;
-  const Regions::Block& b = r.blocks[i];
+  const ActivationRegions& r = *activation_regions_;
+  const ActivationRegions::Block& b = r.blocks[i];
   const int64_t P = parallel_.rows(N).size();
   const auto part = [&](const ActivationRegion& region) { return store_.view(k, region, P); };
   const auto all = [&](const ActivationRegion& region) { return store_.view(k, region, N); };
@@ -179,7 +175,7 @@ BlockGradients Stage::deferred_gradients(int k, size_t i, int64_t N) const {
 }
 
 Tensor Stage::block_input(int k, size_t i, int64_t N) const {
-  return region(k, i == 0 ? regions_->input : regions_->blocks[i - 1].res3, parallel_.rows(N).size());
+  return region(k, i == 0 ? activation_regions_->input : activation_regions_->blocks[i - 1][BlockActivation::res3], parallel_.rows(N).size());
 }
 
 Stage::UnitOrder::UnitOrder(const ParameterLayout& layout, StageUnits units)
@@ -188,7 +184,7 @@ Stage::UnitOrder::UnitOrder(const ParameterLayout& layout, StageUnits units)
   for (int l = units.first_block; l < units.end_block; ++l) forward.push_back(layout.block_unit(l));
   if (units.head) {
     head_unit = layout.head_unit();
-    output_unit = layout.unit_of(Linear::output_projection(layout).weight());
+    output_unit = layout.unit_of(ColumnParallelLinear::output_projection(layout, ParallelRegions::single_rank()).weight());
     forward.push_back(head_unit);
   }
 }
@@ -277,7 +273,7 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
     weights_needed(0, order_.forward_next(0));
     // This rank's vocabulary rows looked up: the sum over the group is the lookup, of this rank's
     // rows with sequence parallelism (the whole lookup then goes through dtmp).
-    const Tensor lookup = parallel_.sequence_parallel() ? region(k, regions_->dtmp, N) : x;
+    const Tensor lookup = parallel_.sequence_parallel() ? region(k, activation_regions_->dtmp, N) : x;
     embedding_->forward(weights, lookup, in, scope_.positions(T));
     parallel_.row_output(lookup, x);
     if (!tied_here) weights_done(0);
@@ -293,14 +289,14 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
   }
   const Tensor out = block_input(k, blocks_.size(), N);
   if (!units_.head) return out;
-  const Regions& r = *regions_;
+  const ActivationRegions& r = *activation_regions_;
   const int64_t P = out.dim(0);
   weights_needed(order_.head_unit, std::nullopt);
   const Tensor lnf = region(k, r.lnf, P), logits = region(k, r.logits, N);
   ln_f_->forward(weights, lnf, rows(k, r.lnf_mean, P), rows(k, r.lnf_rstd, P), out);
   // Padding rows of the output weight are zero, so padding columns of the logits are zero; the
   // loss never reads them and sets their gradient to zero.
-  output_->forward(weights, logits, parallel_.column_input(lnf, region(k, r.gathered, N)));
+  output_->forward(weights, logits, lnf, region(k, r.gathered, N));
   if (backward_follows) return logits;  // it starts with the head
   weights_done(order_.head_unit);
   if (tied_here) weights_done(0);
@@ -310,7 +306,7 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
 double Stage::loss(int k, Tensor targets, float loss_scale, bool with_gradient) {
   DT_CHECK(units_.head, "the loss is computed by the stage with the head");
   const int64_t N = targets.numel();
-  const Tensor losses = rows(k, regions_->losses, N), logits = region(k, regions_->logits, N);
+  const Tensor losses = rows(k, activation_regions_->losses, N), logits = region(k, activation_regions_->logits, N);
   parallel_.cross_entropy(losses, logits, targets.reshape({N}), dims_.vocab, with_gradient, loss_scale);
   return sum_in_order(losses);
 }
@@ -321,7 +317,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
            "a deferred weight pass needs a stage made with deferred_weights, and no unit hooks");
   const auto [B, T] = shapes_.at(k);
   const int64_t N = B * T;
-  const Regions& r = *regions_;
+  const ActivationRegions& r = *activation_regions_;
   const int64_t P = parallel_.rows(N).size();
   const auto scratch = [&](const ActivationRegion& region) { return store_.view(k, region, N); };
   // dres carries the gradient of the residual stream (this rank's rows) down through the blocks,
@@ -336,9 +332,8 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
     weights_needed(order_.output_unit, std::nullopt);  // the head's, or a tied wte, still held from forward
     gradients_needed(order_.head_unit);
     gradients_needed(order_.output_unit);
-    output_->backward_input(weights, dtmp, dlogits);
-    PendingSum dlnf = parallel_.column_input_gradient(dtmp, dpart);
-    if (weights_now) output_->backward_weight(grads, dlogits, parallel_.column_input(region(k, r.lnf, P), gathered));
+    PendingSum dlnf = output_->backward_input(weights, dtmp, dlogits, dpart);
+    if (weights_now) output_->backward_weight(grads, dlogits, region(k, r.lnf, P), gathered);
     dlnf.done.wait();
     // The lookup's backward reads no weights.
     if (order_.output_unit != order_.head_unit) weights_done(order_.output_unit);
@@ -384,12 +379,12 @@ void Stage::backward_weight(int k, Tensor tokens, const FlatTensors& grads) {
   DT_CHECK(deferred_weights_, "backward_weight of a stage made without deferred_weights");
   const auto [B, T] = shapes_.at(k);
   const int64_t N = B * T, P = parallel_.rows(N).size();
-  const Regions& r = *regions_;
+  const ActivationRegions& r = *activation_regions_;
   const Tensor gathered = store_.view(k, r.gathered, N);
   // The order of backward: the output projection, the blocks from the last, the lookup (a tied
   // wte gets its two gradients in backward's order).
   if (units_.head)
-    output_->backward_weight(grads, region(k, r.logits, N), parallel_.column_input(region(k, r.lnf, P), gathered));
+    output_->backward_weight(grads, region(k, r.logits, N), region(k, r.lnf, P), gathered);
   for (size_t i = blocks_.size(); i-- > 0;)
     blocks_[i].backward_weight(grads, block_activations(k, i, N), deferred_gradients(k, i, N));
   if (units_.embeddings)
@@ -399,12 +394,12 @@ void Stage::backward_weight(int k, Tensor tokens, const FlatTensors& grads) {
 
 Tensor Stage::logits(int k) const {
   const Tokens s = shapes_.at(k);
-  return region(k, regions_->logits, s.B * s.T);
+  return region(k, activation_regions_->logits, s.B * s.T);
 }
 
 Tensor Stage::losses(int k) const {
   const Tokens s = shapes_.at(k);
-  return region(k, regions_->losses, s.B * s.T).reshape({s.B, s.T});
+  return region(k, activation_regions_->losses, s.B * s.T).reshape({s.B, s.T});
 }
 
 }  // namespace dt

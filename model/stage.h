@@ -102,7 +102,7 @@ class Stage {
   Tensor losses(int k) const;
 
  private:
-  struct Regions;
+  struct ActivationRegions;
   struct Tokens {
     int64_t B = 0, T = 0;
   };
@@ -140,9 +140,9 @@ class Stage {
   std::vector<Block> blocks_;
   std::optional<Embedding> embedding_;
   std::optional<Norm> ln_f_;
-  std::optional<Linear> output_;
+  std::optional<ColumnParallelLinear> output_;
   UnitOrder order_;
-  std::unique_ptr<Regions> regions_;
+  std::unique_ptr<ActivationRegions> activation_regions_;
   ActivationStore store_;
   std::map<int, Tokens> shapes_;  // of each micro-batch held
   RopeTables rope_;              // llama: positions [0, seq_len)

@@ -46,6 +46,13 @@ struct HeadShard {
   bool owns_kv(int j) const { return q_begin <= j * group && j * group < q_end; }
 };
 
+// The rows of a micro-batch of `rows` that tensor-parallel rank `shard` holds in the norms and
+// the residual stream: all of them, or under sequence parallelism its part (even_part's). The
+// first rank's part is the largest.
+inline int64_t sequence_rows(int64_t rows, TensorShard shard, bool sequence_parallel) {
+  return sequence_parallel ? even_part(rows, shard.size, shard.rank).size() : rows;
+}
+
 // One rank's sizes: what its parameters' shapes and activations' widths follow.
 struct ShardDims {
   HeadShard heads;
@@ -58,7 +65,7 @@ struct ShardDims {
   int64_t attention_width() const { return heads.n_head() * head_size; }  // atty: the rows' heads
   int64_t ffn_hidden() const { return ffn.size(); }
   int64_t ffn_in_width(const ModelConfig& config) const {
-    return config.family == ModelFamily::llama ? 2 * ffn.size() : ffn.size();
+    return config.traits().mlp == MlpKind::swiglu ? 2 * ffn.size() : ffn.size();
   }
 };
 

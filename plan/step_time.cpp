@@ -77,13 +77,13 @@ class Estimator {
   // One block, one micro-batch, on one tensor-parallel rank.
   StagePasses block() const {
     const double C = model_.d_model, t = tokens_, tp = l_.tp;
-    // (in, out) features on this rank: column-parallel ones split out, row-parallel ones in.
-    const double linears[][2] = {{C, model_.qkv_width() / tp},
-                                 {C / tp, C},
-                                 {C, model_.ffn_in_width() / tp},
-                                 {model_.ffn_hidden() / tp, C}};
     StagePasses p;
-    for (const auto& [in, out] : linears) {
+    for (const LinearDeclaration* linear : declare_block(model_).linears()) {
+      // (in, out) features on this rank: column-parallel layers split their output, row-parallel
+      // ones their input.
+      const double split = static_cast<double>(linear->split_width(model_)) / tp;
+      const double in = linear->style == LinearStyle::row ? split : C;
+      const double out = linear->style == LinearStyle::column ? split : C;
       p.forward.gemm += gemm(t, out, in);
       p.backward_input.gemm += gemm(t, in, out);
       p.backward_weight.gemm += gemm(out, in, t);

@@ -351,9 +351,9 @@ bool resolve_model(RunConfig& config, const std::vector<std::pair<const ConfigKe
     if (hf && key->name != "vocab_pad_multiple" && key->write(config) != before)
       check.report(key->path(), str("disagrees with init.from's config.json (", key->name, " = ", before,
                                     " there); remove ", key->path(), ", the weights have that shape"));
-    if (config.model.family == ModelFamily::gpt2 && key->name.starts_with("rope_"))
-      check.report(key->path(), str("gpt2 models have learned position embeddings, not rotary ones; remove ",
-                                    key->path(), " or set model.family = \"llama\""));
+    if (key->trait == ConfigKey::Trait::rotary && !key->applies_to(config.model.traits()))
+      check.report(key->path(), str(model_family_name(config.model.family), " models have learned position embeddings,"
+                                    " not rotary ones; remove ", key->path(), " or set model.family = \"llama\""));
   }
   if (!complete) return false;
   try {
@@ -399,7 +399,7 @@ void check_context(const RunConfig& config, bool model_complete, Checker& check)
                                            T, " leaves some without a token; use parallel.cp <= ",
                                            p.cp_zigzag ? T / 2 : T, p.cp_zigzag ? ", or parallel.cp_zigzag = false" : ""));
   const int padded = (T + chunks - 1) / chunks * chunks;
-  if (model_complete && config.model.family == ModelFamily::gpt2 && padded > config.model.max_seq_len)
+  if (model_complete && config.model.traits().positions == PositionKind::learned && padded > config.model.max_seq_len)
     check.report("data.seq_len", str("context parallelism pads sequences of ", T, " tokens to ", padded, " (", chunks,
                                      " equal chunks), beyond model.max_seq_len = ", config.model.max_seq_len,
                                      "; use a data.seq_len that is a multiple of ", chunks, ", or at most ",

@@ -151,10 +151,11 @@ ConfigKey key(std::string_view section, std::string_view name, Members... member
           .write = [=](const RunConfig& c) { return write_value((c .* ... .* members)); }};
 }
 
+// A key that describes a family trait (ConfigKey::trait).
 template <typename... Members>
-ConfigKey llama_key(std::string_view section, std::string_view name, Members... members) {
+ConfigKey trait_key(ConfigKey::Trait trait, std::string_view section, std::string_view name, Members... members) {
   ConfigKey k = key(section, name, members...);
-  k.llama_only = true;
+  k.trait = trait;
   return k;
 }
 
@@ -182,17 +183,17 @@ std::vector<ConfigKey> make_keys() {
       key("model", "n_layer", &C::model, &M::n_layer),
       key("model", "d_model", &C::model, &M::d_model),
       key("model", "n_head", &C::model, &M::n_head),
-      llama_key("model", "n_kv_head", &C::model, &M::n_kv_head),
+      trait_key(ConfigKey::Trait::grouped_query, "model", "n_kv_head", &C::model, &M::n_kv_head),
       key("model", "ffn_hidden_size", &C::model, &M::ffn_hidden_size),
       key("model", "vocab_size", &C::model, &M::vocab_size),
       key("model", "max_seq_len", &C::model, &M::max_seq_len),
       key("model", "tied_embeddings", &C::model, &M::tied_embeddings),
       key("model", "norm_eps", &C::model, &M::norm_eps),
-      llama_key("model", "rope_theta", &C::model, &M::rope_theta),
-      llama_key("model", "rope_scaling_factor", &C::model, &M::rope_scaling_factor),
-      llama_key("model", "rope_low_freq_factor", &C::model, &M::rope_low_freq_factor),
-      llama_key("model", "rope_high_freq_factor", &C::model, &M::rope_high_freq_factor),
-      llama_key("model", "rope_original_max_seq_len", &C::model, &M::rope_original_max_seq_len),
+      trait_key(ConfigKey::Trait::rotary, "model", "rope_theta", &C::model, &M::rope_theta),
+      trait_key(ConfigKey::Trait::rotary, "model", "rope_scaling_factor", &C::model, &M::rope_scaling_factor),
+      trait_key(ConfigKey::Trait::rotary, "model", "rope_low_freq_factor", &C::model, &M::rope_low_freq_factor),
+      trait_key(ConfigKey::Trait::rotary, "model", "rope_high_freq_factor", &C::model, &M::rope_high_freq_factor),
+      trait_key(ConfigKey::Trait::rotary, "model", "rope_original_max_seq_len", &C::model, &M::rope_original_max_seq_len),
       key("model", "vocab_pad_multiple", &C::model, &M::vocab_pad_multiple),
 
       key("init", "from", &C::init, &C::Init::from),

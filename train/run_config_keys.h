@@ -21,8 +21,13 @@ namespace dt::run_config {
 
 struct ConfigKey {
   std::string_view section, name;
-  // Rotary and grouped-query keys: written only for the llama family, rejected for gpt2.
-  bool llama_only = false;
+  // The family trait a key describes: written only for a family that has it (rotary keys are
+  // rejected for one without rotary positions).
+  enum class Trait { none, grouped_query, rotary } trait = Trait::none;
+  bool applies_to(const FamilyTraits& traits) const {
+    return trait == Trait::none || (trait == Trait::grouped_query ? traits.grouped_query
+                                                                    : traits.positions == PositionKind::rotary);
+  }
   // Reads `node` into config; returns "" or what is wrong ("expected an integer, got a string").
   std::function<std::string(const toml::node& node, RunConfig& config)> read;
   // The key's value in config as TOML text ("1000", "\"cosine\"", "0.0006").

@@ -15,12 +15,12 @@ ContextParallel::ContextParallel(Communicator& group, const ModelConfig& config,
   layout_.validate();
   // Learned positions exist up to the model's max_seq_len; the padding's are never used but must
   // be rows of the table.
-  if (config.family == ModelFamily::gpt2 && layout_.seq_len > config.max_seq_len)
+  if (config.traits().positions == PositionKind::learned && layout_.seq_len > config.max_seq_len)
     throw Error(str("context parallelism over ", layout_.ranks, " ranks pads sequences of ", seq_len, " tokens to ",
                     layout_.seq_len, " (", chunks, " equal chunks), beyond model.max_seq_len = ", config.max_seq_len,
                     "; use a data.seq_len that is a multiple of ", chunks, ", or at most ",
                     config.max_seq_len / chunks * chunks));
-  if (config.family == ModelFamily::llama) rope_ = make_rope_tables(config, static_cast<int>(layout_.seq_len), device);
+  if (config.traits().positions == PositionKind::rotary) rope_ = make_rope_tables(config, static_cast<int>(layout_.seq_len), device);
 }
 
 std::unique_ptr<TrainingAttention> ContextParallel::core(kernels::AttentionHeads heads, int64_t B, int64_t T,

@@ -67,7 +67,7 @@ TensorParallel::CommunicationBytes TensorParallel::communication_bytes(const Mod
   } else {
     // The norms' partial weight gradients (layers.cpp: LayerNorm's weight and bias, RMSNorm's
     // weight); the activations move by reduce-scatter and all-gather, staged when padded or 16-bit.
-    bytes.largest_sum = f32(config.family == ModelFamily::gpt2 ? 2 * C : C);
+    bytes.largest_sum = f32(config.traits().norm == NormKind::layernorm ? 2 * C : C);
     if (!wide || N % R != 0) bytes.staging = std::max(bytes.staging, f32(R * P * C) + f32(P * C));
     if (N % R != 0) bytes.staging = std::max(bytes.staging, stored(P * C) + stored(R * P * C));
   }

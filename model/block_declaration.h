@@ -1,0 +1,122 @@
+// A transformer block, declared once: its parameterised layers in parameter order — the norms,
+// and the linear layers with their parallel style, the spans their split dimension is made of
+// and their Hugging Face names — and its activations. Everything else is derived from this
+// declaration: the parameter layout and tensor parallelism's shares (model/parameters.h), the
+// layers a block runs (model/block.h), a stage's activation regions (model/stage.h), the FLOPs
+// (model/flops.h), the planner's GEMMs (plan/step_time.h) and the checkpoint names
+// (ckpt/hf_checkpoint.h). docs/architecture.md walks through adding a layer kind.
+//
+//   x' = x + attn.proj(attention(attn.qkv(ln_1(x))))
+//   y  = x' + mlp.proj(act(mlp.fc(ln_2(x'))))
+//
+// A family's traits (model/config.h) choose the norm, the MLP's activation and whether layers
+// have biases; its Hugging Face names are the one thing declared per family.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+#include "model/recompute.h"
+
+namespace dt {
+
+struct ShardDims;
+
+// How tensor parallelism splits a linear layer, in Megatron-Core's names: a column-parallel
+// layer's output rows (each rank computes its rows of the output from the whole input), a
+// row-parallel layer's input columns (each rank computes a partial sum of the whole output from
+// its columns of the input; model/parallel_regions.h sums them).
+enum class LinearStyle { column, row };
+
+// What a range of a linear layer's split dimension is made of, which says how wide it is and
+// which part of it a tensor-parallel rank holds (model/tensor_shard.h): the query heads' columns
+// (NH · HS), the key/value heads' (NKV · HS), or the MLP's hidden columns (F).
+enum class Span { query_heads, kv_heads, ffn };
+int64_t span_width(const ModelConfig& config, Span span);
+// This rank's share of a span: the model's, or its part under tensor parallelism.
+int64_t span_width(const ShardDims& dims, Span span);
+
+// A Hugging Face tensor holding the next `spans` spans of a layer's split dimension, named
+// <block prefix><name>.weight (and .bias).
+struct HfTensor {
+  std::string name;
+  int spans = 1;
+};
+
+struct LinearDeclaration {
+  std::string name;          // in the block: parameters h.<l>.<name>.weight and .bias
+  LinearStyle style;
+  std::vector<Span> spans;   // of the split dimension (column: output rows; row: input columns), in order
+  bool residual = false;     // writes into the residual stream: GPT-2 scales its initial weights
+  std::vector<HfTensor> hf;  // covering the spans in order
+
+  // The model's widths of the split dimension, and of the whole weight (rows, columns).
+  int64_t split_width(const ModelConfig& config) const;
+  int64_t in_features(const ModelConfig& config) const;
+  int64_t out_features(const ModelConfig& config) const;
+  // This rank's (in, out) features: the split dimension's share.
+  int64_t in_features(const ModelConfig& config, const ShardDims& dims) const;
+  int64_t out_features(const ModelConfig& config, const ShardDims& dims) const;
+};
+
+struct NormDeclaration {
+  std::string name;  // in the block: parameters h.<l>.<name>.weight (and .bias with LayerNorm)
+  std::string hf;    // its Hugging Face name in the block
+};
+
+// A block's activations, each a region per block and micro-batch of a stage's store unless a
+// recomputation policy rebuilds it in backward.
+enum class BlockActivation { ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3 };
+constexpr int kBlockActivations = static_cast<int>(BlockActivation::res3) + 1;
+
+// An activation's width, from this rank's sizes: the model width C, a norm's per-row mean
+// (1 for LayerNorm, none for RMSNorm), one per row, the attention's qkv (this rank's heads),
+// its output, one per head, the MLP's first projection's output and its activation's.
+enum class ActivationWidth { model, norm_mean, one, qkv, attention, heads, ffn_in, ffn };
+// Its rows: all N of the micro-batch, or this rank's part of them under sequence parallelism.
+enum class ActivationRows { all, part };
+
+struct ActivationDeclaration {
+  BlockActivation id;
+  ActivationWidth width;
+  ActivationRows rows;
+  bool statistics;  // per-row statistics, in f32; else in the run's precision
+  // The least recomputation policy that rebuilds it in backward instead of keeping it
+  // (Recompute::none: always kept).
+  Recompute rebuilt_from;
+
+  bool kept(Recompute policy) const { return rebuilt_from == Recompute::none || policy < rebuilt_from; }
+  int64_t width_of(const ModelConfig& config, const ShardDims& dims) const;
+  DType dtype(DType precision) const { return statistics ? DType::f32 : precision; }
+};
+
+// The Hugging Face names of the tensors outside the blocks, and the blocks' prefix ("h.<l>."
+// becomes block_prefix + "<l>.").
+struct HfNames {
+  std::string block_prefix, wte, wpe, ln_f, lm_head;
+};
+
+struct BlockDeclaration {
+  NormKind norm;
+  MlpKind mlp;
+  bool biases;
+  // The parameterised layers in the order their parameters are laid out.
+  std::vector<std::variant<NormDeclaration, LinearDeclaration>> layers;
+  // The activations, in the order their regions are laid out.
+  std::vector<ActivationDeclaration> activations;
+  HfNames hf;
+
+  const LinearDeclaration& linear(std::string_view name) const;
+  // The linear layers in forward order.
+  std::vector<const LinearDeclaration*> linears() const;
+  const ActivationDeclaration& activation(BlockActivation id) const;
+};
+
+// The declaration of config's blocks.
+const BlockDeclaration& declare_block(const ModelConfig& config);
+
+}  // namespace dt

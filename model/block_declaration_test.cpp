@@ -1,0 +1,92 @@
+#include "model/block_declaration.h"
+
+#include <gtest/gtest.h>
+
+#include "ckpt/hf_checkpoint.h"
+#include "model/flops.h"
+#include "model/parameters.h"
+
+namespace dt {
+namespace {
+
+// The layout a block's declaration derives, on every tensor-parallel rank: each declared layer's
+// parameters in declaration order, each linear layer's weight (out, in) features as the
+// declaration gives them for that rank, and nothing else in the block's unit.
+TEST(BlockDeclaration, TheLayoutHoldsExactlyTheDeclaredLayersOnEveryRank) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    ModelConfig c = model_preset(preset);
+    const BlockDeclaration& block = declare_block(c);
+    for (const int ranks : {1, 2, 3})  // 3: llama-tiny's 2 key/value heads copied
+      for (int r = 0; r < ranks; ++r) {
+        const ParameterLayout layout(c, kParamAlignment, {r, ranks});
+        std::vector<std::string> declared;
+        for (const auto& layer : block.layers) {
+          if (const auto* norm = std::get_if<NormDeclaration>(&layer)) {
+            declared.push_back("h.1." + norm->name + ".weight");
+            if (block.norm == NormKind::layernorm) declared.push_back("h.1." + norm->name + ".bias");
+          }
+          if (const auto* linear = std::get_if<LinearDeclaration>(&layer)) {
+            const std::string name = "h.1." + linear->name;
+            declared.push_back(name + ".weight");
+            if (block.biases) declared.push_back(name + ".bias");
+            const ParamInfo& w = layout.find(name + ".weight");
+            EXPECT_EQ(w.shape[0], linear->out_features(c, layout.dims())) << preset << " " << name << " rank " << r;
+            EXPECT_EQ(w.shape[1], linear->in_features(c, layout.dims())) << preset << " " << name << " rank " << r;
+            EXPECT_EQ(w.slice.whole, Shape({linear->out_features(c), linear->in_features(c)})) << name;
+            EXPECT_EQ(w.slice.dim, linear->style == LinearStyle::column ? 0 : 1) << name;
+          }
+        }
+        std::vector<std::string> laid_out;
+        for (const ParamInfo& p : layout.params())
+          if (p.name.starts_with("h.1.")) laid_out.push_back(p.name);
+        EXPECT_EQ(laid_out, declared) << preset << " rank " << r << " of " << ranks;
+      }
+  }
+}
+
+// Every declared activation has a width on any rank, and the kept/rebuilt split follows the
+// policies: full rebuilds everything but the block's output, selective only attention's core.
+TEST(BlockDeclaration, RecomputationPoliciesRebuildWhatTheyDeclare) {
+  const ModelConfig c = model_preset("llama-tiny");
+  const BlockDeclaration& block = declare_block(c);
+  ASSERT_EQ(block.activations.size(), static_cast<size_t>(kBlockActivations));
+  for (int i = 0; i < kBlockActivations; ++i) {
+    const ActivationDeclaration& a = block.activations[static_cast<size_t>(i)];
+    EXPECT_EQ(static_cast<int>(a.id), i);  // listed in id order: the regions' order
+    EXPECT_TRUE(a.kept(Recompute::none));
+    EXPECT_EQ(a.kept(Recompute::full), a.id == BlockActivation::res3);
+    EXPECT_EQ(a.kept(Recompute::selective), a.id != BlockActivation::atty && a.id != BlockActivation::lse);
+  }
+  EXPECT_EQ(block.activation(BlockActivation::ln1_mean).width_of(c, shard_dims(c, {})), 0);  // RMSNorm keeps no mean
+  EXPECT_EQ(declare_block(model_preset("gpt2-tiny")).activation(BlockActivation::ln1_mean).width_of(
+                model_preset("gpt2-tiny"), shard_dims(model_preset("gpt2-tiny"), {})),
+            1);
+}
+
+// The Hugging Face pieces of each block parameter cover its rows exactly once, in order.
+TEST(BlockDeclaration, HuggingFaceNamesCoverEveryParameterRow) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    const ModelConfig c = model_preset(preset);
+    const ParameterLayout layout(c);
+    for (const ParamInfo& p : layout.params()) {
+      int64_t row = 0;
+      for (const ckpt::HfPiece& piece : ckpt::hf_pieces(c, p)) {
+        EXPECT_EQ(piece.row_begin, row) << preset << " " << p.name << " " << piece.hf_name;
+        row += piece.rows;
+      }
+      EXPECT_EQ(row, p.shape[0]) << preset << " " << p.name;
+    }
+  }
+}
+
+// A block's FLOPs are its linear layers' products and attention's core, the published formula:
+// 2 C (q + k + v) + 2 C C + 2 C F_in + 2 F C per token.
+TEST(BlockDeclaration, FlopsAreTheDeclaredProducts) {
+  const ModelConfig c = model_preset("llama-tiny");
+  const double C = c.d_model, F = c.ffn_hidden();
+  const double expected = 2 * C * c.qkv_width() + 2 * C * C + 2 * C * (2 * F) + 2 * F * C;
+  EXPECT_EQ(block_flops(c, 64) - attention_core_flops(c, 64), expected);
+}
+
+}  // namespace
+}  // namespace dt
