@@ -338,6 +338,9 @@ double raw_mpi_seconds(CollectiveKind kind, size_t bytes, int iterations, bool n
   // reduce_scatter's input and all_gather's output are `count`; the other side is a part of it.
   const int part = kind == CollectiveKind::reduce_scatter || kind == CollectiveKind::all_gather ? count / ranks : count;
   const int share = count / ranks;  // all_to_all's per-peer part
+  // all_to_all's parts as the backend passes them to MPI_Ialltoallv.
+  std::vector<int> shares(static_cast<size_t>(ranks), share), offsets(static_cast<size_t>(ranks));
+  for (int q = 0; q < ranks; ++q) offsets[q] = q * share;
   std::vector<float> in(static_cast<size_t>(count), 1.0f), out(static_cast<size_t>(count), 0.0f);
   const MPI_Comm w = MPI_COMM_WORLD;
   double seconds = 0;
@@ -368,7 +371,8 @@ double raw_mpi_seconds(CollectiveKind kind, size_t bytes, int iterations, bool n
         case CollectiveKind::broadcast:
           return MPI_Ibcast(in.data(), count, MPI_FLOAT, 0, w, r);
         case CollectiveKind::all_to_all:
-          return MPI_Ialltoall(in.data(), share, MPI_FLOAT, out.data(), share, MPI_FLOAT, w, r);
+          return MPI_Ialltoallv(in.data(), shares.data(), offsets.data(), MPI_FLOAT, out.data(), shares.data(),
+                                offsets.data(), MPI_FLOAT, w, r);
       }
       return MPI_SUCCESS;
     };
