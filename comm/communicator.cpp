@@ -1,5 +1,6 @@
 #include "comm/communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 
@@ -101,6 +102,22 @@ void Communicator::check_peer(const CollectiveInfo& c, std::string_view what, in
                     ")"));
 }
 
+void Communicator::check_counts(const CollectiveInfo& c, std::string_view arg, std::span<const int64_t> counts,
+                                const Tensor& t) const {
+  if (counts.size() != static_cast<size_t>(size_))
+    throw Error(str(c.describe(), ": ", arg, "_counts has ", counts.size(), " counts for a group of ", size_,
+                    "; give one per rank (part r of ", arg, arg == "in" ? " goes to" : " comes from", " rank r)"));
+  int64_t sum = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (counts[r] < 0)
+      throw Error(str(c.describe(), ": ", arg, "_counts[", r, "] is ", counts[r], "; a part has 0 elements or more"));
+    sum += counts[r];
+  }
+  if (sum != t.numel())
+    throw Error(str(c.describe(), ": ", arg, "_counts sum to ", sum, " elements but ", arg, " ", t.describe(), " has ",
+                    t.numel(), "; the parts must cover it exactly"));
+}
+
 CollectiveHandle Communicator::all_reduce(Tensor buffer, ReduceOp op) {
   CollectiveInfo c = next(str("all_reduce ", reduce_op_name(op)), buffer);
   check_buffer(c, "buffer", buffer);
@@ -151,8 +168,22 @@ CollectiveHandle Communicator::all_to_all(Tensor out, Tensor in) {
     throw Error(str(c.describe(), ": in ", in.describe(), " and out ", out.describe(),
                     " must have one dtype and the same number of elements, a multiple of the group's ", size_,
                     " ranks"));
+  const std::vector<int64_t> counts(static_cast<size_t>(size_), in.numel() / size_);
   count(CollectiveKind::all_to_all, in);
-  return launch(std::move(c), [&] { return start_all_to_all(out, in); });
+  return launch(std::move(c), [&] { return start_all_to_all(out, counts, in, counts); });
+}
+
+CollectiveHandle Communicator::all_to_all(Tensor out, std::span<const int64_t> out_counts, Tensor in,
+                                          std::span<const int64_t> in_counts) {
+  CollectiveInfo c = next("all_to_all", in);
+  check_buffer(c, "out", out);
+  check_buffer(c, "in", in);
+  if (in.dtype != out.dtype)
+    throw Error(str(c.describe(), ": in ", in.describe(), " and out ", out.describe(), " must have one dtype"));
+  check_counts(c, "in", in_counts, in);
+  check_counts(c, "out", out_counts, out);
+  count(CollectiveKind::all_to_all, in);
+  return launch(std::move(c), [&] { return start_all_to_all(out, out_counts, in, in_counts); });
 }
 
 CollectiveHandle Communicator::send(Tensor buffer, int peer) {
@@ -213,17 +244,48 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, std::strin
   return split_group(color, key, std::move(name));
 }
 
+namespace {
+
+// Runs `collective` on `bytes` of host memory at `host` as the group's device holds them: the
+// memory itself on the CPU, else a device copy, copied back after the collective (which waits).
+template <typename Collective>
+void on_group_device(const Communicator& group, void* host, size_t bytes, Collective&& collective) {
+  if (group.device() == Device::cpu) {
+    collective(host);
+    return;
+  }
+  const Buffer on_device(bytes, MemTag::communication, group.device(), false);
+  copy_bytes(on_device.data(), group.device(), host, Device::cpu, bytes);
+  collective(on_device.data());
+  copy_bytes(host, Device::cpu, on_device.data(), group.device(), bytes);
+}
+
+}  // namespace
+
 double all_reduce_value(Communicator& group, double value, ReduceOp op) {
   if (group.size() == 1) return value;
-  if (group.device() == Device::cpu) {
-    group.all_reduce({.data = &value, .dtype = DType::f64, .shape = {1}}, op).wait();
-    return value;
-  }
-  const Buffer on_device(sizeof(double), MemTag::communication, group.device(), false);
-  copy_bytes(on_device.data(), group.device(), &value, Device::cpu, sizeof(double));
-  group.all_reduce(on_device.view(DType::f64, {1}), op).wait();
-  copy_bytes(&value, Device::cpu, on_device.data(), group.device(), sizeof(double));
+  on_group_device(group, &value, sizeof value, [&](void* data) {
+    group.all_reduce({.data = data, .dtype = DType::f64, .shape = {1}, .device = group.device()}, op).wait();
+  });
   return value;
+}
+
+std::vector<int64_t> all_to_all_counts(Communicator& group, std::span<const int64_t> in_counts) {
+  const size_t ranks = static_cast<size_t>(group.size());
+  if (in_counts.size() != ranks)
+    throw Error(str("all_to_all_counts on '", group.name(), "': ", in_counts.size(), " in_counts for a group of ",
+                    ranks, "; give one per rank (the elements this rank sends it)"));
+  std::vector<int64_t> counts(2 * ranks);  // in_counts, then the out_counts received
+  std::copy(in_counts.begin(), in_counts.end(), counts.begin());
+  on_group_device(group, counts.data(), counts.size() * sizeof(int64_t), [&](void* data) {
+    // No dtype is a 64-bit integer: each count travels as two u32 words, moved and never added.
+    const Shape words{static_cast<int64_t>(2 * ranks)};
+    const Tensor in{.data = data, .dtype = DType::u32, .shape = words, .device = group.device()};
+    const Tensor out{.data = static_cast<int64_t*>(data) + ranks, .dtype = DType::u32, .shape = words,
+                     .device = group.device()};
+    group.all_to_all(out, in).wait();
+  });
+  return {counts.begin() + static_cast<std::ptrdiff_t>(ranks), counts.end()};
 }
 
 }  // namespace dt

@@ -15,9 +15,15 @@
 // Buffers are contiguous Tensors on the communicator's device. In-place ops take one tensor;
 // the others take disjoint ones. reduce_scatter's input has size() times the output's
 // elements (rank r keeps part r of the reduction), all_gather's output size() times the
-// input's (part r comes from rank r), all_to_all's both are size() equal parts (part r of the
-// input goes to rank r, and part r of the output comes from rank r). all_gather may be in place:
-// `in` exactly this rank's part of `out`. Arguments are checked
+// input's (part r comes from rank r). all_to_all cuts both buffers into size() parts in rank
+// order: part r of the input goes to rank r, and part r of the output comes from rank r. Its
+// parts are equal, or given as element counts per rank (expert parallelism's token dispatch,
+// where each rank sends each peer a different number of rows):
+//
+//   std::vector<int64_t> out_counts = all_to_all_counts(ep, in_counts);  // what each peer sends here
+//   ep.all_to_all(out, out_counts, in, in_counts).wait();
+//
+// all_gather may be in place: `in` exactly this rank's part of `out`. Arguments are checked
 // before anything is sent, and the error names the collective, the group and the argument.
 //
 // Backends (comm/single_process.h, comm/mpi.h, comm/nccl.h) implement start_*; the checks and
@@ -27,8 +33,10 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -100,7 +108,14 @@ class Communicator {
   CollectiveHandle reduce_scatter(Tensor out, Tensor in, ReduceOp op);
   CollectiveHandle all_gather(Tensor out, Tensor in);
   CollectiveHandle broadcast(Tensor buffer, int root);
+  // size() equal parts each way: all_to_all(out, counts, in, counts) with every count
+  // in.numel() / size().
   CollectiveHandle all_to_all(Tensor out, Tensor in);
+  // Part r of `in` is in_counts[r] elements, part r of `out` out_counts[r] (both in rank order,
+  // zero allowed); each list has size() counts and sums to its tensor's elements. A rank's
+  // out_counts[q] must equal rank q's in_counts[this rank]: all_to_all_counts exchanges them.
+  CollectiveHandle all_to_all(Tensor out, std::span<const int64_t> out_counts, Tensor in,
+                              std::span<const int64_t> in_counts);
   CollectiveHandle send(Tensor buffer, int peer);
   CollectiveHandle recv(Tensor buffer, int peer);
   // A send to `to` and a receive from `from` in flight together (one may be the other's peer):
@@ -134,7 +149,9 @@ class Communicator {
   virtual std::unique_ptr<Work> start_reduce_scatter(Tensor out, Tensor in, ReduceOp op) = 0;
   virtual std::unique_ptr<Work> start_all_gather(Tensor out, Tensor in) = 0;
   virtual std::unique_ptr<Work> start_broadcast(Tensor buffer, int root) = 0;
-  virtual std::unique_ptr<Work> start_all_to_all(Tensor out, Tensor in) = 0;
+  // The counts are checked, and live only for the call: a backend keeps its own copy.
+  virtual std::unique_ptr<Work> start_all_to_all(Tensor out, std::span<const int64_t> out_counts, Tensor in,
+                                                 std::span<const int64_t> in_counts) = 0;
   virtual std::unique_ptr<Work> start_send(Tensor buffer, int peer) = 0;
   virtual std::unique_ptr<Work> start_recv(Tensor buffer, int peer) = 0;
   // By default a send and a receive started together, waited for together.
@@ -154,6 +171,10 @@ class Communicator {
   }
   void check_buffer(const CollectiveInfo& c, std::string_view arg, const Tensor& t) const;
   void check_peer(const CollectiveInfo& c, std::string_view what, int peer) const;
+  // `counts` (named `arg`_counts) cut t into size() parts: one count per rank, none negative,
+  // summing to t's elements.
+  void check_counts(const CollectiveInfo& c, std::string_view arg, std::span<const int64_t> counts,
+                    const Tensor& t) const;
 
   void count(CollectiveKind kind, const Tensor& whole) {
     Traffic& t = traffic_[static_cast<size_t>(kind)];
@@ -173,5 +194,10 @@ class Communicator {
 // One host value reduced over the group and returned on every rank (target counts, losses,
 // stop flags, peaks): through a one-element buffer on the group's device. Waits.
 double all_reduce_value(Communicator& group, double value, ReduceOp op);
+
+// The out_counts of an uneven all_to_all: given this rank's in_counts (size() counts, the
+// elements it sends each rank), returns what each rank sends it — element q is rank q's
+// in_counts[this rank]. An even all_to_all of the counts, through the group's device. Waits.
+std::vector<int64_t> all_to_all_counts(Communicator& group, std::span<const int64_t> in_counts);
 
 }  // namespace dt

@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "comm/single_process.h"
+#include "tests/collective_checks.h"
 
 namespace dt {
 namespace {
@@ -33,6 +36,11 @@ TEST(SingleProcessCommunicator, EveryCollectiveIsItsOneRanksResult) {
   EXPECT_EQ(dp->size(), 1);
 }
 
+TEST(SingleProcessCommunicator, CollectivesGiveTheirDefinedResults) {
+  SingleProcessCommunicator world(Device::cpu);
+  testing::expect_collectives_give_their_defined_results(world, Device::cpu);
+}
+
 // Each collective is numbered in its group, and its description names op, size, group and number.
 TEST(SingleProcessCommunicator, HandlesCarryTheCollectiveAndItsSequenceNumber) {
   SingleProcessCommunicator world(Device::cpu, "dp");
@@ -47,17 +55,18 @@ TEST(SingleProcessCommunicator, HandlesCarryTheCollectiveAndItsSequenceNumber) {
   EXPECT_TRUE(first.done());
 }
 
+std::string message_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(SingleProcessCommunicator, BadArgumentsNameTheCollectiveAndTheFix) {
   SingleProcessCommunicator world(Device::cpu);
   std::vector<float> a(8), b(4);
-  auto message_of = [](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message_of([&] { world.reduce_scatter(view(b), view(a), ReduceOp::sum); }).find("must have 1 times"),
             std::string::npos);
   EXPECT_NE(message_of([&] { world.broadcast(view(a), 1); }).find("root 1 is not a rank of 'world'"),
@@ -67,6 +76,30 @@ TEST(SingleProcessCommunicator, BadArgumentsNameTheCollectiveAndTheFix) {
   on_gpu.device = Device::cuda;
   EXPECT_NE(message_of([&] { world.all_reduce(on_gpu, ReduceOp::sum); }).find("is on cuda but the communicator"),
             std::string::npos);
+}
+
+// Uneven all_to_all: one count per rank, none negative, each list covering its tensor.
+TEST(SingleProcessCommunicator, UnevenAllToAllCountsAreCheckedByName) {
+  SingleProcessCommunicator world(Device::cpu, "ep");
+  std::vector<float> a(4), b(4);
+  const std::vector<int64_t> four{4}, three{3}, two_parts{2, 2}, negative{-1};
+  EXPECT_EQ(message_of([&] { world.all_to_all(view(b), four, view(a), two_parts); }),
+            "all_to_all of 16 B f32 on ep (#1): in_counts has 2 counts for a group of 1; give one per rank "
+            "(part r of in goes to rank r)");
+  EXPECT_EQ(message_of([&] { world.all_to_all(view(b), three, view(a), four); }),
+            "all_to_all of 16 B f32 on ep (#2): out_counts sum to 3 elements but out f32(4,) on cpu has 4; the parts "
+            "must cover it exactly");
+  EXPECT_NE(message_of([&] { world.all_to_all(view(b), four, view(a), negative); }).find("in_counts[0] is -1"),
+            std::string::npos);
+  std::vector<uint16_t> halves(4);
+  const Tensor bf16{.data = halves.data(), .dtype = DType::bf16, .shape = {4}};
+  EXPECT_NE(message_of([&] { world.all_to_all(bf16, four, view(a), four); }).find("must have one dtype"),
+            std::string::npos);
+  EXPECT_EQ(message_of([&] { all_to_all_counts(world, two_parts); }),
+            "all_to_all_counts on 'ep': 2 in_counts for a group of 1; give one per rank (the elements this rank "
+            "sends it)");
+  world.all_to_all(view(b), four, view(a), four).wait();  // counts that fit
+  EXPECT_EQ(world.traffic(CollectiveKind::all_to_all).collectives, 1u);
 }
 
 }  // namespace

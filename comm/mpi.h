@@ -24,8 +24,9 @@ std::unique_ptr<Communicator> mpi_world(Device device, std::string name = "world
 // (all_reduce sum, reduce_scatter_block, all_gather, broadcast, all_to_all) on f32, `bytes` as
 // bench/comm_bench.h counts them, made directly on the MPI thread; the mean of `iterations`
 // calls after one warm-up, on the slowest rank. `nonblocking`: MPI_Iallreduce ... and MPI_Wait,
-// the calls the MPI backend makes (the same algorithms); else the blocking MPI_Allreduce ...,
-// which a library may implement with other algorithms. A collective: every rank calls it.
+// the calls the MPI backend makes (the same algorithms; MPI_Ialltoallv for all_to_all); else the
+// blocking MPI_Allreduce ... (MPI_Alltoall), which a library may implement with other
+// algorithms. A collective: every rank calls it.
 double raw_mpi_seconds(CollectiveKind kind, size_t bytes, int iterations, bool nonblocking);
 
 // How long a collective may wait before the watchdog reports where every rank is and ends the

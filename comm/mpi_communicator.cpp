@@ -8,10 +8,12 @@
 // (after the kernels queued before it), host to device in wait().
 #include <atomic>
 #include <cstdlib>
-#include <numeric>
-#include <vector>
 #include <cstring>
 #include <mutex>
+#include <numeric>
+#include <span>
+#include <string_view>
+#include <vector>
 
 #include "comm/mpi.h"
 #include "comm/mpi_progress.h"
@@ -57,6 +59,28 @@ MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
 int count_of(const Tensor& t) {
   DT_CHECK(t.numel() <= INT32_MAX, "an MPI message of ", t.numel(), " elements is above MPI's int count");
   return static_cast<int>(t.numel());
+}
+
+// An all_to_all's parts of one buffer as MPI_Ialltoallv takes them: counts and offsets in
+// elements, as int.
+struct MpiParts {
+  std::vector<int> counts, offsets;
+};
+
+// Throws, naming the part, where a count or an offset is past MPI's int.
+MpiParts mpi_parts(const CollectiveInfo& c, std::string_view arg, std::span<const int64_t> counts) {
+  MpiParts parts;
+  int64_t offset = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (counts[r] > INT32_MAX || offset > INT32_MAX)
+      throw Error(str(c.describe(), ": part ", r, " of ", arg, " (", counts[r], " elements from element ", offset,
+                      ") is past the ", INT32_MAX, " that MPI's int counts and offsets reach; ",
+                      "split the exchange over several all_to_alls"));
+    parts.counts.push_back(static_cast<int>(counts[r]));
+    parts.offsets.push_back(static_cast<int>(offset));
+    offset += counts[r];
+  }
+  return parts;
 }
 
 // A buffer as MPI sees it: the tensor's own memory on the CPU, a host copy of a CUDA tensor.
@@ -198,15 +222,22 @@ class MpiCommunicator final : public Communicator {
         std::move(view));
   }
 
-  std::unique_ptr<Work> start_all_to_all(Tensor out, Tensor in) override {
+  // Even or not, one MPI_Ialltoallv. MPI reads its count and offset arrays until the request
+  // completes: the call keeps them.
+  std::unique_ptr<Work> start_all_to_all(Tensor out, std::span<const int64_t> out_counts, Tensor in,
+                                         std::span<const int64_t> in_counts) override {
+    auto sent = std::make_shared<const MpiParts>(mpi_parts(starting(), "in", in_counts));
+    auto received = std::make_shared<const MpiParts>(mpi_parts(starting(), "out", out_counts));
     auto in_view = std::make_shared<HostView>(in, true);
     auto out_view = std::make_unique<HostView>(out, false);
     void* data = out_view->data;
-    const int count = count_of(in) / size();
     const MPI_Datatype type = word_type(in.dtype);
     return started(
-        "MPI_Ialltoall",
-        [=, this](MPI_Request* r) { return MPI_Ialltoall(in_view->data, count, type, data, count, type, comm_, r); },
+        "MPI_Ialltoallv",
+        [=, this](MPI_Request* r) {
+          return MPI_Ialltoallv(in_view->data, sent->counts.data(), sent->offsets.data(), type, data,
+                                received->counts.data(), received->offsets.data(), type, comm_, r);
+        },
         std::move(out_view));
   }
 
@@ -307,6 +338,9 @@ double raw_mpi_seconds(CollectiveKind kind, size_t bytes, int iterations, bool n
   // reduce_scatter's input and all_gather's output are `count`; the other side is a part of it.
   const int part = kind == CollectiveKind::reduce_scatter || kind == CollectiveKind::all_gather ? count / ranks : count;
   const int share = count / ranks;  // all_to_all's per-peer part
+  // all_to_all's parts as the backend passes them to MPI_Ialltoallv.
+  std::vector<int> shares(static_cast<size_t>(ranks), share), offsets(static_cast<size_t>(ranks));
+  for (int q = 0; q < ranks; ++q) offsets[q] = q * share;
   std::vector<float> in(static_cast<size_t>(count), 1.0f), out(static_cast<size_t>(count), 0.0f);
   const MPI_Comm w = MPI_COMM_WORLD;
   double seconds = 0;
@@ -337,7 +371,8 @@ double raw_mpi_seconds(CollectiveKind kind, size_t bytes, int iterations, bool n
         case CollectiveKind::broadcast:
           return MPI_Ibcast(in.data(), count, MPI_FLOAT, 0, w, r);
         case CollectiveKind::all_to_all:
-          return MPI_Ialltoall(in.data(), share, MPI_FLOAT, out.data(), share, MPI_FLOAT, w, r);
+          return MPI_Ialltoallv(in.data(), shares.data(), offsets.data(), MPI_FLOAT, out.data(), shares.data(),
+                                offsets.data(), MPI_FLOAT, w, r);
       }
       return MPI_SUCCESS;
     };

@@ -17,7 +17,8 @@ class SingleProcessCommunicator final : public Communicator {
   std::unique_ptr<Work> start_reduce_scatter(Tensor out, Tensor in, ReduceOp op) override;
   std::unique_ptr<Work> start_all_gather(Tensor out, Tensor in) override;
   std::unique_ptr<Work> start_broadcast(Tensor buffer, int root) override;
-  std::unique_ptr<Work> start_all_to_all(Tensor out, Tensor in) override;
+  std::unique_ptr<Work> start_all_to_all(Tensor out, std::span<const int64_t> out_counts, Tensor in,
+                                         std::span<const int64_t> in_counts) override;
   std::unique_ptr<Work> start_send(Tensor buffer, int peer) override;
   std::unique_ptr<Work> start_recv(Tensor buffer, int peer) override;
   std::unique_ptr<Work> start_barrier() override;

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "core/device.h"
@@ -20,10 +23,49 @@ std::vector<float> rank_values(int rank, int n) {
 std::vector<float> unwritten(int n) { return std::vector<float>(static_cast<size_t>(n), kUnwritten); }
 
 // Host values on `device`, and back.
-OwnedTensor on(Device device, std::vector<float>& host) {
-  return copy_to({.data = host.data(), .dtype = DType::f32, .shape = {static_cast<int64_t>(host.size())}}, device);
+template <typename T>
+OwnedTensor on(Device device, std::vector<T>& host, DType dtype = DType::f32) {
+  return copy_to({.data = host.data(), .dtype = dtype, .shape = {static_cast<int64_t>(host.size())}}, device);
 }
 std::vector<float> back(const OwnedTensor& t) { return host_values<float>(t.t); }
+
+// The elements rank `from` sends rank `to` in the uneven all_to_all: 0 to 3, some none, and at
+// two ranks or more none at all to the last rank, whose output is empty.
+int64_t part_count(int from, int to, int ranks) { return ranks > 1 && to == ranks - 1 ? 0 : (1 + from + 2 * to) % 4; }
+
+// Element j of that part: a distinct integer in f32, a distinct bit pattern (0x3f80 is 1.0) in
+// bf16 — all_to_all moves bits, so both compare exactly. kUnwritten's bf16 is a NaN, never one.
+template <typename T>
+T part_element(int from, int to, int64_t j) {
+  const int64_t w = 64 * from + 8 * to + j;
+  if constexpr (std::is_same_v<T, float>)
+    return static_cast<float>(w);
+  else
+    return static_cast<uint16_t>(0x3f80 + w);
+}
+
+template <typename T>
+void expect_uneven_all_to_all(Communicator& world, Device device, DType dtype, T unwritten_element) {
+  const int r = world.rank(), p = world.size();
+  std::vector<int64_t> in_counts, expected_out_counts;
+  std::vector<T> sent;
+  for (int q = 0; q < p; ++q) {
+    in_counts.push_back(part_count(r, q, p));
+    expected_out_counts.push_back(part_count(q, r, p));
+    for (int64_t j = 0; j < in_counts.back(); ++j) sent.push_back(part_element<T>(r, q, j));
+  }
+  EXPECT_EQ(all_to_all_counts(world, in_counts), expected_out_counts) << "all_to_all_counts";
+  const int64_t received = std::accumulate(expected_out_counts.begin(), expected_out_counts.end(), int64_t{0});
+  std::vector<T> got(static_cast<size_t>(received), unwritten_element);
+  OwnedTensor in = on(device, sent, dtype), out = on(device, got, dtype);
+  world.all_to_all(out.t, expected_out_counts, in.t, in_counts).wait();
+  got = host_values<T>(out.t);
+  size_t i = 0;
+  for (int q = 0; q < p; ++q)
+    for (int64_t j = 0; j < expected_out_counts[q]; ++j, ++i)
+      EXPECT_EQ(got[i], part_element<T>(q, r, j))
+          << dtype_name(dtype) << " all_to_all with uneven parts: element " << j << " from rank " << q;
+}
 
 }  // namespace
 
@@ -73,6 +115,8 @@ void expect_collectives_give_their_defined_results(Communicator& world, Device d
   for (int q = 0; q < p; ++q)
     for (int i = 0; i < n; ++i)
       EXPECT_EQ(from_all[q * n + i], static_cast<float>(q * 100 + r * n + i)) << "all_to_all, from rank " << q;
+  expect_uneven_all_to_all<float>(world, device, DType::f32, kUnwritten);
+  expect_uneven_all_to_all<uint16_t>(world, device, DType::bf16, 0xffff);
 
   // A ring of sends: each rank receives its left neighbour's values. (One rank would send to
   // itself, which no backend promises without a group of calls.)

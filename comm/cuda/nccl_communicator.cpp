@@ -5,9 +5,9 @@
 // communication stream, and records a second event there; the handle's wait() makes the
 // compute stream wait for that event. Nothing blocks the host; done() asks the event. In a job
 // started by a launcher the MPI thread asks it too, for the collective watchdog.
-// all_to_all is a group of sends and receives, as NCCL has no all-to-all call; barrier is an
-// all-reduce of one float. NCCL errors become dt::Error with the call, the error string and
-// NCCL's last error message.
+// all_to_all, even or not, is a group of sends and receives, as NCCL has no all-to-all call;
+// barrier is an all-reduce of one float. NCCL errors become dt::Error with the call, the error
+// string and NCCL's last error message.
 #include <nccl.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include <exception>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include "comm/mpi.h"
@@ -166,15 +167,25 @@ class NcclCommunicator final : public Communicator {
                     comm_);
     });
   }
-  std::unique_ptr<Work> start_all_to_all(Tensor out, Tensor in) override {
+  // Parts move as bytes, whatever the dtype. An empty part is not issued: its peer's count is 0
+  // too, so neither side waits for it.
+  std::unique_ptr<Work> start_all_to_all(Tensor out, std::span<const int64_t> out_counts, Tensor in,
+                                         std::span<const int64_t> in_counts) override {
+    const size_t element_bytes = dtype_size(in.dtype);
     return issue([&](cudaStream_t s) {
-      const size_t part_bytes = in.bytes() / static_cast<size_t>(size());
+      size_t sent_bytes = 0, received_bytes = 0;  // offsets of the parts
       DT_NCCL_CHECK(ncclGroupStart(), comm_);
       for (int peer = 0; peer < size(); ++peer) {
-        DT_NCCL_CHECK(ncclSend(static_cast<const char*>(in.data) + peer * part_bytes, part_bytes, ncclUint8, peer, comm_, s),
-                      comm_);
-        DT_NCCL_CHECK(ncclRecv(static_cast<char*>(out.data) + peer * part_bytes, part_bytes, ncclUint8, peer, comm_, s),
-                      comm_);
+        const size_t send_bytes = static_cast<size_t>(in_counts[peer]) * element_bytes;
+        const size_t recv_bytes = static_cast<size_t>(out_counts[peer]) * element_bytes;
+        if (send_bytes > 0)
+          DT_NCCL_CHECK(ncclSend(static_cast<const char*>(in.data) + sent_bytes, send_bytes, ncclUint8, peer, comm_, s),
+                        comm_);
+        if (recv_bytes > 0)
+          DT_NCCL_CHECK(ncclRecv(static_cast<char*>(out.data) + received_bytes, recv_bytes, ncclUint8, peer, comm_, s),
+                        comm_);
+        sent_bytes += send_bytes;
+        received_bytes += recv_bytes;
       }
       DT_NCCL_CHECK(ncclGroupEnd(), comm_);
     });
