@@ -2,8 +2,6 @@
 
 #include "core/device.h"
 #include "kernels/add.h"
-#include "kernels/gelu.h"
-#include "kernels/swiglu.h"
 
 namespace dt {
 
@@ -24,13 +22,11 @@ Block::Block(const ParameterLayout& layout, int layer, Recompute recompute, Para
     : layer_(layer),
       unit_(layout.block_unit(layer)),
       recompute_(recompute),
-      mlp_(layout.config().traits().mlp),
       ln_1_(layout, prefix(layer, "ln_1")),
       ln_2_(layout, prefix(layer, "ln_2")),
       attn_qkv_(layout, prefix(layer, "attn.qkv"), regions),
-      mlp_fc_(layout, prefix(layer, "mlp.fc"), regions),
       attn_proj_(layout, prefix(layer, "attn.proj"), regions),
-      mlp_proj_(layout, prefix(layer, "mlp.proj"), regions),
+      mlp_(make_mlp(layout, layer, regions)),
       parallel_(&regions) {}
 
 void Block::forward_to_activation(const FlatTensors& weights, Tensor x, const BlockActivations& a,
@@ -40,33 +36,19 @@ void Block::forward_to_activation(const FlatTensors& weights, Tensor x, const Bl
   attention.forward(a.qkv, a.atty, a.lse);
   const Tensor attn = attn_proj_.forward(weights, a.proj_out, a.atty, a.branch);
   ln_2_.add_forward(weights, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, attn);
-  mlp_fc_.forward(weights, a.fch, a.ln2, a.gathered);
-  if (mlp_ == MlpKind::gelu)
-    k::gelu_forward(a.fch_act, a.fch);
-  else
-    k::swiglu_forward(a.fch_act, a.fch);
+  mlp_->forward_to_activation(weights, a);
 }
 
 void Block::forward(const FlatTensors& weights, Tensor x, const BlockActivations& a, AttentionCore& attention) const {
   forward_to_activation(weights, x, a, attention);
-  k::add_forward(a.res3, a.res2, mlp_proj_.forward(weights, a.proj_out, a.fch_act, a.branch));
+  k::add_forward(a.res3, a.res2, mlp_->forward_output(weights, a));
 }
 
 void Block::backward_input(const FlatTensors& weights, const FlatTensors& grads, Tensor x, const BlockActivations& a,
                            const BlockGradients& d, TrainingAttention& attention, bool weights_now) const {
   if (recompute_ == Recompute::full) forward_to_activation(weights, x, a, attention);
   // MLP branch, from the output's gradient.
-  const Tensor dmlp = mlp_proj_.output_gradient(d.dout, a.gathered);
-  mlp_proj_.backward_input(weights, d.dact, dmlp);
-  if (weights_now) mlp_proj_.backward_weight(grads, dmlp, a.fch_act);
-  if (mlp_ == MlpKind::gelu)
-    k::gelu_backward(d.dfch, a.fch, d.dact);
-  else
-    k::swiglu_backward(d.dfch, d.dact, a.fch);
-  // The weight's gradient while the input's is summed over the group (its input gathered again
-  // with sequence parallelism: gathered held dmlp until now).
-  PendingSum dln2 = mlp_fc_.backward_input(weights, d.dtmp, d.dfch, d.dpart);
-  if (weights_now) mlp_fc_.backward_weight(grads, d.dfch, a.ln2, a.gathered);
+  PendingSum dln2 = mlp_->backward_input(weights, grads, a, d, weights_now);
   dln2.done.wait();
   // The residual stream's gradient goes past the branch; the norm's backward adds the branch's.
   copy_unless_same(d.dres2, d.dout);
@@ -86,8 +68,7 @@ void Block::backward_input(const FlatTensors& weights, const FlatTensors& grads,
 }
 
 void Block::backward_weight(const FlatTensors& grads, const BlockActivations& a, const BlockGradients& d) const {
-  mlp_proj_.backward_weight(grads, mlp_proj_.output_gradient(d.dout, a.gathered), a.fch_act);
-  mlp_fc_.backward_weight(grads, d.dfch, a.ln2, a.gathered);
+  mlp_->backward_weight(grads, a, d);
   attn_proj_.backward_weight(grads, attn_proj_.output_gradient(d.dres2, a.gathered), a.atty);
   attn_qkv_.backward_weight(grads, d.dqkv, a.ln1, a.gathered);
 }

@@ -1,0 +1,36 @@
+// The views one block's passes work on: its activations and its backward's gradients, given by
+// the caller (model/stage.h for training, model/inference.h for generation). Sizes: N rows of
+// the micro-batch; C the model width; this rank's widths under tensor parallelism
+// (model/tensor_shard.h).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace dt {
+
+// One block's activations for N rows, (N, width) views, or (this rank's rows, width) for ln1, ln2,
+// res2, res3, their statistics and branch. The *_mean views are LayerNorm's only, lse is training's
+// only. res2 and res3 may be the block's input x itself (generation updates the residual stream
+// in place; kernels/add.h allows it); the others must be distinct. proj_out is scratch for both
+// branches' output projections (all rows), branch for their sum (this rank's rows) and gathered
+// for a column-parallel layer's whole input: the last two are used with sequence parallelism
+// only.
+struct BlockActivations {
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, lse, proj_out, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
+  Tensor branch, gathered;
+};
+
+// One block's gradients for N rows in backward. dout is the output's gradient (given); dres2 the
+// gradient of x' and din the input's (set): this rank's rows with sequence parallelism, like
+// dpart, where a column-parallel layer's summed input gradient goes (used with sequence
+// parallelism only). dtmp, datty, dact, dfch and dqkv are working space for all rows; datty
+// (N, this rank's attention width) may share dtmp's memory.
+// When the weights' gradients are taken at once (backward_input with weights_now), dres2 and din
+// may be dout itself: the residual stream's gradient is then updated in place. When they are
+// deferred to backward_weight, dout, dres2, dfch and dqkv are what it reads: they must be
+// distinct and kept, with the activations, until then.
+struct BlockGradients {
+  Tensor dout, dres2, din, dtmp, datty, dact, dfch, dqkv, dpart;
+};
+
+}  // namespace dt

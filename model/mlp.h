@@ -1,0 +1,56 @@
+// A block's MLP branch, from ln_2's output to the branch's output: the seam beside attention's
+// (model/attention_core.h) where a mixture of experts will go. A block reaches its MLP only
+// through this interface; the dense MLP,
+//
+//   mlp.proj(act(mlp.fc(x)))     act: GELU, or SwiGLU of mlp.fc's gate and up halves
+//
+// is its one implementation today. Its views are the block's (model/block_tensors.h): it reads
+// a.ln2 (this rank's rows) and sets a.fch and a.fch_act; its output goes through a.proj_out (and
+// a.branch under sequence parallelism); backward reads d.dout and uses d.dact, d.dfch, d.dtmp,
+// d.dpart and a.gathered as working space. Its linear layers communicate through the block's
+// ParallelRegions.
+#pragma once
+
+#include <memory>
+
+#include "model/block_tensors.h"
+#include "model/layers.h"
+
+namespace dt {
+
+class Mlp {
+ public:
+  virtual ~Mlp() = default;
+  // Sets what backward reads, from a.ln2: what full recomputation reruns.
+  virtual void forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const = 0;
+  // The branch's output for this rank's rows, from what forward_to_activation set.
+  virtual Tensor forward_output(const FlatTensors& weights, const BlockActivations& a) const = 0;
+  // From d.dout, the branch output's gradient (this rank's rows): the gradient of a.ln2, its sum
+  // over the tensor-parallel group started (wait on it before reading); with weights_now the
+  // weights' gradients are added too, else backward_weight adds them later from d.
+  virtual PendingSum backward_input(const FlatTensors& weights, const FlatTensors& grads, const BlockActivations& a,
+                                    const BlockGradients& d, bool weights_now) const = 0;
+  virtual void backward_weight(const FlatTensors& grads, const BlockActivations& a, const BlockGradients& d) const = 0;
+};
+
+class DenseMlp final : public Mlp {
+ public:
+  // Block `layer`'s mlp.fc and mlp.proj of `layout`, communicating through `regions`.
+  DenseMlp(const ParameterLayout& layout, int layer, ParallelRegions& regions);
+
+  void forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const override;
+  Tensor forward_output(const FlatTensors& weights, const BlockActivations& a) const override;
+  PendingSum backward_input(const FlatTensors& weights, const FlatTensors& grads, const BlockActivations& a,
+                            const BlockGradients& d, bool weights_now) const override;
+  void backward_weight(const FlatTensors& grads, const BlockActivations& a, const BlockGradients& d) const override;
+
+ private:
+  MlpKind kind_;
+  ColumnParallelLinear fc_;
+  RowParallelLinear proj_;
+};
+
+// Block `layer`'s MLP as its declaration says (model/block_declaration.h).
+std::unique_ptr<Mlp> make_mlp(const ParameterLayout& layout, int layer, ParallelRegions& regions);
+
+}  // namespace dt
