@@ -11,11 +11,11 @@
 #include "model/rope_tables.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
-#include "parallel/zero_hooks.h"
-#include "parallel/zero_policy.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "parallel/tensor/tensor_parallel.h"
+#include "parallel/zero_hooks.h"
+#include "parallel/zero_policy.h"
 
 namespace dt {
 
