@@ -4,7 +4,7 @@
 // pipeline stages can run. Data parallelism acts on it (parallel/data_parallel.h, its unit hooks
 // parallel/zero_hooks.h), the planner counts by it (plan/memory.h, plan/step_time.h),
 // checkpoints save by it (train/training_checkpoint.h) and the run's checks refuse what it
-// cannot run (train/run_config.h). Only ZeroPolicy::of reads the stage's number.
+// cannot run (train/run_config.h). Only ZeroPolicy::of decides anything by the stage's number.
 //
 // Each stage shards what the one below does, and one thing more:
 //   0  nothing: every rank keeps the whole model states, all-reduces the gradients in buckets
@@ -39,9 +39,9 @@ struct ZeroPolicy {
   // over `ranks` ranks.
   static ZeroPolicy of(int stage, DType precision, int ranks);
 
-  int stage = 0;
-  DType precision = DType::f32;
-  int ranks = 1;
+  int stage = 0;                 // for messages
+  DType precision = DType::f32;  // of the weights forward reads
+  int ranks = 1;                 // that the model states are sharded over
   // What is sharded: each rank keeps only its part of every unit.
   bool shards_optimizer_state = false;  // AdamW's moments, and the reduced gradients they read
   bool shards_gradients = false;        // the gradients backward writes, beyond one unit's at a time
