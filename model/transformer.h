@@ -59,7 +59,7 @@ class Transformer {
   // device: where every buffer lives and every kernel runs; tokens and targets given to
   // forward() are on it too.
   // storage: the parameter layout's unit multiple and how parameters and gradients are held
-  // (model/parameters.h): DataParallel::storage under ZeRO, else one process's.
+  // (model/parameters.h): ZeroPolicy::storage under ZeRO, else one process's.
   // A run checks its memory before it makes the model (plan/memory.h).
   // regions: how the model communicates under tensor parallelism (model/parallel_regions.h;
   // parallel/tensor/tensor_parallel.h), which must outlive it: the model is then this rank's

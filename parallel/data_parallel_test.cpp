@@ -99,9 +99,10 @@ struct ShardedModel {
   DataParallel data_parallel;
   ShardedModel(const ModelConfig& config, Communicator& group, int stage, uint64_t seed, double bucket_mb = 25,
                DType precision = DType::f32)
-      : model(config, kB, kT, Recompute::none, precision, Device::cpu, DataParallel::storage(group.size(), stage)),
-        data_parallel(model, group, bucket_mb, stage) {
-    if (!data_parallel.shards_parameters()) {
+      : model(config, kB, kT, Recompute::none, precision, Device::cpu,
+              ZeroPolicy::of(stage, precision, group.size()).storage()),
+        data_parallel(model, group, bucket_mb, ZeroPolicy::of(stage, precision, group.size())) {
+    if (!data_parallel.policy().shards_f32_parameters()) {
       init_parameters(model.params(), seed);
       data_parallel.take_parameters(model.params());
       return;
@@ -113,7 +114,7 @@ struct ShardedModel {
   // The f32 parameters whole, on rank 0 of the group where they are sharded (gathered there;
   // nullopt elsewhere), else nullopt: they are model.params().
   std::optional<FlatTensors> whole_parameters() {
-    if (!data_parallel.shards_parameters()) return std::nullopt;
+    if (!data_parallel.policy().shards_f32_parameters()) return std::nullopt;
     std::optional<FlatTensors> whole;
     if (data_parallel.group().rank() == 0) whole.emplace(model.layout(), MemTag::workspace);
     data_parallel.gather_parameters(whole ? &*whole : nullptr);
@@ -211,7 +212,7 @@ void expect_matches_one_process(Communicator* world, const Cell& cell) {
                                  accumulation, " rank ", rank);
     const double loss_diff = max_relative_difference(parallel.losses, reference.losses);
     const double norm_diff = max_relative_difference(parallel.norms, reference.norms);
-    const double parameters = data_parallel.shards_parameters() ? owned_parameter_difference(one.params(), data_parallel)
+    const double parameters = data_parallel.policy().shards_f32_parameters() ? owned_parameter_difference(one.params(), data_parallel)
                                                      : parameter_difference(one.params(), mine.params());
     const Bounds bound = bounds(precision);
     EXPECT_LT(loss_diff, bound.losses) << what;
@@ -425,7 +426,7 @@ TEST(Mpi, ZeroRefusesALayoutWithoutItsUnitMultiple) {
   const std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
   Transformer model(model_preset("gpt2-tiny"), 1, 8);
   try {
-    DataParallel zero(model, *world, 25, 1);
+    DataParallel zero(model, *world, 25, ZeroPolicy::of(1, DType::f32, world->size()));
     ADD_FAILURE() << "accepted a layout without padded units";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(str("needs the model's layout made with unit multiple ", 16 * world->size())),
@@ -438,7 +439,7 @@ TEST(DataParallel, BucketsCoverTheBufferAtParameterBoundariesFromTheEnd) {
   const ModelConfig config = model_preset("gpt2-tiny");
   Transformer model(config, 1, 8);
   SingleProcessCommunicator one(Device::cpu, "dp");
-  const DataParallel data_parallel(model, one, 0.05);
+  const DataParallel data_parallel(model, one, 0.05, ZeroPolicy::of(0, DType::f32, 1));
   const auto& buckets = data_parallel.buckets();
   ASSERT_GT(buckets.size(), 2u);
   EXPECT_EQ(buckets.front().end, model.layout().total_elements());

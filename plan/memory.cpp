@@ -12,10 +12,11 @@
 #include "model/rope_tables.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
-#include "parallel/data_parallel.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "parallel/tensor/tensor_parallel.h"
+#include "parallel/zero_hooks.h"
+#include "parallel/zero_policy.h"
 
 namespace dt {
 
@@ -60,7 +61,8 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
            " micro-batches a step under a schedule of ", schedule->micro_batches);
   MemoryPlan plan;
   const auto add = [&](MemTag tag, size_t bytes) { plan.bytes[static_cast<int>(tag)] += bytes; };
-  const ParameterStorage storage = DataParallel::storage(dp_ranks, zero_stage);
+  const ZeroPolicy zero = ZeroPolicy::of(zero_stage, precision, dp_ranks);
+  const ParameterStorage storage = zero.storage();
   RankStages stages{.all = {StageUnits::whole(config)}, .held = {0}, .deferred_weights = false};
   if (schedule != nullptr) stages = pipeline::PipelineParallel::rank_stages(config, *schedule, pp_rank, seq_len);
   std::vector<StageUnits> held;
@@ -80,17 +82,17 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
     add(MemTag::workspace, static_cast<size_t>(activations.scratch));
     if (config.traits().positions == PositionKind::rotary) add(MemTag::workspace, rope_table_bytes(config, seq_len));
   }
-  // The optimizer: the whole layout's moments at stage 0, else the shards and their moments.
-  const int64_t local = zero_stage == 0 ? layout.total_elements() : DataParallel::shard_elements(layout, dp_ranks);
-  for (const DataParallel::ShardSpec& spec : DataParallel::shard_buffers(precision, zero_stage))
+  // The optimizer: the moments of its elements, and ZeRO's shards.
+  const int64_t local = zero.optimizer_elements(layout);
+  for (const ZeroPolicy::ShardBuffer& spec : zero.shard_buffers())
     add(spec.tag, static_cast<size_t>(local) * dtype_size(spec.dtype));
   add(MemTag::optimizer_state, 2 * AdamW::bytes_per_moment(local));
-  if (zero_stage >= 2) {
-    // ZeRO 2 and 3 run on one stage (their hooks reduce and gather during its passes).
-    DT_CHECK(held.size() == 1, "ZeRO stage ", zero_stage, " of a rank with ", held.size(), " stages");
-    plan.during_step = DataParallel::working_set(layout, precision, dp_ranks, zero_stage,
-                                                 Stage::unit_hook_calls(layout, held.front()), micro_batches);
-  }
+  // ZeRO's hooks during the passes of a rank's one stage; a pipeline's reduction follows its
+  // schedule and holds nothing more (DataParallel::reduce_gradients).
+  if (schedule == nullptr)
+    plan.during_step = ZeroHooks::working_set(layout, zero, Stage::unit_hook_calls(layout, held.front()), micro_batches);
+  else
+    DT_CHECK(zero.allows_pipeline(), "a plan of pipeline stages: ", zero.pipeline_conflict());
   // What crosses between ranks during a step, on any backend: tensor parallelism's staging in the
   // blocks and, on the rank with the head, for the loss; and the pipeline's boundary tensors (all
   // of a micro-batch's rows, or under sequence parallelism this rank's part, in the compute
@@ -118,7 +120,8 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   const size_t gradients = plan.bytes[static_cast<size_t>(MemTag::gradients)];
   size_t& kept = plan.mpi_kept_results;
   if (dp_ranks > 1 || shard.size > 1 || schedule != nullptr) kept += kDouble;
-  if (dp_ranks > 1) kept += kDouble + (zero_stage == 0 ? gradients : 0);
+  const bool all_reduces_gradients = zero.reduction() == ZeroPolicy::Reduction::all_reduce_buckets;
+  if (dp_ranks > 1) kept += kDouble + (all_reduces_gradients ? gradients : 0);
   kept += tp.largest_sum;
   if (schedule != nullptr) {
     kept += kDouble;
@@ -184,7 +187,9 @@ void check_fits_on_gpu(const ModelConfig& config, int batch_size, int seq_len, R
                   " over ", dp_ranks, " data-parallel rank", dp_ranks == 1 ? "" : "s", ", and the activations of a "
                   "micro-batch of ", batch_size, " x ", seq_len, " tokens, recompute ", recompute_name(recompute),
                   ") but the GPU has ", format_bytes(static_cast<double>(available)), " free; ",
-                  zero_stage < 3 ? "raise parallel.zero_stage (up to 3) or " : "",
+                  ZeroPolicy::exists(zero_stage + 1)
+                      ? str("raise parallel.zero_stage (up to ", ZeroPolicy::kHighestStage, ") or ")
+                      : "",
                   "use more data-parallel, tensor-parallel or pipeline ranks, a smaller micro_batch_size or seq_len, "
                   "train.recompute = \"full\", "
                   "precision bf16, or a smaller model"));

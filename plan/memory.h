@@ -2,10 +2,10 @@
 // alone — before anything is allocated. Every buffer's bytes come from the function its
 // constructor also sizes it with: the model's flat buffers (Transformer::parameter_buffers and
 // FlatTensors::held_bytes), the stage's activations (Stage::activation_bytes), the rotary tables,
-// ZeRO's shards (DataParallel::shard_buffers) and AdamW's moments (AdamW::bytes_per_moment); so
-// the prediction is what the constructors allocate, exactly. Beside them during a step: ZeRO 2
-// and 3's units of gradients, their staging and at stage 3 weights (DataParallel::working_set
-// walks the stage's hook calls, Stage::unit_hook_calls), tensor parallelism's staging
+// ZeRO's shards (ZeroPolicy::shard_buffers) and AdamW's moments (AdamW::bytes_per_moment); so
+// the prediction is what the constructors allocate, exactly. Beside them during a step: ZeRO's
+// units of gradients, their staging and gathered weights (ZeroHooks::working_set runs the run's
+// own hooks over the stage's hook calls, Stage::unit_hook_calls), tensor parallelism's staging
 // (TensorParallel::communication_bytes) and the pipeline's boundary tensors (pipeline::boundary_buffers); and what an MPI backend
 // keeps of each group's all-reduces. train/run_config.h's run_memory_plan adds what the trainer
 // holds, a CPU run's kernel scratch (cpu_kernel_scratch_bytes) and ring attention's buffers.

@@ -7,7 +7,7 @@
 #include "core/allocator.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
-#include "parallel/data_parallel.h"
+#include "parallel/zero_policy.h"
 #include "plan/memory.h"
 #include "tests/gpt2_sizes.h"
 
@@ -84,7 +84,7 @@ TEST(TrainingBytes, TheZeroPapersModelStateWithFp32Gradients) {
     const MemoryPlan plan = plan_memory(config, 1, 1024, 1, Recompute::full, DType::bf16, 64, stage);
     // Ψ as the flat buffers hold it: ZeRO pads each unit to 64 equal parts.
     const double psi = static_cast<double>(
-        ParameterLayout(config, DataParallel::storage(64, stage).unit_multiple).total_elements());
+        ParameterLayout(config, ZeroPolicy::of(stage, DType::bf16, 64).storage().unit_multiple).total_elements());
     const auto tag = [&](MemTag t) { return static_cast<double>(plan.bytes[static_cast<int>(t)]); };
     const double state = tag(MemTag::parameters) + tag(MemTag::gradients) + tag(MemTag::optimizer_state);
     const double reduce_scatter_shard = stage == 1 ? 4 * psi / 64 : 0;

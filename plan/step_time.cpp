@@ -7,9 +7,9 @@
 #include "model/flops.h"
 #include "model/stage.h"
 #include "model/transformer.h"
-#include "parallel/data_parallel.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "parallel/pipeline/schedule_check.h"
+#include "parallel/zero_policy.h"
 #include "plan/collective_time.h"
 
 namespace dt {
@@ -215,7 +215,9 @@ StepTime predict_step_time(const ModelConfig& model, const StepLayout& l, const 
   }
 
   // The rank's parameters, gradients and optimizer shard, from the engine's own layout.
-  const ParameterStorage storage = DataParallel::storage(l.dp * l.cp, l.zero_stage);
+  const int replicas = l.dp * l.cp;
+  const ZeroPolicy zero = ZeroPolicy::of(l.zero_stage, l.precision, replicas);
+  const ParameterStorage storage = zero.storage();
   std::vector<StageUnits> held;
   for (const int s : ranks[busiest].held) held.push_back(ranks[busiest].all[static_cast<size_t>(s)]);
   const ParameterLayout layout(model, storage.unit_multiple, {0, l.tp}, ModelPart::of(held, model.n_layer));
@@ -223,19 +225,21 @@ StepTime predict_step_time(const ModelConfig& model, const StepLayout& l, const 
   const Transformer::ParameterBuffers buffers = Transformer::parameter_buffers(l.precision, storage);
   const double gradient_bytes = parameters * static_cast<double>(dtype_size(buffers.grads.dtype));
   const double weight_bytes = parameters * static_cast<double>(dtype_size(l.precision));
-  const int replicas = l.dp * l.cp;
   const GroupPlacement dp_group = GroupPlacement::of(replicas, l.tp, l.gpus_per_node);
   const double last_backward = p.backward().seconds();
   if (replicas > 1) {
-    const CollectiveKind reduce = l.zero_stage == 0 ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+    const CollectiveKind reduce = zero.reduction() == ZeroPolicy::Reduction::all_reduce_buckets
+                                      ? CollectiveKind::all_reduce
+                                      : CollectiveKind::reduce_scatter;
     r.data_parallel = std::max(0.0, collective_seconds(hw, dp_group, reduce, gradient_bytes) - last_backward);
     const double gather = collective_seconds(hw, dp_group, CollectiveKind::all_gather, weight_bytes);
-    if (l.zero_stage == 1 || l.zero_stage == 2) r.data_parallel += gather;
-    if (l.zero_stage == 3)  // before every forward and backward, behind the other passes' compute
+    if (zero.gathers_weights() == ZeroPolicy::Gather::after_update) r.data_parallel += gather;
+    // Before every forward and backward, behind the other passes' compute.
+    if (zero.gathers_weights() == ZeroPolicy::Gather::before_each_pass)
       r.data_parallel += l.micro_batches * (std::max(0.0, gather - p.forward.seconds()) +
                                             std::max(0.0, gather - last_backward));
   }
-  const double optimizer_parameters = l.zero_stage == 0 ? parameters : parameters / replicas;
+  const double optimizer_parameters = static_cast<double>(zero.optimizer_elements(layout));
   const double copy = l.precision == DType::f32 ? 0.0 : static_cast<double>(dtype_size(l.precision));
   r.optimizer = e.streaming(optimizer_parameters * (kOptimizerBytesPerParameter + copy));
 

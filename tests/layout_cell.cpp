@@ -131,10 +131,10 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     const RankStages stages =
         schedule ? pipeline::PipelineParallel::rank_stages(config, *schedule, groups.coords.pp, kT) : RankStages{};
     // cp joins dp: the parameters' gradients are summed, and ZeRO shards, over dp × cp.
-    Transformer mine(config, kB, T_local, cell.recompute, cell.precision, Device::cpu,
-                     DataParallel::storage(cell.dp * cell.cp, cell.zero), tensor_parallel ? &*tensor_parallel : nullptr,
+    const ZeroPolicy zero = ZeroPolicy::of(cell.zero, cell.precision, cell.dp * cell.cp);
+    Transformer mine(config, kB, T_local, cell.recompute, cell.precision, Device::cpu, zero.storage(), tensor_parallel ? &*tensor_parallel : nullptr,
                      stages, context ? &*context : nullptr);
-    DataParallel data_parallel(mine, groups.dp_cp(), /*bucket_mb=*/0.05, cell.zero, {},
+    DataParallel data_parallel(mine, groups.dp_cp(), /*bucket_mb=*/0.05, zero, {},
                                schedule ? groups.pp.get() : nullptr);
     std::optional<pipeline::PipelineParallel> pipeline;
     if (schedule) pipeline.emplace(mine, *groups.pp, *schedule);
@@ -171,7 +171,7 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     // This rank's part of the f32 parameters, gathered over dp where ZeRO shards them.
     std::optional<FlatTensors> gathered;
     const FlatTensors* parameters = &mine.params();
-    if (data_parallel.shards_parameters()) {
+    if (zero.shards_f32_parameters()) {
       if (groups.dp_cp().rank() == 0) gathered.emplace(mine.layout(), MemTag::workspace);
       data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
       parameters = gathered ? &*gathered : nullptr;

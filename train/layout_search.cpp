@@ -4,6 +4,8 @@
 #include <tuple>
 #include <string>
 
+#include "parallel/zero_policy.h"
+
 namespace dt {
 namespace {
 
@@ -54,7 +56,7 @@ LayoutSearch search_layouts(const RunConfig& base, int gpus, const HardwareProfi
     const std::vector<std::string> schedules =
         d.pp > 1 ? std::vector<std::string>{"1f1b", "interleaved", "zb-h1"} : std::vector<std::string>{"1f1b"};
     // ZeRO shards over dp x cp ranks; with one its stages are the same layout.
-    const int top_stage = d.dp * d.cp > 1 ? 3 : 0;
+    const int top_stage = d.dp * d.cp > 1 ? ZeroPolicy::kHighestStage : 0;
     for (const int micro : divisors(base.global_batch_size() / d.dp))
       for (const std::string& schedule : schedules)
         for (int zero = 0; zero <= top_stage; ++zero)

@@ -4,6 +4,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "parallel/zero_policy.h"
 #include "plan/step_time.h"
 
 namespace dt {
@@ -44,7 +45,7 @@ std::vector<MemoryRemedy> memory_remedies(const RunConfig& config, double availa
     if (micro % m == 0) micro_batches.push_back(m);
   std::vector<MemoryRemedy> fitting;
   // ZeRO shards over the dp x cp ranks: with one there is nothing to shard.
-  const int top_stage = replicas > 1 ? 3 : config.parallel.zero_stage;
+  const int top_stage = replicas > 1 ? ZeroPolicy::kHighestStage : config.parallel.zero_stage;
   for (int stage = config.parallel.zero_stage; stage <= top_stage; ++stage)
     for (int r = static_cast<int>(config.train.recompute); r <= static_cast<int>(Recompute::full); ++r)
       for (const int m : micro_batches) {

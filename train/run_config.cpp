@@ -422,11 +422,12 @@ void check_pipeline(const RunConfig& config, bool model_complete, Checker& check
                                         "its backward, reading the activations forward kept, so none may be "
                                         "recomputed; set train.recompute = \"none\", or parallel.pp_schedule = "
                                         "\"1f1b\""));
-  if (p.zero_stage >= 2)
-    check.report("parallel.zero_stage", str("ZeRO stage ", p.zero_stage, " reduces (and at 3 gathers) during every "
-                                            "micro-batch's pass, which a pipeline schedule interleaves across "
-                                            "micro-batches; with parallel.pp = ", p.pp,
-                                            " use parallel.zero_stage = 0 or 1"));
+  if (ZeroPolicy::exists(p.zero_stage)) {
+    const ZeroPolicy zero = config.zero();
+    if (!zero.allows_pipeline())
+      check.report("parallel.zero_stage", str(zero.pipeline_conflict(), "; with parallel.pp = ", p.pp,
+                                              " use parallel.zero_stage = ", ZeroPolicy::stages_allowing_pipeline()));
+  }
   const int micro_batches = config.accumulation_steps();
   if (micro_batches < 1) return;  // reported with the batch sizes
   std::optional<pipeline::Schedule> schedule;
@@ -533,7 +534,7 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
                                     " tokens (train.micro_batch_size ", t.micro_batch_size, " x data.seq_len ",
                                     config.data.seq_len, "), and each needs at least one; use parallel.tp <= ",
                                     tokens, ", or longer micro-batches"));
-  check.require(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", "must be 0, 1, 2 or 3");
+  check.require(ZeroPolicy::exists(p.zero_stage), "parallel.zero_stage", str("must be 0 to ", ZeroPolicy::kHighestStage));
   check.require(p.bucket_mb > 0 && std::isfinite(p.bucket_mb), "parallel.bucket_mb", "must be finite and above 0");
   check.require(p.backend != "nccl" || t.device == "cuda", "parallel.backend",
                 "NCCL moves CUDA buffers; set train.device = \"cuda\", or parallel.backend = \"mpi\" (or \"auto\")");

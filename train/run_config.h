@@ -35,6 +35,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "parallel/parallel_dims.h"
+#include "parallel/zero_policy.h"
 #include "plan/memory.h"
 #include "plan/step_time.h"
 
@@ -134,6 +135,9 @@ struct RunConfig {
   int accumulation_steps() const { return global_batch_size() / (train.micro_batch_size * dims().dp); }
   int global_batch_size() const { return train.global_batch_size; }
   int64_t tokens_per_step() const { return static_cast<int64_t>(train.global_batch_size) * data.seq_len; }
+  // The ZeRO policy parallel.zero_stage names (one that exists), of train.precision over the
+  // dp × cp ranks, which ZeRO shards over.
+  ZeroPolicy zero() const { return ZeroPolicy::of(parallel.zero_stage, train.precision, dims().dp * dims().cp); }
   // checkpoint.dir, else <run_dir>/checkpoints; empty (no checkpoints) when neither is set.
   std::filesystem::path checkpoint_dir() const {
     if (!checkpoint.dir.empty()) return checkpoint.dir;

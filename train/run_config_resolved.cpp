@@ -184,9 +184,10 @@ std::string derived_quantities(const RunConfig& config) {
                      schedule ? ": parameters, gradients, AdamW moments and the activations of the micro-batches "
                                 "its stages hold"
                               : ": parameters, gradients, AdamW moments and one micro-batch's activations",
-                     config.parallel.zero_stage > 0 ? str(", ZeRO stage ", config.parallel.zero_stage, " over ",
-                                                          config.dims().dp, " ranks with its working set")
-                                                    : "")},
+                     config.zero().shards_optimizer_state
+                         ? str(", ZeRO stage ", config.parallel.zero_stage, " over ", config.dims().dp,
+                               " ranks with its working set")
+                         : "")},
       {"tokens in the run", str(grouped(config.train.steps), " steps x ", grouped(tokens_per_step), " = ",
                                 grouped(run_tokens), " (", si(static_cast<double>(run_tokens)), ")")},
   };

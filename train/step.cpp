@@ -31,7 +31,7 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
   }
   for (size_t m = 0; pipeline == nullptr && m < micro_batches.size(); ++m) {
     const bool reduce = data_parallel != nullptr &&
-                        (m + 1 == micro_batches.size() || data_parallel->reduces_every_micro_batch());
+                        (m + 1 == micro_batches.size() || data_parallel->policy().reduces_every_micro_batch());
     if (reduce) data_parallel->reduce_during_next_backward(/*first_of_step=*/m == 0);
     {
       const trace::ComputeScope span(str("forward and backward ", m + 1, "/", micro_batches.size()));

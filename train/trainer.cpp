@@ -96,11 +96,6 @@ std::string fixed(double value, int decimals) {
   return text;
 }
 
-// What ZeRO `stage` (1 to 3) shards, for the run's header.
-const char* zero_sharding(int stage) {
-  return stage == 1 ? "optimizer state" : stage == 2 ? "optimizer state and gradients" : "optimizer state, gradients and parameters";
-}
-
 bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
 
 }  // namespace
@@ -132,10 +127,7 @@ TrainSummary run_training(const RunConfig& config) {
   if (launched_by_mpi()) set_rank_description(groups.dims.rank_description(groups.world->rank()));
   DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
 
-  // ZeRO pads the layout's units to equal parts over the dp ranks and shards the optimizer's
-  // state (from stage 2 the gradients, at stage 3 the parameters too); the DataParallel holds the
-  // optimizer of this rank's parts at every stage.
-  const int zero_stage = config.parallel.zero_stage, tp = groups.dims.tp, pp = groups.dims.pp;
+  const int tp = groups.dims.tp, pp = groups.dims.pp;
   const int accumulation = config.accumulation_steps();
   // Pipeline parallelism: the schedule of each step's micro-batches over the pp ranks.
   std::optional<pipeline::Schedule> schedule;
@@ -143,7 +135,10 @@ TrainSummary run_training(const RunConfig& config) {
     schedule = pipeline::make_schedule(config.parallel.pp_schedule, pp, accumulation, config.parallel.pp_virtual);
   // Context parallelism: the model runs this rank's tokens of every sequence, attending across
   // the cp group; the cp ranks join the dp ranks in the gradients' sum and ZeRO's shards.
-  const int cp = groups.dims.cp, shard_ranks = groups.dims.dp * cp;
+  const int cp = groups.dims.cp;
+  // ZeRO pads the layout's units to equal parts over the dp × cp ranks and shards what its
+  // policy says; the DataParallel holds the optimizer of this rank's parts at every stage.
+  const ZeroPolicy zero = config.zero();
   std::optional<ContextParallel> context;
   if (cp > 1) context.emplace(*groups.cp, mc, T, config.parallel.cp_zigzag, device);
   const int T_local = context ? context->local_len() : T;
@@ -160,11 +155,11 @@ TrainSummary run_training(const RunConfig& config) {
   std::optional<TensorParallel> tensor_parallel;
   if (tp > 1) tensor_parallel.emplace(*groups.tp, mc, config.parallel.sp);
   Transformer model(mc, B, T_local, config.train.recompute, config.train.precision, device,
-                    DataParallel::storage(shard_ranks, zero_stage), tensor_parallel ? &*tensor_parallel : nullptr,
+                    zero.storage(), tensor_parallel ? &*tensor_parallel : nullptr,
                     schedule ? pipeline::PipelineParallel::rank_stages(mc, *schedule, groups.coords.pp, T)
                              : RankStages{},
                     context ? &*context : nullptr);
-  DataParallel data_parallel(model, groups.dp_cp(), config.parallel.bucket_mb, zero_stage, config.adamw,
+  DataParallel data_parallel(model, groups.dp_cp(), config.parallel.bucket_mb, zero, config.adamw,
                              schedule ? groups.pp.get() : nullptr);
   std::optional<pipeline::PipelineParallel> pipeline;
   if (schedule) pipeline.emplace(model, *groups.pp, *schedule);
@@ -181,10 +176,10 @@ TrainSummary run_training(const RunConfig& config) {
   if (resuming != 0 && resuming != control->size())
     throw Error(str("some ranks find a checkpoint in ", checkpoints.string(), " and others do not; put checkpoint.dir ",
                     "(or log.run_dir) on a filesystem every rank shares"));
-  // ZeRO 3, and ZeRO with 16-bit precision, keep no whole f32 parameters: every rank starts
-  // from a whole host copy (the checkpoint, init.from or the random initialisation) and takes
-  // its parts of it. The optimizer takes its parts of a checkpoint's moments the same way.
-  const bool sharded_parameters = data_parallel.shards_parameters();
+  // Where ZeRO shards the f32 parameters no rank keeps them whole: every rank starts from a
+  // whole host copy (the checkpoint, init.from or the random initialisation) and takes its parts
+  // of it. The optimizer takes its parts of a checkpoint's moments the same way.
+  const bool sharded_parameters = zero.shards_f32_parameters();
   std::optional<FlatTensors> start_copy;
   if (sharded_parameters) start_copy.emplace(model.layout(), MemTag::workspace, Device::cpu);
   FlatTensors& start_params = start_copy ? *start_copy : model.params();
@@ -239,9 +234,10 @@ TrainSummary run_training(const RunConfig& config) {
                               : str(" | each sequence's ", context->padded_len(), " tokens over the ", cp, " cp ranks (",
                                     config.parallel.cp_zigzag ? "zig-zag" : "plain", " chunks), attention in a ring"))
                       .c_str(),
-                  zero_stage == 0 ? ""
-                                  : str(" | ZeRO stage ", zero_stage, ": ", zero_sharding(zero_stage),
-                                        " sharded over the ", groups.dims.dp, " dp ranks").c_str());
+                  zero.shards_optimizer_state
+                      ? str(" | ZeRO stage ", zero.stage, ": ", zero.sharded(), " sharded over the ", groups.dims.dp,
+                            " dp ranks").c_str()
+                      : "");
     if (!config.log.run_dir.empty()) std::printf("run directory %s\n", config.log.run_dir.string().c_str());
   }
 
@@ -261,12 +257,14 @@ TrainSummary run_training(const RunConfig& config) {
   BatchBuffers& model_batches = own_batches ? *own_batches : step_batches;
   BatchBuffers eval_batch(1, B, T_local, device);
   // Evaluation, samples and checkpoints are the lead rank's: every dp rank holds the same model.
-  // Under ZeRO 3 every forward gathers each unit from all ranks, so every rank evaluates (the
-  // same batches), and a sample or a save first gathers the whole parameters on the lead rank.
+  // Where ZeRO gathers the weights before each pass, every forward gathers each unit from all
+  // ranks, so every rank evaluates (the same batches), and a sample or a save first gathers the
+  // whole parameters on the lead rank.
   // Under tensor parallelism a forward is the tp group's: the lead's tp group evaluates, and a
   // sample gathers the shards on the lead.
   const auto validate = [&](int64_t step, ProgressDisplay& progress) {
-    if (!val_data || (zero_stage < 3 && groups.coords.dp != 0)) return;
+    const bool forward_is_collective = zero.gathers_weights() == ZeroPolicy::Gather::before_each_pass;
+    if (!val_data || (!forward_is_collective && groups.coords.dp != 0)) return;
     const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch, pipeline ? &*pipeline : nullptr,
                                   context ? &*context : nullptr);
     if (!lead) return;

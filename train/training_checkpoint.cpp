@@ -168,7 +168,6 @@ nlohmann::ordered_json training_state(int64_t adamw_steps, const LossScaler* sca
 CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params) {
   const AdamW& optimizer = dp.optimizer();
   const int rank = dp.group().rank();
-  const bool sharded_optimizer = dp.zero_stage() >= 1;
   CheckpointShare share;
   const auto pieces = [&](const std::vector<Tensor>& parts) {
     std::vector<CheckpointShare::Piece> out;
@@ -176,12 +175,12 @@ CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& para
     return out;
   };
   // What every rank holds whole, rank 0 writes; what is sharded, every rank writes its parts of.
-  if (dp.shards_parameters())
+  if (dp.policy().shards_f32_parameters())
     share.buffers.emplace_back("model", pieces(dp.parameter_parts()));
   else if (rank == 0)
     share.buffers.emplace_back("model", std::vector<CheckpointShare::Piece>{
                                             {{0, params.layout().total_elements()}, params.all()}});
-  if (sharded_optimizer || rank == 0) {
+  if (dp.policy().shards_optimizer_state || rank == 0) {
     share.buffers.emplace_back("adamw.m", pieces(optimizer.moment_parts(AdamW::Moment::first)));
     share.buffers.emplace_back("adamw.v", pieces(optimizer.moment_parts(AdamW::Moment::second)));
   }
