@@ -3,7 +3,7 @@
 namespace dt {
 
 ActivationRegion RegionLayout::add(int64_t width, DType dtype, int64_t rows) {
-  const ActivationRegion r{.part = part_, .offset = bytes_, .width = width, .dtype = dtype};
+  const ActivationRegion r{.pool = pool_, .offset = bytes_, .width = width, .dtype = dtype};
   // Each region starts on a cache line so that no two regions share one.
   bytes_ += ((rows < 0 ? max_rows_ : rows) * width * static_cast<int64_t>(dtype_size(dtype)) + 63) / 64 * 64;
   return r;
@@ -38,8 +38,8 @@ void ActivationStore::release(int k) {
 
 Tensor ActivationStore::view(int k, const ActivationRegion& r, int64_t rows) const {
   const Buffer* b = &shared_;
-  if (r.part == ActivationPart::scratch) b = &scratch_;
-  if (r.part == ActivationPart::kept) {
+  if (r.pool == ActivationPool::scratch) b = &scratch_;
+  if (r.pool == ActivationPool::kept) {
     const auto it = kept_.find(k);
     DT_CHECK(it != kept_.end(), "micro-batch ", k, "'s activations are not held");
     b = &it->second;

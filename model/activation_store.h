@@ -1,4 +1,4 @@
-// The activation memory of a stage (model/stage.h), in three parts:
+// The activation memory of a stage (model/stage.h), in three pools:
 //
 //   kept     what forward keeps for backward, one buffer per micro-batch in flight (tag
 //            activations). A schedule holds several micro-batches' at once (pipeline
@@ -9,7 +9,7 @@
 //            recomputation policy reruns in backward (tag activations).
 //   scratch  backward's working gradients, shared by every block (tag workspace).
 //
-// Each part is a list of regions laid out once for the largest micro-batch (max_rows rows, or
+// Each pool is a list of regions laid out once for the largest micro-batch (max_rows rows, or
 // fewer for a region that holds a part of the rows: sequence parallelism's share of the
 // sequence), each a (rows, width) matrix of one dtype starting on a cache line, viewed with the
 // current micro-batch's rows. The same layout gives the bytes a plan predicts and the bytes allocated.
@@ -23,24 +23,24 @@
 
 namespace dt {
 
-enum class ActivationPart { kept, shared, scratch };
+enum class ActivationPool { kept, shared, scratch };
 
 struct ActivationRegion {
-  ActivationPart part = ActivationPart::kept;
-  int64_t offset = 0;  // bytes from the start of the part's buffer
+  ActivationPool pool = ActivationPool::kept;
+  int64_t offset = 0;  // bytes from the start of the pool's buffer
   int64_t width = 0;   // elements per row
   DType dtype = DType::f32;
 };
 
 class RegionLayout {
  public:
-  RegionLayout(ActivationPart part, int64_t max_rows) : part_(part), max_rows_(max_rows) {}
+  RegionLayout(ActivationPool pool, int64_t max_rows) : pool_(pool), max_rows_(max_rows) {}
   // A new region of `width` elements per row, for max_rows rows or `rows` when given.
   ActivationRegion add(int64_t width, DType dtype, int64_t rows = -1);
   int64_t bytes() const { return bytes_; }
 
  private:
-  ActivationPart part_;
+  ActivationPool pool_;
   int64_t max_rows_;
   int64_t bytes_ = 0;
 };

@@ -59,7 +59,7 @@ void Block::backward_input(const FlatTensors& weights, const FlatTensors& grads,
   attn_proj_.backward_input(weights, d.datty, dattn);
   if (weights_now) attn_proj_.backward_weight(grads, dattn, a.atty);
   attention.backward(d.dqkv, d.datty, a.qkv, a.atty, a.lse);
-  PendingSum dln1 = attn_qkv_.backward_input(weights, d.dtmp, d.dqkv, d.dpart);
+  PendingSum dln1 = attn_qkv_.backward_input(weights, d.dtmp, d.dqkv, d.dlocal);
   parallel_->sum_copied_head_gradients(d.dqkv);
   if (weights_now) attn_qkv_.backward_weight(grads, d.dqkv, a.ln1, a.gathered);
   dln1.done.wait();

@@ -110,7 +110,7 @@ namespace {
 std::vector<ActivationDeclaration> block_activations() {
   using A = BlockActivation;
   using W = ActivationWidth;
-  constexpr ActivationRows all = ActivationRows::all, part = ActivationRows::part;
+  constexpr ActivationRows all = ActivationRows::all, part = ActivationRows::local;
   constexpr Recompute full = Recompute::full, core = Recompute::selective;
   return {{A::ln1, W::model, part, false, full},      {A::ln1_mean, W::norm_mean, part, true, full},
           {A::ln1_rstd, W::one, part, true, full},    {A::qkv, W::qkv, all, false, full},

@@ -78,7 +78,7 @@ constexpr int kBlockActivations = static_cast<int>(BlockActivation::res3) + 1;
 // its output, one per head, the MLP's first projection's output and its activation's.
 enum class ActivationWidth { model, norm_mean, one, qkv, attention, heads, ffn_in, ffn };
 // Its rows: all N of the micro-batch, or this rank's part of them under sequence parallelism.
-enum class ActivationRows { all, part };
+enum class ActivationRows { all, local };
 
 struct ActivationDeclaration {
   BlockActivation id;

@@ -22,7 +22,7 @@ struct BlockActivations {
 
 // One block's gradients for N rows in backward. dout is the output's gradient (given); dres2 the
 // gradient of x' and din the input's (set): this rank's rows with sequence parallelism, like
-// dpart, where a column-parallel layer's summed input gradient goes (used with sequence
+// dlocal, where a column-parallel layer's summed input gradient goes (used with sequence
 // parallelism only). dtmp, datty, dact, dfch and dqkv are working space for all rows; datty
 // (N, this rank's attention width) may share dtmp's memory.
 // When the weights' gradients are taken at once (backward_input with weights_now), dres2 and din
@@ -30,7 +30,7 @@ struct BlockActivations {
 // deferred to backward_weight, dout, dres2, dfch and dqkv are what it reads: they must be
 // distinct and kept, with the activations, until then.
 struct BlockGradients {
-  Tensor dout, dres2, din, dtmp, datty, dact, dfch, dqkv, dpart;
+  Tensor dout, dres2, din, dtmp, datty, dact, dfch, dqkv, dlocal;
 };
 
 }  // namespace dt

@@ -95,9 +95,9 @@ void ColumnParallelLinear::forward(const FlatTensors& weights, Tensor out, Tenso
 }
 
 PendingSum ColumnParallelLinear::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout,
-                                                Tensor part) const {
+                                                Tensor local) const {
   product_.backward_input(weights, dinp, dout);
-  return regions_->column_input_gradient(dinp, part);
+  return regions_->column_input_gradient(dinp, local);
 }
 
 void ColumnParallelLinear::backward_weight(const FlatTensors& grads, Tensor dout, Tensor x, Tensor whole) const {
@@ -110,9 +110,9 @@ RowParallelLinear::RowParallelLinear(const ParameterLayout& layout, const std::s
                layout.config().traits().biases && layout.find(prefix + ".bias").slice.pieces.front().owned),
       regions_(&regions) {}
 
-Tensor RowParallelLinear::forward(const FlatTensors& weights, Tensor partial, Tensor x, Tensor part) const {
+Tensor RowParallelLinear::forward(const FlatTensors& weights, Tensor partial, Tensor x, Tensor local) const {
   product_.forward(weights, partial, x);
-  return regions_->row_output(partial, part);
+  return regions_->row_output(partial, local);
 }
 
 Tensor RowParallelLinear::output_gradient(Tensor dy, Tensor whole) const {

@@ -79,7 +79,7 @@ class LinearProduct {
 // A column-parallel linear layer (Megatron's ColumnParallelLinear: attention's qkv, the MLP's
 // first projection, the output projection): its input comes through f — identity forward, the
 // input gradient's sum over the group backward, or under sequence parallelism the gather of
-// every rank's rows into `whole` and the reduce-scatter of the gradient into `part`; each rank
+// every rank's rows into `whole` and the reduce-scatter of the gradient into `local`; each rank
 // computes its rows of the output, and adds its rows of the bias.
 class ColumnParallelLinear {
  public:
@@ -92,8 +92,8 @@ class ColumnParallelLinear {
   // out (N, this rank's output rows) from x, this rank's rows of the input.
   void forward(const FlatTensors& weights, Tensor out, Tensor x, Tensor whole) const;
   // dinp (N, C) = dout @ weight (set), then its sum over the group started: the pending sum,
-  // into `part` under sequence parallelism. Work that does not need it goes before the wait.
-  PendingSum backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout, Tensor part) const;
+  // into `local` under sequence parallelism. Work that does not need it goes before the wait.
+  PendingSum backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout, Tensor local) const;
   // The weight's (and bias's) gradient += from dout and the forward's input x (gathered again
   // into `whole` under sequence parallelism).
   void backward_weight(const FlatTensors& grads, Tensor dout, Tensor x, Tensor whole) const;
@@ -115,8 +115,8 @@ class RowParallelLinear {
   RowParallelLinear(const ParameterLayout& layout, const std::string& prefix, ParallelRegions& regions);
 
   // This rank's rows of the complete output, from its partial output `partial` (N, C) of x:
-  // `partial` itself, or `part` under sequence parallelism.
-  Tensor forward(const FlatTensors& weights, Tensor partial, Tensor x, Tensor part) const;
+  // `partial` itself, or `local` under sequence parallelism.
+  Tensor forward(const FlatTensors& weights, Tensor partial, Tensor x, Tensor local) const;
   // The gradient of the whole output (N, C) from this rank's rows dy (into `whole` under sequence
   // parallelism): what backward_input and backward_weight read.
   Tensor output_gradient(Tensor dy, Tensor whole) const;

@@ -35,7 +35,7 @@ PendingSum DenseMlp::backward_input(const FlatTensors& weights, const FlatTensor
     k::swiglu_backward(d.dfch, d.dact, a.fch);
   // The weight's gradient while the input's is summed over the group (its input gathered again
   // with sequence parallelism: gathered held dout until now).
-  PendingSum dinput = fc_.backward_input(weights, d.dtmp, d.dfch, d.dpart);
+  PendingSum dinput = fc_.backward_input(weights, d.dtmp, d.dfch, d.dlocal);
   if (weights_now) fc_.backward_weight(grads, d.dfch, a.ln2, a.gathered);
   return dinput;
 }

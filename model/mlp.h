@@ -7,7 +7,7 @@
 // is its one implementation today. Its views are the block's (model/block_tensors.h): it reads
 // a.ln2 (this rank's rows) and sets a.fch and a.fch_act; its output goes through a.proj_out (and
 // a.branch under sequence parallelism); backward reads d.dout and uses d.dact, d.dfch, d.dtmp,
-// d.dpart and a.gathered as working space. Its linear layers communicate through the block's
+// d.dlocal and a.gathered as working space. Its linear layers communicate through the block's
 // ParallelRegions.
 #pragma once
 

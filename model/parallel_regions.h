@@ -14,7 +14,7 @@
 //
 // Blocks and stages pass every linear layer's input and output, the norms' gradients and the
 // logits through this object. Each call takes the tensor it works on and, where sequence
-// parallelism puts the result elsewhere, the buffer for it: `whole` (all N rows) or `part`
+// parallelism puts the result elsewhere, the buffer for it: `whole` (all N rows) or `local`
 // (rows(N) of them); without sequence parallelism that buffer is not used. On one rank
 // (single_rank()) every call returns its argument and communicates nothing;
 // parallel/tensor/tensor_parallel.h overrides them with the group's collectives, so that tensor
@@ -54,9 +54,9 @@ class ParallelRegions {
   // f, backward: starts summing the layer's input gradient dx (all rows) over the group, into
   // this rank's rows. Work that does not need the sum (the layer's weight gradient) goes before
   // the wait.
-  virtual PendingSum column_input_gradient(Tensor dx, Tensor /*part*/) { return {dx, {}}; }
+  virtual PendingSum column_input_gradient(Tensor dx, Tensor /*local*/) { return {dx, {}}; }
   // g, forward: this rank's rows of the complete output, from the layer's partial output y.
-  virtual Tensor row_output(Tensor y, Tensor /*part*/) { return y; }
+  virtual Tensor row_output(Tensor y, Tensor /*local*/) { return y; }
   // g, backward: the gradient the row-parallel layer reads for its whole output, from this
   // rank's rows dy.
   virtual Tensor row_output_gradient(Tensor dy, Tensor /*whole*/) { return dy; }

@@ -70,27 +70,27 @@ std::vector<SlicePiece> span_pieces(const ModelConfig& config, const ShardDims& 
   return pieces;
 }
 
-ModelPart ModelPart::of(const std::vector<StageUnits>& stages, int n_layer) {
-  ModelPart part{.embeddings = false, .head = false, .blocks = std::vector<bool>(static_cast<size_t>(n_layer))};
+HeldUnits HeldUnits::of(const std::vector<StageUnits>& stages, int n_layer) {
+  HeldUnits held{.embeddings = false, .head = false, .blocks = std::vector<bool>(static_cast<size_t>(n_layer))};
   for (const StageUnits& s : stages) {
-    part.embeddings = part.embeddings || s.embeddings;
-    part.head = part.head || s.head;
-    for (int l = s.first_block; l < s.end_block; ++l) part.blocks.at(static_cast<size_t>(l)) = true;
+    held.embeddings = held.embeddings || s.embeddings;
+    held.head = held.head || s.head;
+    for (int l = s.first_block; l < s.end_block; ++l) held.blocks.at(static_cast<size_t>(l)) = true;
   }
-  return part;
+  return held;
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multiple, TensorShard shard, ModelPart part)
+ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multiple, TensorShard shard, HeldUnits held)
     : config_(config),
       unit_multiple_(unit_multiple),
       shard_(shard),
       dims_(shard_dims(config, shard)),
-      part_(std::move(part)),
+      held_(std::move(held)),
       block_units_(static_cast<size_t>(config.n_layer), -1) {
   DT_CHECK(unit_multiple >= 1 && unit_multiple % kParamAlignment == 0, "unit multiple ", unit_multiple,
            " must be a positive multiple of ", kParamAlignment);
-  DT_CHECK(part_.blocks.empty() || part_.blocks.size() == static_cast<size_t>(config.n_layer),
-           "a model part naming ", part_.blocks.size(), " blocks of ", config.n_layer);
+  DT_CHECK(held_.blocks.empty() || held_.blocks.size() == static_cast<size_t>(config.n_layer),
+           "held units naming ", held_.blocks.size(), " blocks of ", config.n_layer);
   const int64_t C = config.d_model, L = config.n_layer;
   const BlockDeclaration& block = declare_block(config);
   // N(0, 0.02) for weights, as GPT-2 and Hugging Face's Llama initialise (GPT-2 scaling the
@@ -122,14 +122,14 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
   };
   const kernels::FlatRange vocab = dims_.vocab;
 
-  if (part_.embeddings) {
+  if (held_.embeddings) {
     add("wte", rows({config.vocab_size, C}, {{vocab, true}}), ParamInit::normal, std, dims_.padded_vocab);
     if (config.traits().positions == PositionKind::learned)
       add("wpe", copy({config.max_seq_len, C}), ParamInit::normal, std);
     end_unit(0);
   }
   for (int l = 0; l < L; ++l) {
-    if (!part_.holds_block(l)) continue;
+    if (!held_.holds_block(l)) continue;
     block_units_[static_cast<size_t>(l)] = static_cast<int>(units_.size());
     const int64_t block_begin = total_elements_;
     const std::string h = block_prefix(l);
@@ -139,7 +139,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
     }
     end_unit(block_begin);
   }
-  if (!part_.head) return;
+  if (!held_.head) return;
   const int64_t head_begin = total_elements_;
   norm("ln_f");
   if (!config.tied_embeddings)
@@ -150,11 +150,11 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
 }
 
 bool ParameterLayout::whole_model() const {
-  return part_.embeddings && part_.head && std::ranges::none_of(block_units_, [](int u) { return u < 0; });
+  return held_.embeddings && held_.head && std::ranges::none_of(block_units_, [](int u) { return u < 0; });
 }
 
 size_t ParameterLayout::embeddings_unit() const {
-  DT_CHECK(part_.embeddings, "the embeddings' unit of a layout without them");
+  DT_CHECK(held_.embeddings, "the embeddings' unit of a layout without them");
   return 0;
 }
 
@@ -165,7 +165,7 @@ size_t ParameterLayout::block_unit(int layer) const {
 }
 
 size_t ParameterLayout::head_unit() const {
-  DT_CHECK(part_.head, "the head's unit of a layout without it");
+  DT_CHECK(held_.head, "the head's unit of a layout without it");
   return units_.size() - 1;
 }
 

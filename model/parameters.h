@@ -19,7 +19,7 @@
 // the same names, each tensor this rank's rows or columns of the model's, and each parameter
 // says where they lie in the whole tensor — what initialisation, checkpoints and the gradient
 // norm read. Under pipeline parallelism a rank's layout holds only the units of its stages
-// (ModelPart), under the same names; a tied model's head on a rank without the embeddings holds
+// (HeldUnits), under the same names; a tied model's head on a rank without the embeddings holds
 // a copy of wte that the rank does not own (its gradient is summed with the embeddings' and it
 // is counted, saved and decayed as one tensor with them: parallel/pipeline/pipeline_parallel.h).
 #pragma once
@@ -77,11 +77,11 @@ struct StageUnits {
 };
 
 // The units a rank holds: every one, or under pipeline parallelism its stages'.
-struct ModelPart {
+struct HeldUnits {
   bool embeddings = true, head = true;
   std::vector<bool> blocks;  // by layer; empty: every block
 
-  static ModelPart of(const std::vector<StageUnits>& stages, int n_layer);
+  static HeldUnits of(const std::vector<StageUnits>& stages, int n_layer);
   bool holds_block(int layer) const { return blocks.empty() || blocks.at(static_cast<size_t>(layer)); }
 };
 
@@ -116,19 +116,19 @@ constexpr int64_t kParamAlignment = 16;  // elements: 64 bytes of fp32, one cach
 class ParameterLayout {
  public:
   // Validates config first. `shard`: the tensor-parallel rank whose part of the model this lays
-  // out (the whole model by default); `part`: the units it holds (every one by default).
+  // out (the whole model by default); `held`: the units it holds (every one by default).
   explicit ParameterLayout(const ModelConfig& config, int64_t unit_multiple = kParamAlignment, TensorShard shard = {},
-                           ModelPart part = {});
+                           HeldUnits held = {});
 
   const ModelConfig& config() const { return config_; }
   const TensorShard& shard() const { return shard_; }
   // This rank's heads, MLP columns and vocabulary rows (the model's own on one rank).
   const ShardDims& dims() const { return dims_; }
-  const ModelPart& part() const { return part_; }
+  const HeldUnits& held_units() const { return held_; }
   // Whether this layout holds all of the model: every unit (of its tensor-parallel shard).
   bool whole_model() const;
   // Whether the head holds a copy of a tied wte whose owner is the rank with the embeddings.
-  bool holds_wte_copy() const { return part_.head && !part_.embeddings && config_.tied_embeddings; }
+  bool holds_wte_copy() const { return held_.head && !held_.embeddings && config_.tied_embeddings; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(std::string_view name) const;  // throws dt::Error naming close matches
   int64_t num_parameters() const;   // unpadded elements only: the published count
@@ -160,7 +160,7 @@ class ParameterLayout {
   int64_t unit_multiple_;
   TensorShard shard_;
   ShardDims dims_;
-  ModelPart part_;
+  HeldUnits held_;
   std::vector<int> block_units_;  // by layer: its unit, or -1 where not held
   std::vector<ParamInfo> params_;
   std::vector<kernels::FlatRange> units_;

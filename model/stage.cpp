@@ -22,8 +22,8 @@ double sum_in_order(Tensor losses) {
 
 // Where each activation lives. Activations are in the model's precision; per-row statistics
 // (norm mean and rstd, attention lse, losses) in f32. With sequence parallelism the stage's
-// input, the norms' activations and the residual stream hold this rank's part of the rows
-// (part_rows of them at most); everything else holds all of them.
+// input, the norms' activations and the residual stream hold this rank's rows (local)
+// (rank_rows of them at most); everything else holds all of them.
 struct Stage::ActivationRegions {
   struct Block {
     std::array<ActivationRegion, kBlockActivations> activations;  // by BlockActivation
@@ -35,27 +35,27 @@ struct Stage::ActivationRegions {
   ActivationRegion lnf, lnf_mean, lnf_rstd, logits, losses;  // the head's
   ActivationRegion dres, dtmp, dqkv, dfch, dact;             // backward's, in scratch
   // Sequence parallelism's, in scratch (no width without it): a column-parallel layer's whole
-  // input, and a part of the rows for a row-parallel layer's output or its input's gradient.
-  ActivationRegion gathered, part;
+  // input, and this rank's rows for a row-parallel layer's output or its input's gradient.
+  ActivationRegion gathered, local;
   ActivationRegion dinput;  // deferred weight passes: the stage input's gradient, kept
   ActivationBytes bytes;
 
   // `d`: this rank's widths (the model's on one rank).
   ActivationRegions(const ModelConfig& c, const ShardDims& d, StageUnits units, Recompute recompute, DType precision,
-          int64_t max_rows, int64_t part_rows, bool sequence_parallel, bool deferred_weights) {
-    RegionLayout kept(ActivationPart::kept, max_rows), shared(ActivationPart::shared, max_rows),
-        scratch(ActivationPart::scratch, max_rows);
+          int64_t max_rows, int64_t rank_rows, bool sequence_parallel, bool deferred_weights) {
+    RegionLayout kept(ActivationPool::kept, max_rows), shared(ActivationPool::shared, max_rows),
+        scratch(ActivationPool::scratch, max_rows);
     const int64_t C = c.d_model, F = d.ffn_hidden(), QKV = d.qkv_width();
     const int64_t F_in = d.ffn_in_width(c);
     const bool layernorm = c.traits().norm == NormKind::layernorm;
-    input = kept.add(C, precision, part_rows);
+    input = kept.add(C, precision, rank_rows);
     // A kept activation has a region per block and micro-batch; one the policy rebuilds in
     // backward has one shared region that every block uses, rebuilt for the block at hand.
     std::array<std::optional<ActivationRegion>, kBlockActivations> once;
     for (int l = units.first_block; l < units.end_block; ++l) {
       Block& b = blocks.emplace_back();
       for (const ActivationDeclaration& a : declare_block(c).activations) {
-        const int64_t width = a.width_of(c, d), rows = a.rows == ActivationRows::part ? part_rows : max_rows;
+        const int64_t width = a.width_of(c, d), rows = a.rows == ActivationRows::local ? rank_rows : max_rows;
         std::optional<ActivationRegion>& shared_region = once[static_cast<size_t>(a.id)];
         if (!a.kept(recompute) && !shared_region) shared_region = shared.add(width, a.dtype(precision), rows);
         b.activations[static_cast<size_t>(a.id)] =
@@ -66,20 +66,20 @@ struct Stage::ActivationRegions {
     // x''s (this rank's rows), and its fc and qkv outputs' gradients.
     for (Block& b : blocks) {
       if (!deferred_weights) break;
-      b.dout = kept.add(C, precision, part_rows), b.dres2 = kept.add(C, precision, part_rows);
+      b.dout = kept.add(C, precision, rank_rows), b.dres2 = kept.add(C, precision, rank_rows);
       b.dfch = kept.add(F_in, precision), b.dqkv = kept.add(QKV, precision);
     }
-    if (deferred_weights) dinput = kept.add(C, precision, part_rows);
+    if (deferred_weights) dinput = kept.add(C, precision, rank_rows);
     if (units.head) {
-      lnf = kept.add(C, precision, part_rows), lnf_mean = kept.add(layernorm ? 1 : 0, DType::f32, part_rows),
-      lnf_rstd = kept.add(1, DType::f32, part_rows);
+      lnf = kept.add(C, precision, rank_rows), lnf_mean = kept.add(layernorm ? 1 : 0, DType::f32, rank_rows),
+      lnf_rstd = kept.add(1, DType::f32, rank_rows);
       logits = kept.add(d.padded_vocab, precision), losses = kept.add(1, DType::f32);
     }
     // dtmp holds the attention output's gradient too (A <= C), and the embeddings' lookup.
-    dres = scratch.add(C, precision, part_rows), dtmp = scratch.add(C, precision);
+    dres = scratch.add(C, precision, rank_rows), dtmp = scratch.add(C, precision);
     dqkv = scratch.add(QKV, precision), dfch = scratch.add(F_in, precision), dact = scratch.add(F, precision);
     gathered = scratch.add(sequence_parallel ? C : 0, precision);
-    part = scratch.add(sequence_parallel ? C : 0, precision, part_rows);
+    local = scratch.add(sequence_parallel ? C : 0, precision, rank_rows);
     bytes = {.kept = kept.bytes(), .shared = shared.bytes(), .scratch = scratch.bytes()};
   }
 };
@@ -88,7 +88,7 @@ namespace {
 
 // The most rows of `max_rows` a rank holds in the norms and the residual stream: the first
 // rank's, whose part is the largest.
-int64_t part_rows(int64_t max_rows, int ranks, bool sequence_parallel) {
+int64_t rank_rows(int64_t max_rows, int ranks, bool sequence_parallel) {
   return sequence_rows(max_rows, {0, ranks}, sequence_parallel);
 }
 
@@ -104,7 +104,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
       order_(layout, units),
       activation_regions_(std::make_unique<ActivationRegions>(
           config_, dims_, units, recompute, precision, int64_t{batch_size} * seq_len,
-          part_rows(int64_t{batch_size} * seq_len, layout.shard().size, regions.sequence_parallel()),
+          rank_rows(int64_t{batch_size} * seq_len, layout.shard().size, regions.sequence_parallel()),
           regions.sequence_parallel(), deferred_weights)),
       store_(activation_regions_->bytes.kept, activation_regions_->bytes.shared, activation_regions_->bytes.scratch,
              device, /*reserved=*/1),
@@ -118,7 +118,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
   DT_CHECK(regions.shard().rank == layout.shard().rank && regions.shard().size == layout.shard().size,
            "a stage of tensor-parallel rank ", layout.shard().rank, " of ", layout.shard().size,
            " communicating as rank ", regions.shard().rank, " of ", regions.shard().size);
-  DT_CHECK((!units.embeddings || layout.part().embeddings) && (!units.head || layout.part().head),
+  DT_CHECK((!units.embeddings || layout.held_units().embeddings) && (!units.head || layout.held_units().head),
            "a stage with units its layout does not hold");
   for (int l = units.first_block; l < units.end_block; ++l) blocks_.emplace_back(layout, l, recompute, regions);
   if (units.embeddings) embedding_.emplace(layout);
@@ -136,7 +136,7 @@ ActivationBytes Stage::activation_bytes(const ModelConfig& config, StageUnits un
                                         bool sequence_parallel, bool deferred_weights) {
   const int64_t rows = int64_t{batch_size} * seq_len;
   return ActivationRegions(config, shard_dims(config, shard), units, recompute, precision, rows,
-                 part_rows(rows, shard.size, sequence_parallel), sequence_parallel, deferred_weights)
+                 rank_rows(rows, shard.size, sequence_parallel), sequence_parallel, deferred_weights)
       .bytes;
 }
 
@@ -149,14 +149,14 @@ BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
   const ActivationRegions::Block& b = activation_regions_->blocks[i];
   const int64_t P = parallel_.rows(N).size();  // this rank's rows of the norms and the residual stream
   const auto all = [&](const ActivationRegion& r) { return region(k, r, N); };
-  const auto part = [&](const ActivationRegion& r) { return region(k, r, P); };
-  // The branch outputs go through dtmp (and part): free in forward, and in backward when full
+  const auto mine = [&](const ActivationRegion& r) { return region(k, r, P); };
+  // The branch outputs go through dtmp (and local): free in forward, and in backward when full
   // recomputation reruns a block (the block above has consumed it; dres is kept).
-  return {.ln1 = part(b[A::ln1]), .ln1_mean = rows(k, b[A::ln1_mean], P), .ln1_rstd = rows(k, b[A::ln1_rstd], P),
+  return {.ln1 = mine(b[A::ln1]), .ln1_mean = rows(k, b[A::ln1_mean], P), .ln1_rstd = rows(k, b[A::ln1_rstd], P),
           .qkv = all(b[A::qkv]), .atty = all(b[A::atty]), .lse = all(b[A::lse]),
-          .proj_out = all(activation_regions_->dtmp), .res2 = part(b[A::res2]), .ln2 = part(b[A::ln2]),
+          .proj_out = all(activation_regions_->dtmp), .res2 = mine(b[A::res2]), .ln2 = mine(b[A::ln2]),
           .ln2_mean = rows(k, b[A::ln2_mean], P), .ln2_rstd = rows(k, b[A::ln2_rstd], P), .fch = all(b[A::fch]),
-          .fch_act = all(b[A::fch_act]), .res3 = part(b[A::res3]), .branch = part(activation_regions_->part),
+          .fch_act = all(b[A::fch_act]), .res3 = mine(b[A::res3]), .branch = mine(activation_regions_->local),
           .gathered = all(activation_regions_->gathered)};
 }
 
@@ -164,14 +164,14 @@ BlockGradients Stage::deferred_gradients(int k, size_t i, int64_t N) const {
   const ActivationRegions& r = *activation_regions_;
   const ActivationRegions::Block& b = r.blocks[i];
   const int64_t P = parallel_.rows(N).size();
-  const auto part = [&](const ActivationRegion& region) { return store_.view(k, region, P); };
+  const auto mine = [&](const ActivationRegion& region) { return store_.view(k, region, P); };
   const auto all = [&](const ActivationRegion& region) { return store_.view(k, region, N); };
   const Tensor dtmp = all(r.dtmp);
-  return {.dout = part(b.dout), .dres2 = part(b.dres2), .din = part(i == 0 ? r.dinput : r.blocks[i - 1].dout),
+  return {.dout = mine(b.dout), .dres2 = mine(b.dres2), .din = mine(i == 0 ? r.dinput : r.blocks[i - 1].dout),
           .dtmp = dtmp,
           .datty = dtmp.reshape({dtmp.numel()}).slice_rows(0, N * dims_.attention_width()).reshape(
               {N, dims_.attention_width()}),
-          .dact = all(r.dact), .dfch = all(b.dfch), .dqkv = all(b.dqkv), .dpart = part(r.part)};
+          .dact = all(r.dact), .dfch = all(b.dfch), .dqkv = all(b.dqkv), .dlocal = mine(r.local)};
 }
 
 Tensor Stage::block_input(int k, size_t i, int64_t N) const {
@@ -323,7 +323,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   // dres carries the gradient of the residual stream (this rank's rows) down through the blocks,
   // updated in place: each branch's norm backward adds into it (kernels/layernorm.h and
   // rmsnorm.h accumulate dinp).
-  const Tensor dres = store_.view(k, r.dres, P), dtmp = scratch(r.dtmp), dpart = store_.view(k, r.part, P);
+  const Tensor dres = store_.view(k, r.dres, P), dtmp = scratch(r.dtmp), dlocal = store_.view(k, r.local, P);
   const Tensor gathered = scratch(r.gathered);
   const Tensor out = block_input(k, blocks_.size(), N);
   if (units_.head) {
@@ -332,7 +332,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
     weights_needed(order_.output_unit, std::nullopt);  // the head's, or a tied wte, still held from forward
     gradients_needed(order_.head_unit);
     gradients_needed(order_.output_unit);
-    PendingSum dlnf = output_->backward_input(weights, dtmp, dlogits, dpart);
+    PendingSum dlnf = output_->backward_input(weights, dtmp, dlogits, dlocal);
     if (weights_now) output_->backward_weight(grads, dlogits, region(k, r.lnf, P), gathered);
     dlnf.done.wait();
     // The lookup's backward reads no weights.
@@ -352,7 +352,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   // is kept apart (deferred_gradients), the last block's output gradient first.
   const BlockGradients at_once{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .datty = datty,
                                .dact = scratch(r.dact), .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv),
-                               .dpart = dpart};
+                               .dlocal = dlocal};
   const Tensor dinput = weights_now ? dres : store_.view(k, r.dinput, P);
   if (!weights_now) {
     const Tensor last = blocks_.empty() ? dinput : deferred_gradients(k, blocks_.size() - 1, N).dout;

@@ -225,13 +225,13 @@ TEST_P(StageTest, DeferredWeightGradientsEqualTheImmediateOnes) {
               dqkv = act(config.qkv_width());
   block.backward_input(weights, now_grads, x.t, a,
                        {.dout = dres.t, .dres2 = dres.t, .din = dres.t, .dtmp = dtmp.t, .datty = dtmp.t, .dact = dact.t,
-                        .dfch = dfch.t, .dqkv = dqkv.t, .dpart = Tensor{}},
+                        .dfch = dfch.t, .dqkv = dqkv.t, .dlocal = Tensor{}},
                        attention, /*weights_now=*/true);
   // Deferred: distinct gradients that backward_weight reads later.
   OwnedTensor dres2 = act(C), din = act(C), dtmp2 = act(C), dact2 = act(config.ffn_hidden()),
               dfch2 = act(config.ffn_in_width()), dqkv2 = act(config.qkv_width());
   const BlockGradients deferred{.dout = dout.t, .dres2 = dres2.t, .din = din.t, .dtmp = dtmp2.t, .datty = dtmp2.t, .dact = dact2.t,
-                                .dfch = dfch2.t, .dqkv = dqkv2.t, .dpart = Tensor{}};
+                                .dfch = dfch2.t, .dqkv = dqkv2.t, .dlocal = Tensor{}};
   block.backward_input(weights, later_grads, x.t, a, deferred, attention, /*weights_now=*/false);
   EXPECT_EQ(bytes_of(din.t), bytes_of(dres.t));
   EXPECT_NE(bytes_of(later_grads.all()), bytes_of(now_grads.all())) << "the linear layers' gradients wait";

@@ -28,7 +28,7 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
                          const RankStages& stages, const AttentionScope* scope)
     : regions_(regions != nullptr ? *regions : ParallelRegions::single_rank()),
       layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating
-              storage.unit_multiple, regions_.shard(), ModelPart::of(held_units(config, stages), config.n_layer)),
+              storage.unit_multiple, regions_.shard(), HeldUnits::of(held_units(config, stages), config.n_layer)),
       params_(layout_, parameter_buffers(precision, storage).params.tag, device, DType::f32,
               parameter_buffers(precision, storage).params.storage),
       grads_(layout_, MemTag::gradients, device, DType::f32, parameter_buffers(precision, storage).grads.storage),

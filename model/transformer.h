@@ -65,7 +65,7 @@ class Transformer {
   // parallel/tensor/tensor_parallel.h), which must outlive it: the model is then this rank's
   // shard (regions->shard(), model/tensor_shard.h). None: one rank's, the whole model.
   // stages: under pipeline parallelism, the stages this rank runs; the model then holds only
-  // their units (ModelPart, model/parameters.h) and runs them through stage(), not forward().
+  // their units (HeldUnits, model/parameters.h) and runs them through stage(), not forward().
   // scope: under context parallelism (parallel/context/), where this rank's seq_len tokens lie in
   // their sequences and how they attend across the cp group; it must outlive the model.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,

@@ -67,7 +67,7 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   if (schedule != nullptr) stages = pipeline::PipelineParallel::rank_stages(config, *schedule, pp_rank, seq_len);
   std::vector<StageUnits> held;
   for (const int s : stages.held) held.push_back(stages.all[static_cast<size_t>(s)]);
-  const ParameterLayout layout(config, storage.unit_multiple, shard, ModelPart::of(held, config.n_layer));
+  const ParameterLayout layout(config, storage.unit_multiple, shard, HeldUnits::of(held, config.n_layer));
   // The model: its flat buffers, and each stage's activations and (llama) rotary tables.
   const Transformer::ParameterBuffers model = Transformer::parameter_buffers(precision, storage);
   for (const auto& spec : {std::optional(model.params), std::optional(model.grads), model.weights})
@@ -102,7 +102,7 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   const TensorParallel::CommunicationBytes tp =
       shard.size > 1 ? TensorParallel::communication_bytes(config, shard, tokens, precision, sp)
                      : TensorParallel::CommunicationBytes{};
-  const size_t loss = layout.part().head ? tp.loss : 0;
+  const size_t loss = layout.held_units().head ? tp.loss : 0;
   size_t in_step = std::max(tp.staging, loss);
   if (schedule != nullptr) {
     const int64_t rows = sequence_rows(tokens, shard, sp);
@@ -127,7 +127,7 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
     kept += kDouble;
     // Only where the embeddings and the head are on two ranks (not a V schedule's first rank).
     const bool apart = schedule->stage_rank.front() != schedule->stage_rank.back();
-    if (config.tied_embeddings && apart && (layout.part().embeddings || layout.holds_wte_copy())) {
+    if (config.tied_embeddings && apart && (layout.held_units().embeddings || layout.holds_wte_copy())) {
       const ParamInfo& wte = layout.find("wte");
       kept += static_cast<size_t>(wte.stored_rows * wte.shape[1]) * sizeof(float);
     }

@@ -220,7 +220,7 @@ StepTime predict_step_time(const ModelConfig& model, const StepLayout& l, const 
   const ParameterStorage storage = zero.storage();
   std::vector<StageUnits> held;
   for (const int s : ranks[busiest].held) held.push_back(ranks[busiest].all[static_cast<size_t>(s)]);
-  const ParameterLayout layout(model, storage.unit_multiple, {0, l.tp}, ModelPart::of(held, model.n_layer));
+  const ParameterLayout layout(model, storage.unit_multiple, {0, l.tp}, HeldUnits::of(held, model.n_layer));
   const double parameters = static_cast<double>(layout.total_elements());
   const Transformer::ParameterBuffers buffers = Transformer::parameter_buffers(l.precision, storage);
   const double gradient_bytes = parameters * static_cast<double>(dtype_size(buffers.grads.dtype));

@@ -194,7 +194,7 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
                   cell_name(cell).c_str(), groups.dims.describe().c_str(), accumulation,
                   accumulation == 1 ? "" : "es", worst_loss, worst_norm, worst);
     // What every tp rank holds whole (a norm's weight, here the last) is the same bits on each.
-    if (parameters != nullptr && mine.layout().part().head) {
+    if (parameters != nullptr && mine.layout().held_units().head) {
       const Tensor ln_f = parameters->unpadded("ln_f.weight");
       Buffer lead(ln_f.bytes(), MemTag::workspace);
       std::memcpy(lead.data(), ln_f.data, ln_f.bytes());

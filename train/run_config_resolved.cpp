@@ -220,7 +220,7 @@ std::string derived_quantities(const RunConfig& config) {
       held += str(held.empty() ? "" : "; ", "stage ", s, ": ", u.embeddings ? "embeddings, " : "",
                   u.end_block - u.first_block == 1 ? "block " : "blocks ", span(u.first_block, u.end_block), u.head ? ", head" : "");
     }
-    const ParameterLayout part(m, kParamAlignment, {}, ModelPart::of(units, m.n_layer));
+    const ParameterLayout part(m, kParamAlignment, {}, HeldUnits::of(units, m.n_layer));
     lines.emplace_back(str("pp rank ", r),
                        str(held, ": ", grouped(part.num_parameters()), " parameters",
                            part.holds_wte_copy() ? " (with a copy of the tied wte)" : "", ", up to ",

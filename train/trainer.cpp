@@ -273,7 +273,7 @@ TrainSummary run_training(const RunConfig& config) {
     progress.message(str("step ", step, ": validation loss ", fixed(e.loss, 4), " (perplexity ",
                          fixed(std::exp(e.loss), 2), ", ", e.tokens, " tokens)"));
   };
-  const ParameterLayout whole_layout(mc), stages_layout(mc, kParamAlignment, {}, model.layout().part());
+  const ParameterLayout whole_layout(mc), stages_layout(mc, kParamAlignment, {}, model.layout().held_units());
   const auto sample = [&](int64_t step, ProgressDisplay& progress) {
     if (!tokenizer || (!lead && !sharded_parameters && tp == 1 && pp == 1)) return;
     // This tp rank's f32 parameters whole: the model's, or gathered over dp × cp on its rank 0,

@@ -47,7 +47,7 @@ PipelineParallel::PipelineParallel(Transformer& model, Communicator& group, Sche
              stages[s] != nullptr ? " holds it" : " does not");
   // Every rank of the group takes part in the split; only the two holders use theirs.
   if (model.config().tied_embeddings && group.size() > 1) {
-    const ModelPart& part = model.layout().part();
+    const HeldUnits& part = model.layout().held_units();
     const bool holds_wte = part.embeddings || model.layout().holds_wte_copy();
     std::unique_ptr<Communicator> split = group.split(holds_wte ? 0 : 1, group.rank(), "embedding");
     if (holds_wte && split->size() == 2) embedding_group_ = std::move(split);
@@ -100,7 +100,7 @@ void PipelineParallel::gather_parameters(const FlatTensors& mine, FlatTensors* w
     std::vector<StageUnits> held;
     for (const int s : stages.held) held.push_back(stages.all[static_cast<size_t>(s)]);
     const ParameterLayout theirs(layout.config(), layout.unit_multiple(), {},
-                                 ModelPart::of(held, layout.config().n_layer));
+                                 HeldUnits::of(held, layout.config().n_layer));
     const FlatTensors received(theirs, MemTag::workspace, mine.device());
     group_.recv(received.all(), r).wait();
     place_slices(received, *whole);

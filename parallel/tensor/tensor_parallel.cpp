@@ -93,10 +93,10 @@ CollectiveHandle TensorParallel::sum(Tensor t) {
   return finished(group_.all_reduce(f32, ReduceOp::sum), [t, f32] { kernels::convert(t, f32); }, std::move(buffers));
 }
 
-CollectiveHandle TensorParallel::scatter_sum(Tensor whole, Tensor part) {
+CollectiveHandle TensorParallel::scatter_sum(Tensor whole, Tensor local) {
   const int64_t R = group_.size(), N = whole.dim(0), C = whole.dim(1), P = (N + R - 1) / R;
-  if (whole.dtype == DType::f32 && N == P * R) return group_.reduce_scatter(part, whole, ReduceOp::sum);
-  // Each rank's rows at the start of an equal, zero-padded part, in f32.
+  if (whole.dtype == DType::f32 && N == P * R) return group_.reduce_scatter(local, whole, ReduceOp::sum);
+  // Each rank's rows at the start of an equal, zero-padded slot, in f32.
   Buffer in(static_cast<size_t>(R * P * C) * sizeof(float), MemTag::communication, whole.device);
   Buffer out(static_cast<size_t>(P * C) * sizeof(float), MemTag::communication, whole.device, false);
   const Tensor padded = in.view(DType::f32, {R * P, C}), mine = out.view(DType::f32, {P, C});
@@ -108,18 +108,18 @@ CollectiveHandle TensorParallel::scatter_sum(Tensor whole, Tensor part) {
   buffers.push_back(std::move(in));
   buffers.push_back(std::move(out));
   return finished(group_.reduce_scatter(mine, padded, ReduceOp::sum),
-                  [part, mine] { kernels::convert(part, row_block(mine, 0, part.dim(0))); }, std::move(buffers));
+                  [local, mine] { kernels::convert(local, row_block(mine, 0, local.dim(0))); }, std::move(buffers));
 }
 
-void TensorParallel::gather(Tensor whole, Tensor part) {
+void TensorParallel::gather(Tensor whole, Tensor local) {
   const int64_t R = group_.size(), N = whole.dim(0), C = whole.dim(1), P = (N + R - 1) / R;
-  if (N == P * R) return group_.all_gather(whole, part).wait();
-  // Equal parts, each rank's rows at the start of its part; then the rows moved together.
+  if (N == P * R) return group_.all_gather(whole, local).wait();
+  // Equal slots, each rank's rows at the start of its own; then the rows moved together.
   const size_t element = dtype_size(whole.dtype);
   Buffer in(static_cast<size_t>(P * C) * element, MemTag::communication, whole.device);
   Buffer out(static_cast<size_t>(R * P * C) * element, MemTag::communication, whole.device, false);
   const Tensor mine = in.view(whole.dtype, {P, C}), all = out.view(whole.dtype, {R * P, C});
-  copy_bytes(mine.data, mine.device, part.data, part.device, part.bytes());
+  copy_bytes(mine.data, mine.device, local.data, local.device, local.bytes());
   group_.all_gather(all, mine).wait();
   for (int r = 0; r < R; ++r) {
     const kernels::FlatRange rows = even_part(N, static_cast<int>(R), r);
@@ -134,18 +134,18 @@ Tensor TensorParallel::column_input(Tensor x, Tensor whole) {
   return whole;
 }
 
-PendingSum TensorParallel::column_input_gradient(Tensor dx, Tensor part) {
+PendingSum TensorParallel::column_input_gradient(Tensor dx, Tensor local) {
   if (!sequence_parallel_) return {dx, sum(dx)};
-  return {part, scatter_sum(dx, part)};
+  return {local, scatter_sum(dx, local)};
 }
 
-Tensor TensorParallel::row_output(Tensor y, Tensor part) {
+Tensor TensorParallel::row_output(Tensor y, Tensor local) {
   if (!sequence_parallel_) {
     sum(y).wait();
     return y;
   }
-  scatter_sum(y, part).wait();
-  return part;
+  scatter_sum(y, local).wait();
+  return local;
 }
 
 Tensor TensorParallel::row_output_gradient(Tensor dy, Tensor whole) { return column_input(dy, whole); }
@@ -195,7 +195,7 @@ void gather_shards(Communicator& group, const FlatTensors& shard, FlatTensors* w
   place_slices(shard, *whole);
   for (int r = 1; r < group.size(); ++r) {
     // Rank r's layout, made here from the same model and unit multiple.
-    const ParameterLayout theirs(layout.config(), layout.unit_multiple(), {r, group.size()}, layout.part());
+    const ParameterLayout theirs(layout.config(), layout.unit_multiple(), {r, group.size()}, layout.held_units());
     const FlatTensors received(theirs, MemTag::workspace, shard.device());
     group.recv(received.all(), r).wait();
     place_slices(received, *whole);

@@ -66,8 +66,8 @@ class TensorParallel final : public ParallelRegions {
   bool sequence_parallel() const override { return sequence_parallel_; }
   kernels::FlatRange rows(int64_t n) const override;
   Tensor column_input(Tensor x, Tensor whole) override;
-  PendingSum column_input_gradient(Tensor dx, Tensor part) override;
-  Tensor row_output(Tensor y, Tensor part) override;
+  PendingSum column_input_gradient(Tensor dx, Tensor local) override;
+  Tensor row_output(Tensor y, Tensor local) override;
   Tensor row_output_gradient(Tensor dy, Tensor whole) override;
   void sum_partial_gradients(Tensor grads) override;
   void sum_copied_head_gradients(Tensor dqkv) override;
@@ -77,10 +77,10 @@ class TensorParallel final : public ParallelRegions {
  private:
   // Starts summing t over the group in place (in f32: see above).
   CollectiveHandle sum(Tensor t);
-  // Starts summing whole (N rows) over the group into this rank's rows `part` (in f32).
-  CollectiveHandle scatter_sum(Tensor whole, Tensor part);
-  // Every rank's rows `part` into whole (N rows).
-  void gather(Tensor whole, Tensor part);
+  // Starts summing whole (N rows) over the group into this rank's rows `local` (in f32).
+  CollectiveHandle scatter_sum(Tensor whole, Tensor local);
+  // Every rank's rows `local` into whole (N rows).
+  void gather(Tensor whole, Tensor local);
 
   Communicator& group_;
   ModelConfig config_;
