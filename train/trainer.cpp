@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_checkpoint.h"
 #include "comm/mpi.h"
 #include "comm/world.h"
-#include "ckpt/hf_checkpoint.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/fault_injection.h"
@@ -22,15 +22,10 @@
 #include "data/data_loader.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
-#include "model/inference.h"
-#include "parallel/data_parallel.h"
-#include "parallel/launch_check.h"
-#include "parallel/parallel_dims.h"
-#include "parallel/parallel_run.h"
 #include "kernels/cross_entropy.h"
-#include "parallel/context/context_parallel.h"
-#include "parallel/pipeline/pipeline_parallel.h"
-#include "parallel/tensor/tensor_parallel.h"
+#include "model/inference.h"
+#include "parallel/launch_check.h"
+#include "parallel/parallel_run.h"
 #include "plan/memory.h"
 #include "train/batch_buffers.h"
 #include "train/evaluate.h"
@@ -97,6 +92,75 @@ std::string fixed(double value, int decimals) {
   return text;
 }
 
+// The whole run's memory per rank against the GPU's, before anything is allocated
+// (train/preflight.h): a run that will not fit stops, naming the cheapest changes that would.
+void check_gpu_memory(const RunConfig& config, bool lead) {
+  if (config.train.target_device() != Device::cuda) return;
+  const std::string gpu = device_description(Device::cuda);
+  const std::string warning = check_run_fits(config, static_cast<double>(device_free_bytes(Device::cuda)), gpu,
+                                             profile_for_gpu(gpu));
+  if (!warning.empty() && lead) std::fprintf(stderr, "%s\n", warning.c_str());
+}
+
+// The parallel run the configuration lays out (parallel/parallel_run.h).
+ParallelOptions parallel_options(const RunConfig& config) {
+  return {.model = config.model, .micro_batch_size = config.train.micro_batch_size, .seq_len = config.data.seq_len,
+          .recompute = config.train.recompute, .precision = config.train.precision,
+          .device = config.train.target_device(), .dims = config.dims(), .zero = config.zero(),
+          .bucket_mb = config.parallel.bucket_mb, .adamw = config.adamw,
+          .pp_schedule = config.parallel.pp_schedule, .pp_virtual = config.parallel.pp_virtual,
+          .micro_batches = config.accumulation_steps(), .cp_zigzag = config.parallel.cp_zigzag,
+          .sp = config.parallel.sp, .backend = config.parallel.backend};
+}
+
+// Sets the model's first parameters (and the optimizer's, the loader's and the scaler's state on
+// a resume): the latest checkpoint, else init.from, else the random initialisation. Returns
+// where they came from, for the header; sets summary.first_step.
+std::string start_parameters(const RunConfig& config, Communicator& control, ParallelRun& run, DataLoader& loader,
+                             LossScaler* scaler, TrainSummary& summary) {
+  const std::filesystem::path checkpoints = config.checkpoint_dir();
+  const bool resume = config.checkpoint.resume && !checkpoints.empty() && std::filesystem::exists(checkpoints / "latest");
+  // Every rank must resume, or none: they read the same checkpoint directory.
+  const double resuming = all_reduce_value(control, resume ? 1 : 0, ReduceOp::sum);
+  if (resuming != 0 && resuming != control.size())
+    throw Error(str("some ranks find a checkpoint in ", checkpoints.string(), " and others do not; put checkpoint.dir ",
+                    "(or log.run_dir) on a filesystem every rank shares"));
+  // Where ZeRO shards the f32 parameters no rank keeps them whole: every rank starts from a
+  // whole host copy (the checkpoint, init.from or the random initialisation) and takes its parts
+  // of it. The optimizer takes its parts of a checkpoint's moments the same way.
+  DataParallel& data_parallel = run.data_parallel();
+  std::optional<FlatTensors> start_copy;
+  if (data_parallel.policy().shards_f32_parameters())
+    start_copy.emplace(run.model().layout(), MemTag::workspace, Device::cpu);
+  FlatTensors& start_params = start_copy ? *start_copy : run.model().params();
+  std::string origin;
+  if (resume) {
+    const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
+    const TrainingProgress progress =
+        load_training_checkpoint(checkpoint, start_params, data_parallel.optimizer(), scaler);
+    summary.first_step = progress.step;
+    loader.restore(progress.loader);
+    origin = str("resumed from ", checkpoint.directory().string(), " (step ", progress.step, ")");
+  } else if (!config.init.from.empty()) {
+    load_init_from(config, start_params);
+    origin = str("weights from ", config.init.from);
+  } else {
+    init_parameters(start_params, config.init.seed);
+    origin = str("random initialisation, seed ", config.init.seed);
+  }
+  data_parallel.take_parameters(start_params);
+  return origin;
+}
+
+// Rank 0 merges every rank's part of the Chrome trace into run_dir/trace.json.
+std::filesystem::path merge_trace_parts(const RunConfig& config, int ranks) {
+  std::vector<std::filesystem::path> parts;
+  for (int r = 0; r < ranks; ++r) parts.push_back(config.log.run_dir / str("trace_rank", r, ".jsonl"));
+  trace::merge_chrome_trace(config.log.run_dir / "trace.json", parts);
+  for (const auto& part : parts) std::filesystem::remove(part);
+  return config.log.run_dir / "trace.json";
+}
+
 // The run's header, printed once for the job by the lead rank: version, model, batch, layout.
 void print_header(const RunConfig& config, const ParallelRun& run, const std::string& origin, int64_t train_tokens) {
   const ModelConfig& mc = config.model;
@@ -159,24 +223,9 @@ TrainSummary run_training(const RunConfig& config) {
   check_same_launch(*control, resolved_toml(config));
   set_collective_timeout(config.parallel.timeout_s);
   const int accumulation = config.accumulation_steps();
-  const ZeroPolicy zero = config.zero();
-  // The whole run's memory per rank against the GPU's, before anything is allocated
-  // (train/preflight.h): a run that will not fit stops, naming the cheapest changes that would.
-  if (device == Device::cuda) {
-    const std::string gpu = device_description(Device::cuda);
-    const std::string warning = check_run_fits(config, static_cast<double>(device_free_bytes(Device::cuda)), gpu,
-                                               profile_for_gpu(gpu));
-    if (!warning.empty() && control->rank() == 0) std::fprintf(stderr, "%s\n", warning.c_str());
-  }
+  check_gpu_memory(config, /*lead=*/control->rank() == 0);
   // The groups, the model and its parallel wrappers (parallel/parallel_run.h).
-  const ParallelOptions options{.model = mc, .micro_batch_size = B, .seq_len = T,
-                                .recompute = config.train.recompute, .precision = config.train.precision,
-                                .device = device, .dims = config.dims(), .zero = zero,
-                                .bucket_mb = config.parallel.bucket_mb, .adamw = config.adamw,
-                                .pp_schedule = config.parallel.pp_schedule, .pp_virtual = config.parallel.pp_virtual,
-                                .micro_batches = accumulation, .cp_zigzag = config.parallel.cp_zigzag,
-                                .sp = config.parallel.sp, .backend = config.parallel.backend};
-  ParallelRun run(options, *control);
+  ParallelRun run(parallel_options(config), *control);
   const ProcessGroups& groups = run.groups();
   const bool lead = run.lead();
   DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
@@ -191,35 +240,7 @@ TrainSummary run_training(const RunConfig& config) {
 
   TrainSummary summary;
   const std::filesystem::path checkpoints = config.checkpoint_dir();
-  std::string origin;
-  const bool resume = config.checkpoint.resume && !checkpoints.empty() && std::filesystem::exists(checkpoints / "latest");
-  // Every rank must resume, or none: they read the same checkpoint directory.
-  const double resuming = all_reduce_value(*control, resume ? 1 : 0, ReduceOp::sum);
-  if (resuming != 0 && resuming != control->size())
-    throw Error(str("some ranks find a checkpoint in ", checkpoints.string(), " and others do not; put checkpoint.dir ",
-                    "(or log.run_dir) on a filesystem every rank shares"));
-  // Where ZeRO shards the f32 parameters no rank keeps them whole: every rank starts from a
-  // whole host copy (the checkpoint, init.from or the random initialisation) and takes its parts
-  // of it. The optimizer takes its parts of a checkpoint's moments the same way.
-  const bool sharded_parameters = zero.shards_f32_parameters();
-  std::optional<FlatTensors> start_copy;
-  if (sharded_parameters) start_copy.emplace(model.layout(), MemTag::workspace, Device::cpu);
-  FlatTensors& start_params = start_copy ? *start_copy : model.params();
-  if (resume) {
-    const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
-    const TrainingProgress progress = load_training_checkpoint(checkpoint, start_params, optimizer, scaler.get());
-    summary.first_step = progress.step;
-    loader.restore(progress.loader);
-    origin = str("resumed from ", checkpoint.directory().string(), " (step ", progress.step, ")");
-  } else if (!config.init.from.empty()) {
-    load_init_from(config, start_params);
-    origin = str("weights from ", config.init.from);
-  } else {
-    init_parameters(start_params, config.init.seed);
-    origin = str("random initialisation, seed ", config.init.seed);
-  }
-  data_parallel.take_parameters(start_params);
-  start_copy.reset();
+  const std::string origin = start_parameters(config, *control, run, loader, scaler.get(), summary);
   if (summary.first_step >= total_steps)
     throw Error(str("the checkpoint in ", checkpoints.string(), " is at step ", summary.first_step,
                     " and train.steps = ", total_steps, ": nothing to do; raise train.steps to continue training, "
@@ -349,13 +370,9 @@ TrainSummary run_training(const RunConfig& config) {
   save(step, progress);
   if (!trace_part.empty()) {
     control->barrier().wait();  // every rank's part is written (a host barrier: NCCL's does not block)
-    if (lead) {
-      std::vector<std::filesystem::path> parts;
-      for (int r = 0; r < groups.world->size(); ++r) parts.push_back(config.log.run_dir / str("trace_rank", r, ".jsonl"));
-      trace::merge_chrome_trace(config.log.run_dir / "trace.json", parts);
-      for (const auto& part : parts) std::filesystem::remove(part);
-      progress.message(str("trace of every rank's compute and communication: ", (config.log.run_dir / "trace.json").string()));
-    }
+    if (lead)
+      progress.message(str("trace of every rank's compute and communication: ",
+                           merge_trace_parts(config, groups.world->size()).string()));
   }
   progress.message(str("trained steps ", summary.first_step + 1, "-", step, " (", (step - summary.first_step) * tokens_per_step,
                        " tokens) in ", format_duration(std::chrono::duration<double>(
