@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_checkpoint.h"
 #include "comm/mpi.h"
 #include "comm/world.h"
-#include "ckpt/hf_checkpoint.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/fault_injection.h"
@@ -22,14 +22,10 @@
 #include "data/data_loader.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
-#include "model/inference.h"
-#include "parallel/data_parallel.h"
-#include "parallel/launch_check.h"
-#include "parallel/parallel_dims.h"
 #include "kernels/cross_entropy.h"
-#include "parallel/context/context_parallel.h"
-#include "parallel/pipeline/pipeline_parallel.h"
-#include "parallel/tensor/tensor_parallel.h"
+#include "model/inference.h"
+#include "parallel/launch_check.h"
+#include "parallel/parallel_run.h"
 #include "plan/memory.h"
 #include "train/batch_buffers.h"
 #include "train/evaluate.h"
@@ -96,6 +92,112 @@ std::string fixed(double value, int decimals) {
   return text;
 }
 
+// The whole run's memory per rank against the GPU's, before anything is allocated
+// (train/preflight.h): a run that will not fit stops, naming the cheapest changes that would.
+void check_gpu_memory(const RunConfig& config, bool lead) {
+  if (config.train.target_device() != Device::cuda) return;
+  const std::string gpu = device_description(Device::cuda);
+  const std::string warning = check_run_fits(config, static_cast<double>(device_free_bytes(Device::cuda)), gpu,
+                                             profile_for_gpu(gpu));
+  if (!warning.empty() && lead) std::fprintf(stderr, "%s\n", warning.c_str());
+}
+
+// The parallel run the configuration lays out (parallel/parallel_run.h).
+ParallelOptions parallel_options(const RunConfig& config) {
+  return {.model = config.model, .micro_batch_size = config.train.micro_batch_size, .seq_len = config.data.seq_len,
+          .recompute = config.train.recompute, .precision = config.train.precision,
+          .device = config.train.target_device(), .dims = config.dims(), .zero = config.zero(),
+          .bucket_mb = config.parallel.bucket_mb, .adamw = config.adamw,
+          .pp_schedule = config.parallel.pp_schedule, .pp_virtual = config.parallel.pp_virtual,
+          .micro_batches = config.accumulation_steps(), .cp_zigzag = config.parallel.cp_zigzag,
+          .sp = config.parallel.sp, .backend = config.parallel.backend};
+}
+
+// Sets the model's first parameters (and the optimizer's, the loader's and the scaler's state on
+// a resume): the latest checkpoint, else init.from, else the random initialisation. Returns
+// where they came from, for the header; sets summary.first_step.
+std::string start_parameters(const RunConfig& config, Communicator& control, ParallelRun& run, DataLoader& loader,
+                             LossScaler* scaler, TrainSummary& summary) {
+  const std::filesystem::path checkpoints = config.checkpoint_dir();
+  const bool resume = config.checkpoint.resume && !checkpoints.empty() && std::filesystem::exists(checkpoints / "latest");
+  // Every rank must resume, or none: they read the same checkpoint directory.
+  const double resuming = all_reduce_value(control, resume ? 1 : 0, ReduceOp::sum);
+  if (resuming != 0 && resuming != control.size())
+    throw Error(str("some ranks find a checkpoint in ", checkpoints.string(), " and others do not; put checkpoint.dir ",
+                    "(or log.run_dir) on a filesystem every rank shares"));
+  // Where ZeRO shards the f32 parameters no rank keeps them whole: every rank starts from a
+  // whole host copy (the checkpoint, init.from or the random initialisation) and takes its parts
+  // of it. The optimizer takes its parts of a checkpoint's moments the same way.
+  DataParallel& data_parallel = run.data_parallel();
+  std::optional<FlatTensors> start_copy;
+  if (data_parallel.policy().shards_f32_parameters())
+    start_copy.emplace(run.model().layout(), MemTag::workspace, Device::cpu);
+  FlatTensors& start_params = start_copy ? *start_copy : run.model().params();
+  std::string origin;
+  if (resume) {
+    const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
+    const TrainingProgress progress =
+        load_training_checkpoint(checkpoint, start_params, data_parallel.optimizer(), scaler);
+    summary.first_step = progress.step;
+    loader.restore(progress.loader);
+    origin = str("resumed from ", checkpoint.directory().string(), " (step ", progress.step, ")");
+  } else if (!config.init.from.empty()) {
+    load_init_from(config, start_params);
+    origin = str("weights from ", config.init.from);
+  } else {
+    init_parameters(start_params, config.init.seed);
+    origin = str("random initialisation, seed ", config.init.seed);
+  }
+  data_parallel.take_parameters(start_params);
+  return origin;
+}
+
+// Rank 0 merges every rank's part of the Chrome trace into run_dir/trace.json.
+std::filesystem::path merge_trace_parts(const RunConfig& config, int ranks) {
+  std::vector<std::filesystem::path> parts;
+  for (int r = 0; r < ranks; ++r) parts.push_back(config.log.run_dir / str("trace_rank", r, ".jsonl"));
+  trace::merge_chrome_trace(config.log.run_dir / "trace.json", parts);
+  for (const auto& part : parts) std::filesystem::remove(part);
+  return config.log.run_dir / "trace.json";
+}
+
+// The run's header, printed once for the job by the lead rank: version, model, batch, layout.
+void print_header(const RunConfig& config, const ParallelRun& run, const std::string& origin, int64_t train_tokens) {
+  const ModelConfig& mc = config.model;
+  const ProcessGroups& groups = run.groups();
+  const int tp = groups.dims.tp, pp = groups.dims.pp, cp = groups.dims.cp;
+  const int accumulation = config.accumulation_steps();
+  const ZeroPolicy zero = config.zero();
+  std::printf("dtrain %s\n", dtrain_version().c_str());
+  std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %s\n",
+              std::string(model_family_name(mc.family)).c_str(), mc.n_layer, mc.d_model, mc.n_head,
+              static_cast<long long>(ParameterLayout(mc).num_parameters()), origin.c_str());
+  std::printf("batch %d sequences x %d tokens = %lld tokens per step (%d micro-batch%s of %d) | %lld tokens in %s\n",
+              config.global_batch_size(), config.data.seq_len, static_cast<long long>(config.tokens_per_step()),
+              accumulation, accumulation == 1 ? "" : "es", config.train.micro_batch_size,
+              static_cast<long long>(train_tokens), config.data.dir.string().c_str());
+  if (groups.world->size() > 1)
+    std::printf("%s over %s: each dp rank trains on its share of every step's batch%s%s\n",
+                groups.dims.describe().c_str(), groups.world->backend().c_str(),
+                str(tp == 1 ? ""
+                            : str(" | each of the ", tp, " tp ranks holds a slice of every block and of the "
+                                  "vocabulary", config.parallel.sp ? ", and its part of each micro-batch's tokens "
+                                  "between them" : ""),
+                    pp == 1 ? ""
+                            : str(" | ", pp, " pipeline ranks of ", run.schedule()->stages(), " stages run the ",
+                                  run.schedule()->name, " schedule over ", accumulation, " micro-batches"),
+                    cp == 1 ? ""
+                            : str(" | each sequence's ", run.context()->padded_len(), " tokens over the ", cp,
+                                  " cp ranks (", config.parallel.cp_zigzag ? "zig-zag" : "plain",
+                                  " chunks), attention in a ring"))
+                    .c_str(),
+                zero.shards_optimizer_state
+                    ? str(" | ZeRO stage ", zero.stage, ": ", zero.sharded(), " sharded over the ", groups.dims.dp,
+                          " dp ranks").c_str()
+                    : "");
+  if (!config.log.run_dir.empty()) std::printf("run directory %s\n", config.log.run_dir.string().c_str());
+}
+
 bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
 
 }  // namespace
@@ -120,84 +222,25 @@ TrainSummary run_training(const RunConfig& config) {
   const std::unique_ptr<Communicator> control = make_world(Device::cpu, "mpi", nullptr, "control");
   check_same_launch(*control, resolved_toml(config));
   set_collective_timeout(config.parallel.timeout_s);
-  const ProcessGroups groups = make_process_groups(
-      make_world(device, config.parallel.backend, control.get()),
-      config.dims());
-  const bool lead = groups.world->rank() == 0;  // prints, logs and saves for the job
-  if (launched_by_mpi()) set_rank_description(groups.dims.rank_description(groups.world->rank()));
-  DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
-
-  const int tp = groups.dims.tp, pp = groups.dims.pp;
   const int accumulation = config.accumulation_steps();
-  // Pipeline parallelism: the schedule of each step's micro-batches over the pp ranks.
-  std::optional<pipeline::Schedule> schedule;
-  if (pp > 1)
-    schedule = pipeline::make_schedule(config.parallel.pp_schedule, pp, accumulation, config.parallel.pp_virtual);
-  // Context parallelism: the model runs this rank's tokens of every sequence, attending across
-  // the cp group; the cp ranks join the dp ranks in the gradients' sum and ZeRO's shards.
-  const int cp = groups.dims.cp;
-  // ZeRO pads the layout's units to equal parts over the dp × cp ranks and shards what its
-  // policy says; the DataParallel holds the optimizer of this rank's parts at every stage.
-  const ZeroPolicy zero = config.zero();
-  std::optional<ContextParallel> context;
-  if (cp > 1) context.emplace(*groups.cp, mc, T, config.parallel.cp_zigzag, device);
+  check_gpu_memory(config, /*lead=*/control->rank() == 0);
+  // The groups, the model and its parallel wrappers (parallel/parallel_run.h).
+  ParallelRun run(parallel_options(config), *control);
+  const ProcessGroups& groups = run.groups();
+  const bool lead = run.lead();
+  DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
+  Transformer& model = run.model();
+  DataParallel& data_parallel = run.data_parallel();
+  pipeline::PipelineParallel* pipeline = run.pipeline();
+  ContextParallel* context = run.context();
   const int T_local = context ? context->local_len() : T;
-  // The whole run's memory per rank against the GPU's, before anything is allocated
-  // (train/preflight.h): a run that will not fit stops, naming the cheapest changes that would.
-  if (device == Device::cuda) {
-    const std::string gpu = device_description(Device::cuda);
-    const std::string warning = check_run_fits(config, static_cast<double>(device_free_bytes(Device::cuda)), gpu,
-                                               profile_for_gpu(gpu));
-    if (!warning.empty() && lead) std::fprintf(stderr, "%s\n", warning.c_str());
-  }
-  // Tensor parallelism: the model is this rank's shard, communicating over the tp group; pipeline
-  // parallelism: it holds this rank's stages.
-  std::optional<TensorParallel> tensor_parallel;
-  if (tp > 1) tensor_parallel.emplace(*groups.tp, mc, config.parallel.sp);
-  Transformer model(mc, B, T_local, config.train.recompute, config.train.precision, device,
-                    zero.storage(), tensor_parallel ? &*tensor_parallel : nullptr,
-                    schedule ? pipeline::PipelineParallel::rank_stages(mc, *schedule, groups.coords.pp, T)
-                             : RankStages{},
-                    context ? &*context : nullptr);
-  DataParallel data_parallel(model, groups.dp_cp(), config.parallel.bucket_mb, zero, config.adamw,
-                             schedule ? groups.pp.get() : nullptr);
-  std::optional<pipeline::PipelineParallel> pipeline;
-  if (schedule) pipeline.emplace(model, *groups.pp, *schedule);
   AdamW& optimizer = data_parallel.optimizer();
   std::unique_ptr<LossScaler> scaler;
   if (config.loss_scale.enabled) scaler = std::make_unique<LossScaler>(config.loss_scale.config);
 
   TrainSummary summary;
   const std::filesystem::path checkpoints = config.checkpoint_dir();
-  std::string origin;
-  const bool resume = config.checkpoint.resume && !checkpoints.empty() && std::filesystem::exists(checkpoints / "latest");
-  // Every rank must resume, or none: they read the same checkpoint directory.
-  const double resuming = all_reduce_value(*control, resume ? 1 : 0, ReduceOp::sum);
-  if (resuming != 0 && resuming != control->size())
-    throw Error(str("some ranks find a checkpoint in ", checkpoints.string(), " and others do not; put checkpoint.dir ",
-                    "(or log.run_dir) on a filesystem every rank shares"));
-  // Where ZeRO shards the f32 parameters no rank keeps them whole: every rank starts from a
-  // whole host copy (the checkpoint, init.from or the random initialisation) and takes its parts
-  // of it. The optimizer takes its parts of a checkpoint's moments the same way.
-  const bool sharded_parameters = zero.shards_f32_parameters();
-  std::optional<FlatTensors> start_copy;
-  if (sharded_parameters) start_copy.emplace(model.layout(), MemTag::workspace, Device::cpu);
-  FlatTensors& start_params = start_copy ? *start_copy : model.params();
-  if (resume) {
-    const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
-    const TrainingProgress progress = load_training_checkpoint(checkpoint, start_params, optimizer, scaler.get());
-    summary.first_step = progress.step;
-    loader.restore(progress.loader);
-    origin = str("resumed from ", checkpoint.directory().string(), " (step ", progress.step, ")");
-  } else if (!config.init.from.empty()) {
-    load_init_from(config, start_params);
-    origin = str("weights from ", config.init.from);
-  } else {
-    init_parameters(start_params, config.init.seed);
-    origin = str("random initialisation, seed ", config.init.seed);
-  }
-  data_parallel.take_parameters(start_params);
-  start_copy.reset();
+  const std::string origin = start_parameters(config, *control, run, loader, scaler.get(), summary);
   if (summary.first_step >= total_steps)
     throw Error(str("the checkpoint in ", checkpoints.string(), " is at step ", summary.first_step,
                     " and train.steps = ", total_steps, ": nothing to do; raise train.steps to continue training, "
@@ -211,35 +254,7 @@ TrainSummary run_training(const RunConfig& config) {
   }
 
   const int64_t tokens_per_step = config.tokens_per_step();
-  if (lead) {  // the run's header, once for the job
-    std::printf("dtrain %s\n", dtrain_version().c_str());
-    std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %s\n",
-                std::string(model_family_name(mc.family)).c_str(), mc.n_layer, mc.d_model, mc.n_head,
-                static_cast<long long>(ParameterLayout(mc).num_parameters()), origin.c_str());
-    std::printf("batch %d sequences x %d tokens = %lld tokens per step (%d micro-batch%s of %d) | %lld tokens in %s\n",
-                config.global_batch_size(), T, static_cast<long long>(tokens_per_step), accumulation,
-                accumulation == 1 ? "" : "es", B, static_cast<long long>(train_data.size()),
-                config.data.dir.string().c_str());
-    if (groups.world->size() > 1)
-      std::printf("%s over %s: each dp rank trains on its share of every step's batch%s%s\n",
-                  groups.dims.describe().c_str(), groups.world->backend().c_str(),
-                  str(tp == 1 ? ""
-                              : str(" | each of the ", tp, " tp ranks holds a slice of every block and of the "
-                                    "vocabulary", config.parallel.sp ? ", and its part of each micro-batch's tokens "
-                                    "between them" : ""),
-                      pp == 1 ? ""
-                              : str(" | ", pp, " pipeline ranks of ", schedule->stages(), " stages run the ",
-                                    schedule->name, " schedule over ", accumulation, " micro-batches"),
-                      cp == 1 ? ""
-                              : str(" | each sequence's ", context->padded_len(), " tokens over the ", cp, " cp ranks (",
-                                    config.parallel.cp_zigzag ? "zig-zag" : "plain", " chunks), attention in a ring"))
-                      .c_str(),
-                  zero.shards_optimizer_state
-                      ? str(" | ZeRO stage ", zero.stage, ": ", zero.sharded(), " sharded over the ", groups.dims.dp,
-                            " dp ranks").c_str()
-                      : "");
-    if (!config.log.run_dir.empty()) std::printf("run directory %s\n", config.log.run_dir.string().c_str());
-  }
+  if (lead) print_header(config, run, origin, train_data.size());
 
   // MFU is measured against this machine's GEMM peak in the run's precision, taken now.
   // With several ranks, the peak of the job is the sum of theirs.
@@ -256,49 +271,22 @@ TrainSummary run_training(const RunConfig& config) {
   if (context) own_batches.emplace(accumulation, B, T_local, device);
   BatchBuffers& model_batches = own_batches ? *own_batches : step_batches;
   BatchBuffers eval_batch(1, B, T_local, device);
-  // Evaluation, samples and checkpoints are the lead rank's: every dp rank holds the same model.
-  // Where ZeRO gathers the weights before each pass, every forward gathers each unit from all
-  // ranks, so every rank evaluates (the same batches), and a sample or a save first gathers the
-  // whole parameters on the lead rank.
-  // Under tensor parallelism a forward is the tp group's: the lead's tp group evaluates, and a
-  // sample gathers the shards on the lead.
+  // The ranks the layout needs evaluate (ParallelRun::evaluates), the lead reports; a sample is
+  // of the whole model, gathered on the lead.
   const auto validate = [&](int64_t step, ProgressDisplay& progress) {
-    const bool forward_is_collective = zero.gathers_weights() == ZeroPolicy::Gather::before_each_pass;
-    if (!val_data || (!forward_is_collective && groups.coords.dp != 0)) return;
-    const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch, pipeline ? &*pipeline : nullptr,
-                                  context ? &*context : nullptr);
+    if (!val_data || !run.evaluates()) return;
+    const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch, pipeline, context);
     if (!lead) return;
     summary.val_loss = e.loss;
     if (metrics) metrics->log_validation(step, e.loss);
     progress.message(str("step ", step, ": validation loss ", fixed(e.loss, 4), " (perplexity ",
                          fixed(std::exp(e.loss), 2), ", ", e.tokens, " tokens)"));
   };
-  const ParameterLayout whole_layout(mc), stages_layout(mc, kParamAlignment, {}, model.layout().held_units());
   const auto sample = [&](int64_t step, ProgressDisplay& progress) {
-    if (!tokenizer || (!lead && !sharded_parameters && tp == 1 && pp == 1)) return;
-    // This tp rank's f32 parameters whole: the model's, or gathered over dp × cp on its rank 0,
-    // which alone goes on.
-    const bool shard_lead = groups.dp_cp().rank() == 0;
-    std::optional<FlatTensors> gathered;
-    if (sharded_parameters) {
-      if (shard_lead) gathered.emplace(model.layout(), MemTag::workspace, Device::cpu);
-      data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
-    }
-    const FlatTensors& mine = gathered ? *gathered : model.params();
-    // Then every tp rank's shard placed in its stages' part of the model on tp rank 0, and every
-    // pipeline rank's part in the whole model on the lead.
-    std::optional<FlatTensors> stages_whole, whole;
-    if (tp > 1 && shard_lead) {
-      if (groups.coords.tp == 0) stages_whole.emplace(stages_layout, MemTag::workspace, Device::cpu);
-      gather_shards(*groups.tp, mine, stages_whole ? &*stages_whole : nullptr);
-    }
-    const FlatTensors& part = stages_whole ? *stages_whole : mine;
-    if (pp > 1 && shard_lead && groups.coords.tp == 0) {
-      if (lead) whole.emplace(whole_layout, MemTag::workspace, Device::cpu);
-      pipeline->gather_parameters(part, whole ? &*whole : nullptr);
-    }
-    if (!lead) return;
-    progress.message(str("step ", step, ": sample: ", sample_text(config, whole ? *whole : part, *tokenizer)));
+    if (!tokenizer) return;
+    const ParallelRun::WholeParameters params = run.gather_whole_parameters();
+    if (!params.whole()) return;
+    progress.message(str("step ", step, ": sample: ", sample_text(config, *params.whole(), *tokenizer)));
   };
   // Every rank calls the save: what is sharded each rank writes its parts of, what every rank of
   // a dp group holds whole its rank 0 writes, each tp rank its own slices (train/training_checkpoint.h).
@@ -339,7 +327,7 @@ TrainSummary run_training(const RunConfig& config) {
     model_batches.upload();
     const float lr = config.lr.at(step);
     const StepStats stats = train_step(model, data_parallel, model_batches.on_device(), lr, config.train.grad_clip,
-                                       scaler.get(), step + 1, pipeline ? &*pipeline : nullptr);
+                                       scaler.get(), step + 1, pipeline);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     summary.last_loss = stats.loss;
@@ -382,13 +370,9 @@ TrainSummary run_training(const RunConfig& config) {
   save(step, progress);
   if (!trace_part.empty()) {
     control->barrier().wait();  // every rank's part is written (a host barrier: NCCL's does not block)
-    if (lead) {
-      std::vector<std::filesystem::path> parts;
-      for (int r = 0; r < groups.world->size(); ++r) parts.push_back(config.log.run_dir / str("trace_rank", r, ".jsonl"));
-      trace::merge_chrome_trace(config.log.run_dir / "trace.json", parts);
-      for (const auto& part : parts) std::filesystem::remove(part);
-      progress.message(str("trace of every rank's compute and communication: ", (config.log.run_dir / "trace.json").string()));
-    }
+    if (lead)
+      progress.message(str("trace of every rank's compute and communication: ",
+                           merge_trace_parts(config, groups.world->size()).string()));
   }
   progress.message(str("trained steps ", summary.first_step + 1, "-", step, " (", (step - summary.first_step) * tokens_per_step,
                        " tokens) in ", format_duration(std::chrono::duration<double>(
