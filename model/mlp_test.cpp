@@ -44,8 +44,11 @@ TEST(Mlp, TheDenseMlpThroughTheSeamIsItsLayersInOrder) {
       const int64_t N = 10, C = c.d_model, F = c.ffn_hidden(), F_in = c.ffn_in_width();
       const Matrix ln2(N, C, "ln2"), fch(N, F_in), fch_act(N, F), proj_out(N, C), dout(N, C, "dout");
       const Matrix dact(N, F), dfch(N, F_in), dtmp(N, C);
-      const BlockActivations a{.proj_out = proj_out.t, .ln2 = ln2.t, .fch = fch.t, .fch_act = fch_act.t};
-      const BlockGradients d{.dout = dout.t, .dtmp = dtmp.t, .dact = dact.t, .dfch = dfch.t};
+      // The views the MLP reads and writes; the block's others stay undefined.
+      BlockActivations a;
+      a.proj_out = proj_out.t, a.ln2 = ln2.t, a.fch = fch.t, a.fch_act = fch_act.t;
+      BlockGradients d;
+      d.dout = dout.t, d.dtmp = dtmp.t, d.dact = dact.t, d.dfch = dfch.t;
       mlp->forward_to_activation(weights, a);
       const Tensor out = mlp->forward_output(weights, a);
       PendingSum dln2 = mlp->backward_input(weights, grads, a, d, weights_now);
