@@ -69,7 +69,10 @@ LossScalerConfig fp16_scaling() {
 // project's AMD CPU) and widened to f32 for OpenBLAS's AVX2 sgemm (ONEDNN_MAX_CPU_ISA=AVX2
 // OPENBLAS_CORETYPE=Haswell for dtrain; PyTorch's side cannot be limited so); oneDNN's AMX
 // kernels, on Xeons that have them, were not measured. The first step measured the same both
-// ways, later steps up to 30% apart. Bounds: 2x the
+// ways, later steps up to 30% apart. On a processor without bf16 units PyTorch 1.13's own bf16
+// GEMMs accumulate the weight gradients in bf16, and the reference runs bf16 as it runs fp16 (each
+// op in f32, rounded once): within these bounds on an AVX2 EPYC, where PyTorch's own kernels put
+// the first step's gradient norm 14x past its bound. Bounds: 2x the
 // worst measured for the first step, whose differences are rounding alone and change only where
 // a sum's order flips a rounding; 3x for the later ones, whose paths depend on which elements'
 // signs rounding set.
