@@ -2,13 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "comm/single_process.h"
 #include "tests/collective_checks.h"
+#include "tests/testing.h"
 
 namespace dt {
 namespace {
@@ -55,26 +55,17 @@ TEST(SingleProcessCommunicator, HandlesCarryTheCollectiveAndItsSequenceNumber) {
   EXPECT_TRUE(first.done());
 }
 
-std::string message_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 TEST(SingleProcessCommunicator, BadArgumentsNameTheCollectiveAndTheFix) {
   SingleProcessCommunicator world(Device::cpu);
   std::vector<float> a(8), b(4);
-  EXPECT_NE(message_of([&] { world.reduce_scatter(view(b), view(a), ReduceOp::sum); }).find("must have 1 times"),
+  EXPECT_NE(testing::error_of([&] { world.reduce_scatter(view(b), view(a), ReduceOp::sum); }).find("must have 1 times"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { world.broadcast(view(a), 1); }).find("root 1 is not a rank of 'world'"),
+  EXPECT_NE(testing::error_of([&] { world.broadcast(view(a), 1); }).find("root 1 is not a rank of 'world'"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { world.send(view(a), 0); }).find("no other rank to send to"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { world.send(view(a), 0); }).find("no other rank to send to"), std::string::npos);
   Tensor on_gpu = view(a);
   on_gpu.device = Device::cuda;
-  EXPECT_NE(message_of([&] { world.all_reduce(on_gpu, ReduceOp::sum); }).find("is on cuda but the communicator"),
+  EXPECT_NE(testing::error_of([&] { world.all_reduce(on_gpu, ReduceOp::sum); }).find("is on cuda but the communicator"),
             std::string::npos);
 }
 
@@ -83,19 +74,19 @@ TEST(SingleProcessCommunicator, UnevenAllToAllCountsAreCheckedByName) {
   SingleProcessCommunicator world(Device::cpu, "ep");
   std::vector<float> a(4), b(4);
   const std::vector<int64_t> four{4}, three{3}, two_parts{2, 2}, negative{-1};
-  EXPECT_EQ(message_of([&] { world.all_to_all(view(b), four, view(a), two_parts); }),
+  EXPECT_EQ(testing::error_of([&] { world.all_to_all(view(b), four, view(a), two_parts); }),
             "all_to_all of 16 B f32 on ep (#1): in_counts has 2 counts for a group of 1; give one per rank "
             "(part r of in goes to rank r)");
-  EXPECT_EQ(message_of([&] { world.all_to_all(view(b), three, view(a), four); }),
+  EXPECT_EQ(testing::error_of([&] { world.all_to_all(view(b), three, view(a), four); }),
             "all_to_all of 16 B f32 on ep (#2): out_counts sum to 3 elements but out f32(4,) on cpu has 4; the parts "
             "must cover it exactly");
-  EXPECT_NE(message_of([&] { world.all_to_all(view(b), four, view(a), negative); }).find("in_counts[0] is -1"),
+  EXPECT_NE(testing::error_of([&] { world.all_to_all(view(b), four, view(a), negative); }).find("in_counts[0] is -1"),
             std::string::npos);
   std::vector<uint16_t> halves(4);
   const Tensor bf16{.data = halves.data(), .dtype = DType::bf16, .shape = {4}};
-  EXPECT_NE(message_of([&] { world.all_to_all(bf16, four, view(a), four); }).find("must have one dtype"),
+  EXPECT_NE(testing::error_of([&] { world.all_to_all(bf16, four, view(a), four); }).find("must have one dtype"),
             std::string::npos);
-  EXPECT_EQ(message_of([&] { all_to_all_counts(world, two_parts); }),
+  EXPECT_EQ(testing::error_of([&] { all_to_all_counts(world, two_parts); }),
             "all_to_all_counts on 'ep': 2 in_counts for a group of 1; give one per rank (the elements this rank "
             "sends it)");
   world.all_to_all(view(b), four, view(a), four).wait();  // counts that fit

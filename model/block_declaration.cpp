@@ -29,11 +29,19 @@ int64_t span_width(const ShardDims& d, Span span) {
   return 0;
 }
 
-int64_t LinearDeclaration::split_width(const ModelConfig& config) const {
+namespace {
+
+// The widths of `spans` added, from the model's sizes or a rank's.
+template <typename Sizes>
+int64_t spans_width(const std::vector<Span>& spans, const Sizes& sizes) {
   int64_t width = 0;
-  for (const Span s : spans) width += span_width(config, s);
+  for (const Span s : spans) width += span_width(sizes, s);
   return width;
 }
+
+}  // namespace
+
+int64_t LinearDeclaration::split_width(const ModelConfig& config) const { return spans_width(spans, config); }
 
 int64_t LinearDeclaration::in_features(const ModelConfig& config) const {
   return style == LinearStyle::row ? split_width(config) : config.d_model;
@@ -43,22 +51,12 @@ int64_t LinearDeclaration::out_features(const ModelConfig& config) const {
   return style == LinearStyle::column ? split_width(config) : config.d_model;
 }
 
-namespace {
-
-int64_t split_share(const std::vector<Span>& spans, const ShardDims& dims) {
-  int64_t width = 0;
-  for (const Span s : spans) width += span_width(dims, s);
-  return width;
-}
-
-}  // namespace
-
 int64_t LinearDeclaration::in_features(const ModelConfig& config, const ShardDims& dims) const {
-  return style == LinearStyle::row ? split_share(spans, dims) : config.d_model;
+  return style == LinearStyle::row ? spans_width(spans, dims) : config.d_model;
 }
 
 int64_t LinearDeclaration::out_features(const ModelConfig& config, const ShardDims& dims) const {
-  return style == LinearStyle::column ? split_share(spans, dims) : config.d_model;
+  return style == LinearStyle::column ? spans_width(spans, dims) : config.d_model;
 }
 
 int64_t ActivationDeclaration::width_of(const ModelConfig& config, const ShardDims& dims) const {
@@ -126,8 +124,7 @@ BlockDeclaration declare(ModelFamily family) {
   const bool gpt2 = family == ModelFamily::gpt2;
   const bool swiglu = traits.mlp == MlpKind::swiglu;
   using S = Span;
-  BlockDeclaration b{.norm = traits.norm, .mlp = traits.mlp, .biases = traits.biases, .layers = {},
-                     .activations = block_activations(), .hf = {}};
+  BlockDeclaration b{.layers = {}, .activations = block_activations(), .hf = {}};
   // GPT-2's Conv1D layers are one tensor each; Llama's fused ones are several: q, k and v
   // stacked by rows in attn.qkv, gate over up in mlp.fc.
   const std::vector<HfTensor> qkv = gpt2 ? std::vector<HfTensor>{{"attn.c_attn", 3}}

@@ -100,10 +100,9 @@ struct HfNames {
   std::string block_prefix, wte, wpe, ln_f, lm_head;
 };
 
+// The family's traits (model/config.h) say which norm and MLP activation the layers compute and
+// whether they have biases; the declaration says what the layers are.
 struct BlockDeclaration {
-  NormKind norm;
-  MlpKind mlp;
-  bool biases;
   // The parameterised layers in the order their parameters are laid out.
   std::vector<std::variant<NormDeclaration, LinearDeclaration>> layers;
   // The activations, in the order their regions are laid out.

@@ -23,12 +23,12 @@ TEST(BlockDeclaration, TheLayoutHoldsExactlyTheDeclaredLayersOnEveryRank) {
         for (const auto& layer : block.layers) {
           if (const auto* norm = std::get_if<NormDeclaration>(&layer)) {
             declared.push_back("h.1." + norm->name + ".weight");
-            if (block.norm == NormKind::layernorm) declared.push_back("h.1." + norm->name + ".bias");
+            if (c.traits().norm == NormKind::layernorm) declared.push_back("h.1." + norm->name + ".bias");
           }
           if (const auto* linear = std::get_if<LinearDeclaration>(&layer)) {
             const std::string name = "h.1." + linear->name;
             declared.push_back(name + ".weight");
-            if (block.biases) declared.push_back(name + ".bias");
+            if (c.traits().biases) declared.push_back(name + ".bias");
             const ParamInfo& w = layout.find(name + ".weight");
             EXPECT_EQ(w.shape[0], linear->out_features(c, layout.dims())) << preset << " " << name << " rank " << r;
             EXPECT_EQ(w.shape[1], linear->in_features(c, layout.dims())) << preset << " " << name << " rank " << r;

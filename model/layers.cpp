@@ -86,8 +86,12 @@ ColumnParallelLinear::ColumnParallelLinear(const ParameterLayout& layout, const 
     : product_(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), layout.config().traits().biases),
       regions_(&regions) {}
 
+const ParamInfo& output_projection_weight(const ParameterLayout& layout) {
+  return layout.find(layout.config().tied_embeddings ? "wte" : "lm_head");
+}
+
 ColumnParallelLinear ColumnParallelLinear::output_projection(const ParameterLayout& layout, ParallelRegions& regions) {
-  return {LinearProduct(&layout.find(layout.config().tied_embeddings ? "wte" : "lm_head"), nullptr, false), regions};
+  return {LinearProduct(&output_projection_weight(layout), nullptr, false), regions};
 }
 
 void ColumnParallelLinear::forward(const FlatTensors& weights, Tensor out, Tensor x, Tensor whole) const {
@@ -106,9 +110,10 @@ void ColumnParallelLinear::backward_weight(const FlatTensors& grads, Tensor dout
 
 RowParallelLinear::RowParallelLinear(const ParameterLayout& layout, const std::string& prefix,
                                      ParallelRegions& regions)
-    : product_(&layout.find(prefix + ".weight"), linear_bias(layout, prefix),
-               layout.config().traits().biases && layout.find(prefix + ".bias").slice.pieces.front().owned),
-      regions_(&regions) {}
+    : RowParallelLinear(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), regions) {}
+
+RowParallelLinear::RowParallelLinear(const ParamInfo* weight, const ParamInfo* bias, ParallelRegions& regions)
+    : product_(weight, bias, bias != nullptr && bias->slice.pieces.front().owned), regions_(&regions) {}
 
 Tensor RowParallelLinear::forward(const FlatTensors& weights, Tensor partial, Tensor x, Tensor local) const {
   product_.forward(weights, partial, x);

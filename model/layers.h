@@ -68,13 +68,15 @@ class LinearProduct {
   void backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const;
   // The weight's (and bias's) gradient += from dout and the forward's input.
   void backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const;
-  const ParamInfo& weight() const { return *weight_; }
 
  private:
   const ParamInfo* weight_;
   const ParamInfo* bias_;  // where the family has biases
   bool adds_bias_;
 };
+
+// The output projection's weight: lm_head, or wte when the embeddings are tied.
+const ParamInfo& output_projection_weight(const ParameterLayout& layout);
 
 // A column-parallel linear layer (Megatron's ColumnParallelLinear: attention's qkv, the MLP's
 // first projection, the output projection): its input comes through f — identity forward, the
@@ -97,7 +99,6 @@ class ColumnParallelLinear {
   // The weight's (and bias's) gradient += from dout and the forward's input x (gathered again
   // into `whole` under sequence parallelism).
   void backward_weight(const FlatTensors& grads, Tensor dout, Tensor x, Tensor whole) const;
-  const ParamInfo& weight() const { return product_.weight(); }
 
  private:
   ColumnParallelLinear(LinearProduct product, ParallelRegions& regions) : product_(product), regions_(&regions) {}
@@ -126,6 +127,7 @@ class RowParallelLinear {
   void backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const;
 
  private:
+  RowParallelLinear(const ParamInfo* weight, const ParamInfo* bias, ParallelRegions& regions);
   LinearProduct product_;
   ParallelRegions* regions_;
 };

@@ -93,18 +93,19 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
            "held units naming ", held_.blocks.size(), " blocks of ", config.n_layer);
   const int64_t C = config.d_model, L = config.n_layer;
   const BlockDeclaration& block = declare_block(config);
+  const FamilyTraits traits = config.traits();
   // N(0, 0.02) for weights, as GPT-2 and Hugging Face's Llama initialise (GPT-2 scaling the
   // residual projections': FamilyTraits); norm weights start at one, biases at zero.
   const float std = 0.02f;
   const float residual_std =
-      config.traits().scaled_residual_init ? std / std::sqrt(2.0f * static_cast<float>(L)) : std;
+      traits.scaled_residual_init ? std / std::sqrt(2.0f * static_cast<float>(L)) : std;
   // What every rank holds whole: owned by rank 0.
   const bool lead = shard.rank == 0;
   const auto copy = [&](Shape whole) { return TensorSlice::all(whole, lead); };
   const auto rows = [](Shape whole, std::vector<SlicePiece> pieces) { return TensorSlice{whole, 0, std::move(pieces)}; };
   const auto norm = [&](const std::string& name) {
     add(name + ".weight", copy({C}), ParamInit::ones, 0);
-    if (block.norm == NormKind::layernorm) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
+    if (traits.norm == NormKind::layernorm) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
   };
   // A column-parallel layer's weight and bias hold its output rows; a row-parallel one's weight
   // holds its input columns, and its bias is whole (added once, by the owner).
@@ -114,17 +115,17 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
     const float init_std = decl.residual ? residual_std : std;
     if (decl.style == LinearStyle::column) {
       add(name + ".weight", rows({width, C}, pieces), ParamInit::normal, init_std);
-      if (block.biases) add(name + ".bias", rows({width}, std::move(pieces)), ParamInit::zeros, 0);
+      if (traits.biases) add(name + ".bias", rows({width}, std::move(pieces)), ParamInit::zeros, 0);
     } else {
       add(name + ".weight", TensorSlice{{C, width}, 1, std::move(pieces)}, ParamInit::normal, init_std);
-      if (block.biases) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
+      if (traits.biases) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
     }
   };
   const kernels::FlatRange vocab = dims_.vocab;
 
   if (held_.embeddings) {
     add("wte", rows({config.vocab_size, C}, {{vocab, true}}), ParamInit::normal, std, dims_.padded_vocab);
-    if (config.traits().positions == PositionKind::learned)
+    if (traits.positions == PositionKind::learned)
       add("wpe", copy({config.max_seq_len, C}), ParamInit::normal, std);
     end_unit(0);
   }

@@ -184,7 +184,7 @@ Stage::UnitOrder::UnitOrder(const ParameterLayout& layout, StageUnits units)
   for (int l = units.first_block; l < units.end_block; ++l) forward.push_back(layout.block_unit(l));
   if (units.head) {
     head_unit = layout.head_unit();
-    output_unit = layout.unit_of(ColumnParallelLinear::output_projection(layout, ParallelRegions::single_rank()).weight());
+    output_unit = layout.unit_of(output_projection_weight(layout));
     forward.push_back(head_unit);
   }
 }
