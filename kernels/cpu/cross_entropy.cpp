@@ -3,6 +3,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/blocked_sum.h"
 #include "kernels/cpu/float_type.h"
 #include "kernels/cpu/storage_rows.h"
 #include "kernels/cpu/vec_exp.h"
@@ -24,23 +25,16 @@ T row_loss(T* x, int64_t V, int64_t Vp, int32_t target, int32_t ignore_index, co
 #pragma omp simd reduction(max : max)
   for (int64_t v = 0; v < V; ++v) max = std::max(max, x[v]);
   const T target_logit = x[target];
-  T sum = 0;
   if (grad_scale) {
-#pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < V; ++v) {
-      x[v] = vec_exp(x[v] - max);
-      sum += x[v];
-    }
+    const T sum = blocked_sum<T>(V, [&](int64_t v) { return x[v] = vec_exp(x[v] - max); });
     const T factor = *grad_scale / sum;
 #pragma omp simd
     for (int64_t v = 0; v < V; ++v) x[v] *= factor;
     x[target] -= *grad_scale;
     std::fill(x + V, x + Vp, T{0});
-  } else {
-#pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < V; ++v) sum += vec_exp(x[v] - max);
+    return std::log(sum) + max - target_logit;
   }
-  return std::log(sum) + max - target_logit;
+  return std::log(blocked_sum<T>(V, [&](int64_t v) { return vec_exp(x[v] - max); })) + max - target_logit;
 }
 
 template <typename S>

@@ -3,6 +3,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/blocked_sum.h"
 #include "kernels/cpu/float_type.h"
 #include "kernels/cpu/storage_rows.h"
 #include "kernels/cpu/vec_exp.h"
@@ -49,9 +50,7 @@ void vocab_slice_statistics(Tensor stats, Tensor logits, Tensor targets, int64_t
       T max = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : max)
       for (int64_t v = 0; v < rows; ++v) max = std::max(max, x[v]);
-      T sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t v = 0; v < rows; ++v) sum += vec_exp(x[v] - max);
+      const T sum = blocked_sum<T>(rows, [&](int64_t v) { return vec_exp(x[v] - max); });
       const int64_t target = int64_t{t[n]} - first_id;
       const bool here = t[n] != ignore_index && target >= 0 && target < rows;
       out[3 * n] = max;
