@@ -5,8 +5,10 @@ Usage: python3 bench/pytorch_step_gpu.py --family gpt2 --n-layer 12 --d-model 76
            --vocab-size 50257 --max-seq-len 1024 --batch 8 --seq 1024 --steps 20 --warmup 5
        (llama also takes --n-kv-head, --ffn-hidden, --rope-theta; --precision bf16 | fp32)
 
-At its best means: torch.compile of the whole model, F.scaled_dot_product_attention with a causal
-mask (the flash kernel in bf16), bf16 autocast with fp32 weights and optimizer state (what dtrain's
+At its best means: torch.compile of the whole model together with its loss (as nanoGPT and
+torchtitan's loss-in-the-graph do: the compiler fuses the logits' upcast into the cross-entropy
+instead of materializing fp32 logits), in the default mode or --mode max-autotune (which also tries
+Triton GEMMs and replays CUDA graphs), F.scaled_dot_product_attention with a causal mask (the flash kernel in bf16), bf16 autocast with fp32 weights and optimizer state (what dtrain's
 bf16 precision keeps), fused AdamW, gradients set to None, TF32 off for fp32 (dtrain's fp32
 GEMMs do not use TF32). The model is the same function as dtrain's: GPT-2 (LayerNorm, tanh GELU,
 learned positions, biases, tied output) or Llama (RMSNorm, rotary, grouped-query attention,
@@ -87,13 +89,14 @@ class Model(nn.Module):
         self.blocks = nn.ModuleList(Block(a) for _ in range(a.n_layer))
         self.ln_f = nn.LayerNorm(a.d_model) if a.family == "gpt2" else nn.RMSNorm(a.d_model, eps=1e-5)
 
-    def forward(self, tokens):
+    def forward(self, tokens, targets):
         x = self.wte(tokens)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(tokens.shape[1], device=tokens.device))
         for block in self.blocks:
             x = block(x, self.rope)
-        return F.linear(self.ln_f(x), self.wte.weight)  # tied output
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied output
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
 def main():
@@ -106,6 +109,7 @@ def main():
     p.add_argument("--rope-theta", type=float, default=500000)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     p.add_argument("--no-compile", action="store_true", help="eager mode (to see what torch.compile gives)")
+    p.add_argument("--mode", choices=["default", "max-autotune"], default="default", help="torch.compile's mode")
     a = p.parse_args()
     a.n_kv_head = a.n_kv_head or a.n_head
     a.ffn_hidden = a.ffn_hidden or 4 * a.d_model
@@ -115,26 +119,27 @@ def main():
     torch.manual_seed(0)
     model = Model(a, device).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
-    step_model = model if a.no_compile else torch.compile(model)
+    step_model = model if a.no_compile else torch.compile(model, mode=None if a.mode == "default" else a.mode)
     tokens = torch.randint(0, a.vocab_size, (a.batch, a.seq), device=device)
     targets = torch.randint(0, a.vocab_size, (a.batch, a.seq), device=device)
     n_tokens = a.batch * a.seq
     print(f"# pytorch {torch.__version__} on {torch.cuda.get_device_name()}: {a.family} n_layer={a.n_layer} "
           f"d_model={a.d_model} n_head={a.n_head} n_kv_head={a.n_kv_head} vocab={a.vocab_size}, batch {a.batch} x "
-          f"seq {a.seq}, {a.precision}, {'eager' if a.no_compile else 'torch.compile'}")
+          f"seq {a.seq}, {a.precision}, {'eager' if a.no_compile else 'torch.compile mode ' + a.mode}")
     times = []
     for i in range(a.warmup + a.steps):
         torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            logits = step_model(tokens)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+            loss = step_model(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
+        if i == 0:
+            print(f"# first step (compilation included): {seconds:.1f} s")
         if i >= a.warmup:
             times.append(seconds)
             print(f" {i - a.warmup + 1:6d} {seconds * 1e3:12.2f} {n_tokens / seconds:14.1f}")

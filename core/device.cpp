@@ -7,6 +7,8 @@
 #include "core/error.h"
 
 #ifdef DTRAIN_WITH_CUDA
+#include <cuda_profiler_api.h>
+
 #include "core/cuda/runtime.h"
 #endif
 
@@ -154,6 +156,15 @@ void synchronize(Device device) {
   if (device == Device::cpu) return;
 #ifdef DTRAIN_WITH_CUDA
   DT_CUDA_CHECK(cudaStreamSynchronize(cuda::compute_stream()));
+#else
+  require_device(device);
+#endif
+}
+
+void profiled_region(Device device, bool open) {
+  if (device == Device::cpu) return;
+#ifdef DTRAIN_WITH_CUDA
+  DT_CUDA_CHECK(open ? cudaProfilerStart() : cudaProfilerStop());
 #else
   require_device(device);
 #endif

@@ -68,5 +68,8 @@ void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, s
 void zero_bytes(void* dst, Device device, size_t bytes);
 // Waits for everything queued on the device (nothing to wait for on the CPU).
 void synchronize(Device device);
+// Opens and closes the region a GPU profiler records when started with collection off
+// (`ncu --profile-from-start off`, nsys's cudaProfilerApi capture); nothing without one, or on the CPU.
+void profiled_region(Device device, bool open);
 
 }  // namespace dt

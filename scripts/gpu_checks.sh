@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Runs dtrain's GPU checks on a GPU machine from what scripts/pack_for_gpu.sh packed, each
+# step's log under LOG_DIR:
+#
+#   bash scripts/gpu_checks.sh PACK.tar.gz LOG_DIR STEP...
+#
+# Steps: doctor (dtrain doctor, nvidia-smi), tests (every test that needs a GPU: ctest, in
+# parallel), bench (bench/step_vs_pytorch_gpu.sh; BENCH_FLAGS passes it flags), profile (one timed
+# step of gpt2-124m and llama3.2-1b under ncu: the largest kernel shares), comm (dtrain bench comm
+# --device cuda, one rank and two through MPI). The machine needs the NVIDIA driver, CUDA's
+# libraries (the CUDA toolkit's, or those PyTorch's wheels carry) and, for bench, PyTorch.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+pack=$(realpath "$1") logs=$(realpath -m "$2")
+shift 2
+mkdir -p "$logs" build-gpu build
+tar xzf "$pack" -C build-gpu && tar xf build-gpu/tests.tar -C build-gpu
+# ctest's files name the directory the build was made in: make that path lead here.
+built=$(sed -n 's/^# Build directory: //p' build-gpu/CTestTestfile.cmake)
+[ "$(realpath -m "$built")" = "$PWD/build-gpu" ] || { mkdir -p "$(dirname "$(dirname "$built")")"; ln -sfn "$PWD" "$(dirname "$built")"; }
+# OpenMPI where the machine has none (its files at their Debian paths; nothing existing replaced).
+if ! command -v mpiexec >/dev/null; then
+  tar xf build-gpu/mpi.tar -C / --skip-old-files && ldconfig
+  ln -sf orterun /usr/bin/mpiexec && ln -sf orterun /usr/bin/mpirun
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+site=$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)
+cuda_libs=$(ls -d /usr/local/cuda/lib64 "$site"/nvidia/*/lib 2>/dev/null | paste -sd:)
+dtrain_env=(env "LD_LIBRARY_PATH=$PWD/build-gpu/lib:$cuda_libs")
+printf '#!/bin/sh\nexec %s %q "$@"\n' "$(printf '%q ' "${dtrain_env[@]}")" "$PWD/build-gpu/dtrain" > build/dtrain
+chmod +x build/dtrain
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+
+profile() {  # name dtrain-bench-step-flags...
+  local name=$1
+  shift
+  "${dtrain_env[@]}" "$ncu" --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
+    --print-units base build-gpu/dtrain bench step --device cuda "$@" --steps 1 --warmup 2 > "$logs/ncu-$name.csv"
+  python3 - "$logs/ncu-$name.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(line for line in open(sys.argv[1]) if line.startswith('"'))]
+head, rows = rows[0], rows[1:]
+name, value = head.index("Kernel Name"), head.index("Metric Value")
+total, by = 0.0, collections.Counter()
+for r in rows:
+    ns = float(r[value].replace(",", ""))
+    total += ns
+    by[r[name][:90]] += ns
+print(f"{sys.argv[1]}: {len(rows)} kernels, {total / 1e6:.2f} ms of kernel time in the step")
+for k, ns in by.most_common(12):
+    print(f"  {100 * ns / total:5.1f}%  {ns / 1e6:8.3f} ms  {k}")
+PY
+}
+
+for step in "$@"; do
+  echo "=== $step $(date +%T)"
+  case $step in
+    doctor)
+      { nvidia-smi; build/dtrain doctor; } 2>&1 | tee "$logs/doctor.log" ;;
+    tests)
+      "${dtrain_env[@]}" ctest --test-dir build-gpu -R 'Cuda|Cudnn|OnTheGpu|Gpu|Nccl|^Device|StreamEvent|Doctor|BenchComm|Allocator' \
+        --parallel 8 --timeout 300 --output-on-failure > "$logs/tests.log" 2>&1
+      tail -25 "$logs/tests.log" ;;
+    bench)
+      bash bench/step_vs_pytorch_gpu.sh ${BENCH_FLAGS:-} > "$logs/bench.log" 2>&1
+      grep -E '^result|Error|error' "$logs/bench.log" ;;
+    profile)
+      profile gpt2-124m --model gpt2-124m --seq 1024 --batch 32 --precision bf16 2>&1 | tee "$logs/profile.log"
+      profile llama3.2-1b --model llama3.2-1b --seq 2048 --batch 8 --precision bf16 2>&1 | tee -a "$logs/profile.log" ;;
+    comm)
+      { build/dtrain bench comm --device cuda
+        mpiexec --allow-run-as-root -n 2 build/dtrain bench comm --device cuda; } > "$logs/comm.log" 2>&1
+      tail -30 "$logs/comm.log" ;;
+    *) echo "gpu_checks.sh: unknown step $step (steps: doctor tests bench profile comm)" >&2; exit 2 ;;
+  esac
+done
+echo "=== done $(date +%T)"
