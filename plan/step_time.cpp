@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/flops.h"
 #include "model/stage.h"
+#include "model/tensor_shard.h"
 #include "model/transformer.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "parallel/pipeline/schedule_check.h"
@@ -52,7 +53,8 @@ struct StagePasses {
 class Estimator {
  public:
   Estimator(const ModelConfig& model, const StepLayout& l, const HardwareProfile& hw)
-      : model_(model), l_(l), hw_(hw), element_(static_cast<double>(dtype_size(l.precision))),
+      : model_(model), l_(l), hw_(hw), dims_(shard_dims(model, {0, l.tp})),
+        element_(static_cast<double>(dtype_size(l.precision))),
         tokens_(static_cast<double>(l.micro_batch) * l.seq_len / l.cp), block_(block()), head_(head()) {}
 
   // The roofline time of an (m × k) @ (k × n) product in the run's precision.
@@ -74,16 +76,17 @@ class Estimator {
   }
 
  private:
-  // One block, one micro-batch, on one tensor-parallel rank.
+  // One block, one micro-batch, on the busiest tensor-parallel rank: the first, whose share of
+  // every split is the largest (model/tensor_shard.h).
   StagePasses block() const {
-    const double C = model_.d_model, t = tokens_, tp = l_.tp;
+    const double C = model_.d_model, t = tokens_;
+    // Of the model's query and key/value heads, 1 / (this rank's share): tp where the split is even.
+    const double query_parts = static_cast<double>(model_.n_head) / dims_.heads.n_head();
+    const double kv_parts = static_cast<double>(model_.kv_heads()) / dims_.heads.n_kv_head();
     StagePasses p;
     for (const LinearDeclaration* linear : declare_block(model_).linears()) {
-      // (in, out) features on this rank: column-parallel layers split their output, row-parallel
-      // ones their input.
-      const double split = static_cast<double>(linear->split_width(model_)) / tp;
-      const double in = linear->style == LinearStyle::row ? split : C;
-      const double out = linear->style == LinearStyle::column ? split : C;
+      const double in = static_cast<double>(linear->in_features(model_, dims_));
+      const double out = static_cast<double>(linear->out_features(model_, dims_));
       p.forward.gemm += gemm(t, out, in);
       p.backward_input.gemm += gemm(t, in, out);
       p.backward_weight.gemm += gemm(out, in, t);
@@ -92,7 +95,7 @@ class Estimator {
         Stage::activation_bytes(model_, {.embeddings = false, .first_block = 0, .end_block = 1, .head = false},
                                 Recompute::none, l_.precision, l_.micro_batch, l_.seq_len / l_.cp, {0, l_.tp}, l_.sp)
             .kept);
-    const double causal_flops = attention_core_flops(model_, l_.seq_len) * t / tp;
+    const double causal_flops = attention_core_flops(model_, l_.seq_len) * t / query_parts;
     if (l_.fused_attention) {
       const double attention = causal_flops / (hw_.peak(l_.precision) * hw_.attention_efficiency(l_.precision));
       p.forward.attention = attention;
@@ -102,8 +105,7 @@ class Estimator {
       const double attention = 2 * causal_flops / (hw_.peak(l_.precision) * hw_.gemm_efficiency);
       p.forward.attention = attention;
       p.backward_input.attention = 2 * attention;
-      kept += kMaterializedScoreBytes * (static_cast<double>(model_.n_head) / tp) * t * l_.seq_len *
-              element_ / 2;
+      kept += kMaterializedScoreBytes * dims_.heads.n_head() * t * l_.seq_len * element_ / 2;
     }
     p.forward.streaming = p.backward_input.streaming = streaming(kStreamingPassesPerKeptByte / 2 * kept);
     // Two collectives of the block's activations each way (all-reduces, or under sequence
@@ -113,7 +115,7 @@ class Estimator {
         2 * collective_seconds(hw_, tp_group, CollectiveKind::all_reduce, t * C * element_);
     if (l_.cp > 1) {
       // Key/value blocks around the ring, behind the attention compute where they fit.
-      const double kv = t * 2.0 * model_.kv_heads() * model_.head_size() / tp * element_;
+      const double kv = t * 2.0 * model_.kv_heads() * model_.head_size() / kv_parts * element_;
       const bool spans = GroupPlacement::of(l_.cp, l_.tp, l_.gpus_per_node).spans_nodes;
       const double message = message_seconds(hw_, spans, kv);
       p.forward.context_parallel = std::max(0.0, (l_.cp - 1) * message - p.forward.attention);
@@ -127,6 +129,7 @@ class Estimator {
 
   // The head's projection and the fused classifier's passes over the logits, one micro-batch.
   StagePasses head() const {
+    // The padded vocabulary's rows over the ranks (the first holds at most a pad multiple more).
     const double C = model_.d_model, t = tokens_, V = model_.padded_vocab_size() / static_cast<double>(l_.tp);
     StagePasses p;
     p.forward.gemm = gemm(t, V, C);
@@ -139,6 +142,7 @@ class Estimator {
   const ModelConfig& model_;
   const StepLayout& l_;
   const HardwareProfile& hw_;
+  ShardDims dims_;  // the busiest tensor-parallel rank's sizes
   double element_, tokens_;
   StagePasses block_, head_;  // after the members block() and head() read
 };
@@ -162,8 +166,6 @@ StepTime predict_step_time(const ModelConfig& model, const StepLayout& l, const 
                l.seq_len >= l.cp,
            "plan: layout dp ", l.dp, " tp ", l.tp, " pp ", l.pp, " cp ", l.cp, ", ", l.micro_batches,
            " micro-batches of ", l.micro_batch, " x ", l.seq_len);
-  DT_CHECK(model.n_head % l.tp == 0 && model.kv_heads() % l.tp == 0, "plan: tp ", l.tp, " does not divide the ",
-           model.n_head, " query and ", model.kv_heads(), " key/value heads");
   const Estimator e(model, l, hw);
   StepTime r;
 

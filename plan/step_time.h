@@ -86,8 +86,9 @@ struct StepTime {
   double mfu = 0;  // model FLOPs against the profile's dense peak in the run's precision
 };
 
-// Throws dt::Error naming the problem when the layout cannot run the model (a tp that does not
-// divide the heads, more pipeline stages than blocks, an unknown schedule).
+// Throws dt::Error naming the problem when the layout cannot run the model (more tensor-parallel
+// ranks than heads, more pipeline stages than blocks, an unknown schedule). A tp that does not
+// divide the heads or the MLP is timed on its busiest rank, the first.
 StepTime predict_step_time(const ModelConfig& model, const StepLayout& layout, const HardwareProfile& profile);
 
 }  // namespace dt

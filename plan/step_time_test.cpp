@@ -86,6 +86,25 @@ TEST(StepTime, DataParallelHidesItsReductionBehindTheLastBackward) {
   EXPECT_GT(predict_step_time(model, layout, h100).data_parallel, 0);
 }
 
+// llama-tiny's 6 query heads over 4 ranks: 2, 2, 1, 1 (its 2 key/value heads copied, one to each
+// rank). The step is paced by the first rank, which holds as many heads as each of 3 ranks does:
+// the same attention term as tp 3, while its share of the MLP's 128 columns (32 against 43)
+// makes its GEMMs cheaper.
+TEST(StepTime, AnUnevenTensorParallelSplitIsTimedOnItsBusiestRank) {
+  const HardwareProfile h100 = load_hardware_profile("h100-sxm");
+  const ModelConfig model = model_preset("llama-tiny");
+  StepLayout four;
+  four.tp = 4;
+  four.micro_batch = 8;
+  four.seq_len = 64;
+  StepLayout three = four;
+  three.tp = 3;
+  const StepTime t4 = predict_step_time(model, four, h100), t3 = predict_step_time(model, three, h100);
+  EXPECT_EQ(t4.attention, t3.attention);
+  EXPECT_LT(t4.gemm, t3.gemm);
+  EXPECT_GT(t4.tensor_parallel, 0);
+}
+
 // Checked against ourselves on GPUs: dtrain's bf16 steps (`bash bench/step_vs_pytorch_gpu.sh
 // --steps 10 --warmup 3`, medians of 10 steps) on one H200 in issue 20's closing run and on one
 // H100 80GB HBM3 in issue 29's first run, against the prediction from each GPU's profile. The
@@ -156,9 +175,9 @@ TEST(StepTime, PredictsMegatronLmsPublishedA100Throughput) {
 TEST(StepTime, LayoutsItCannotRunAreNamed) {
   const HardwareProfile h100 = load_hardware_profile("h100-sxm");
   StepLayout layout;
-  layout.tp = 5;
+  layout.tp = 13;
   EXPECT_NE(testing::error_of([&] { predict_step_time(model_preset("gpt2-124m"), layout, h100); })
-                .find("plan: tp 5 does not divide the 12 query and 12 key/value heads"),
+                .find("parallel.tp = 13: more tensor-parallel ranks than the model's 12 attention heads"),
             std::string::npos);
   layout.tp = 1;
   layout.pp = 2;

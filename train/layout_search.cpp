@@ -16,12 +16,13 @@ std::vector<int> divisors(int64_t n) {
   return d;
 }
 
-// The (dp, tp, pp, cp) splits of `gpus`: tp within a node and dividing the query and key/value
-// heads, pp at most the blocks, cp a power of two up to 8; dp what is left.
+// The (dp, tp, pp, cp) splits of `gpus` worth trying: tp within a node (its collectives are on
+// every block's critical path), pp at most the blocks, cp a power of two up to 8; dp what is
+// left. Whether the model runs on each is the configuration checks' to say.
 std::vector<ParallelDims> splits(const ModelConfig& m, int gpus, int gpus_per_node) {
   std::vector<ParallelDims> out;
   for (const int tp : divisors(gpus)) {
-    if (tp > gpus_per_node || m.n_head % tp != 0 || m.kv_heads() % tp != 0) continue;
+    if (tp > gpus_per_node) continue;
     for (const int cp : {1, 2, 4, 8}) {
       if ((gpus / tp) % cp != 0) continue;
       for (const int pp : divisors(gpus / tp / cp))

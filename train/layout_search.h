@@ -1,5 +1,5 @@
 // `dtrain plan --search`: every layout of a run configuration's model and global batch over a
-// number of GPUs — dp, tp (within a node, dividing the heads), pp (at most the blocks), cp, the
+// number of GPUs — dp, tp (within a node), pp (at most the blocks), cp, the
 // pipeline schedule (1f1b, interleaved over 2 virtual stages, zb-h1), the micro-batch size, the
 // ZeRO stage, recomputation and sequence parallelism — that load_run_config's own checks accept
 // (run_config_valid), each with its memory plan (run_memory_plan) and predicted step

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -44,6 +45,18 @@ TEST(LayoutSearch, WhatFitsIsValidOrderedAndEachLayoutOnce) {
   const RunConfig& best = s.fitting.front().config;
   EXPECT_EQ(best.dims().dp, 8);
   EXPECT_EQ(best.train.recompute, Recompute::none);
+}
+
+// The planner times every layout the configuration checks accept: among gpt2-124m's on 8 GPUs,
+// its 12 heads over 8 tensor-parallel ranks (2, 2, 2, 2, 1, 1, 1, 1), which the engine runs.
+TEST(LayoutSearch, ThePlannerTimesEveryLayoutTheChecksAccept) {
+  const RunConfig config = load_run_config(kConfig);
+  const LayoutSearch s = search_layouts(config, 8, load_hardware_profile("h200"), 8);
+  const auto uneven = std::find_if(s.fitting.begin(), s.fitting.end(),
+                                   [](const LayoutCandidate& c) { return c.config.parallel.tp == 8; });
+  ASSERT_NE(uneven, s.fitting.end());
+  EXPECT_TRUE(std::isfinite(uneven->time.total));
+  EXPECT_GT(uneven->time.tensor_parallel, 0);
 }
 
 // Llama 3 70B's weights, gradients and AdamW state (18 bytes a parameter: 1.27 TB) cannot fit on
