@@ -83,10 +83,10 @@ int ModelConfig::padded_vocab_size() const {
   return (vocab_size + m - 1) / m * m;
 }
 
-void validate_model_config(const ModelConfig& c) {
-  std::string problems;
-  auto require = [&](bool ok, std::string_view field, long long value, std::string_view valid) {
-    if (!ok) problems += str("\n  model.", field, " = ", value, ": ", valid);
+void check_model_config(const ModelConfig& c, FieldProblems& problems) {
+  // Fields are the configuration's keys; integers (and flags) written as integers.
+  const auto require = [&](bool ok, std::string_view field, long long value, std::string_view valid) {
+    problems.require(ok, str("model.", field), value, valid);
   };
   require(c.n_layer >= 1, "n_layer", c.n_layer, "must be at least 1");
   require(c.d_model >= 1, "d_model", c.d_model, "must be at least 1");
@@ -111,7 +111,7 @@ void validate_model_config(const ModelConfig& c) {
   require(c.n_layer <= 4096, "n_layer", c.n_layer, "must be at most 4096");
   require(c.ffn_hidden_size <= (1 << 24), "ffn_hidden_size", c.ffn_hidden_size, "must be at most 2^24");
   const auto require_real = [&](bool ok, std::string_view field, double value, std::string_view valid) {
-    if (!ok) problems += str("\n  model.", field, " = ", value, ": ", valid);
+    problems.require(ok, str("model.", field), value, valid);
   };
   require_real(c.norm_eps > 0 && c.norm_eps < 1, "norm_eps", c.norm_eps, "must be in (0, 1)");
   const FamilyTraits traits = c.traits();
@@ -137,7 +137,12 @@ void validate_model_config(const ModelConfig& c) {
               "must be at least 1");
     }
   }
-  if (!problems.empty()) throw Error(str("invalid model description:", problems));
+}
+
+void validate_model_config(const ModelConfig& config) {
+  FieldProblems problems;
+  check_model_config(config, problems);
+  problems.throw_if_any("invalid model description:");
 }
 
 ModelConfig model_preset(std::string_view name) {

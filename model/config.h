@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/field_problems.h"
+
 namespace dt {
 
 // gpt2: LayerNorm with bias, learned positions, GELU MLP, biases everywhere, tied embeddings.
@@ -72,7 +74,9 @@ struct ModelConfig {
   int ffn_in_width() const { return traits().mlp == MlpKind::swiglu ? 2 * ffn_hidden() : ffn_hidden(); }
 };
 
-// Throws dt::Error listing every invalid field with its value and valid range.
+// Records every invalid field with its value and valid range, under its key ("model.d_model");
+// validate_model_config throws them as one dt::Error.
+void check_model_config(const ModelConfig& config, FieldProblems& problems);
 void validate_model_config(const ModelConfig& config);
 
 // Published sizes (gpt2-124m ... gpt2-1558m, llama3.2-1b ... llama3.1-405b) and small test

@@ -23,16 +23,18 @@ std::vector<kernels::FlatRange> clipped(const std::vector<kernels::FlatRange>& r
 
 }  // namespace
 
+void AdamWConfig::check(FieldProblems& p) const {
+  p.require(beta1 >= 0 && beta1 < 1, "beta1", beta1, "must be in [0, 1)");
+  p.require(beta2 >= 0 && beta2 < 1, "beta2", beta2, "must be in [0, 1)");
+  p.require(eps > 0 && std::isfinite(eps), "eps", eps, "must be finite and above 0 (it keeps m / sqrt(v) finite)");
+  p.require(weight_decay >= 0 && std::isfinite(weight_decay), "weight_decay", weight_decay,
+            "must be finite and at least 0");
+}
+
 void AdamWConfig::validate() const {
-  std::string problems;
-  const auto require = [&](bool ok, std::string_view field, float value, std::string_view valid) {
-    if (!ok) problems += str("\n  ", field, " = ", value, ": ", valid);
-  };
-  require(beta1 >= 0 && beta1 < 1, "beta1", beta1, "must be in [0, 1)");
-  require(beta2 >= 0 && beta2 < 1, "beta2", beta2, "must be in [0, 1)");
-  require(eps > 0 && std::isfinite(eps), "eps", eps, "must be finite and above 0 (it keeps m / sqrt(v) finite)");
-  require(weight_decay >= 0 && std::isfinite(weight_decay), "weight_decay", weight_decay, "must be finite and at least 0");
-  if (!problems.empty()) throw Error(str("invalid AdamW settings:", problems));
+  FieldProblems problems;
+  check(problems);
+  problems.throw_if_any("invalid AdamW settings:");
 }
 
 OptimizerParts OptimizerParts::whole(Transformer& model) {

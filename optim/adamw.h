@@ -26,6 +26,7 @@
 
 #include "comm/communicator.h"
 #include "core/buffer.h"
+#include "core/field_problems.h"
 #include "kernels/adamw.h"
 #include "model/transformer.h"
 
@@ -38,7 +39,9 @@ struct AdamWConfig {
   float weight_decay = 0.1f;
   bool decay_embeddings = false;
 
-  // Throws dt::Error listing every field out of range (betas in [0, 1), eps > 0, decay >= 0).
+  // Records every field out of range (betas in [0, 1), eps > 0, decay >= 0), under the caller's
+  // names for the fields; validate throws them as one dt::Error.
+  void check(FieldProblems& problems) const;
   void validate() const;
 };
 

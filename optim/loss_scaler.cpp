@@ -7,18 +7,23 @@
 
 namespace dt {
 
-void LossScalerConfig::validate() const {
-  std::string problems;
-  const auto require = [&](bool ok, std::string_view field, double value, std::string_view valid) {
-    if (!ok) problems += str("\n  ", field, " = ", value, ": ", valid);
+void LossScalerConfig::check(FieldProblems& p) const {
+  // Written as doubles, as the messages always have been.
+  const auto require = [&](bool ok, std::string_view field, double value, std::string_view what) {
+    p.require(ok, field, value, what);
   };
   require(std::isfinite(initial_scale) && initial_scale > 0, "initial_scale", initial_scale, "must be finite and above 0");
   require(growth_factor >= 1 && std::isfinite(growth_factor), "growth_factor", growth_factor, "must be finite and at least 1");
   require(backoff_factor > 0 && backoff_factor < 1, "backoff_factor", backoff_factor, "must be in (0, 1)");
   require(growth_interval >= 1, "growth_interval", static_cast<double>(growth_interval), "must be at least 1");
   require(min_scale > 0 && min_scale <= initial_scale, "min_scale", min_scale,
-          str("must be in (0, initial_scale = ", initial_scale, "]"));
-  if (!problems.empty()) throw Error(str("invalid loss scaler settings:", problems));
+          str("must be in (0, ", p.name("initial_scale"), " = ", initial_scale, "]"));
+}
+
+void LossScalerConfig::validate() const {
+  FieldProblems problems;
+  check(problems);
+  problems.throw_if_any("invalid loss scaler settings:");
 }
 
 LossScaler::LossScaler(LossScalerConfig config) : config_((config.validate(), config)), scale_(config.initial_scale) {}

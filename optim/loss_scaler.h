@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "core/field_problems.h"
+
 namespace dt {
 
 struct LossScalerConfig {
@@ -23,7 +25,9 @@ struct LossScalerConfig {
   int64_t growth_interval = 2000;
   float min_scale = 1;  // below this the run has diverged
 
-  // Throws dt::Error listing every field out of range.
+  // Records every field out of range, under the caller's names for the fields; validate throws
+  // them as one dt::Error.
+  void check(FieldProblems& problems) const;
   void validate() const;
 };
 

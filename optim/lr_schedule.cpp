@@ -15,20 +15,22 @@ LrDecay lr_decay_from_name(std::string_view name) {
   throw Error(str("unknown learning-rate decay '", name, "'; valid values are cosine, linear, wsd"));
 }
 
-void LrSchedule::validate() const {
-  std::string problems;
-  auto require = [&](bool ok, std::string_view field, auto value, std::string_view valid) {
-    if (!ok) problems += str("\n  ", field, " = ", value, ": ", valid);
-  };
-  require(peak_lr >= 0 && std::isfinite(peak_lr), "lr", peak_lr, "must be finite and at least 0");
-  require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "min_lr_ratio", min_lr_ratio, "must be in [0, 1]");
-  require(total_steps >= 1, "steps", total_steps, "must be at least 1");
-  require(warmup_steps >= 0 && warmup_steps <= total_steps, "warmup_steps", warmup_steps,
-          str("must be in [0, steps = ", total_steps, "]"));
+void LrSchedule::check(FieldProblems& p) const {
+  p.require(peak_lr >= 0 && std::isfinite(peak_lr), "lr", peak_lr, "must be finite and at least 0");
+  p.require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "min_lr_ratio", min_lr_ratio, "must be in [0, 1]");
+  p.require(total_steps >= 1, "steps", total_steps, "must be at least 1");
+  p.require(warmup_steps >= 0 && warmup_steps <= total_steps, "warmup_steps", warmup_steps,
+            str("must be in [0, ", p.name("steps"), " = ", total_steps, "]"));
   if (decay == LrDecay::wsd)
-    require(decay_steps >= 0 && decay_steps <= total_steps - warmup_steps, "decay_steps", decay_steps,
-            str("must be in [0, steps - warmup_steps = ", total_steps - warmup_steps, "]"));
-  if (!problems.empty()) throw Error(str("invalid learning-rate schedule:", problems));
+    p.require(decay_steps >= 0 && decay_steps <= total_steps - warmup_steps, "decay_steps", decay_steps,
+              str("must be in [0, ", p.name("steps"), " - ", p.name("warmup_steps"), " = ", total_steps - warmup_steps,
+                  "]"));
+}
+
+void LrSchedule::validate() const {
+  FieldProblems problems;
+  check(problems);
+  problems.throw_if_any("invalid learning-rate schedule:");
 }
 
 float LrSchedule::at(int64_t step) const {

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/field_problems.h"
+
 namespace dt {
 
 enum class LrDecay { cosine, linear, wsd };
@@ -25,6 +27,8 @@ struct LrSchedule {
   LrDecay decay = LrDecay::cosine;
   int64_t decay_steps = 0;  // wsd only
 
+  // Records every field out of range, under the caller's names for the fields.
+  void check(FieldProblems& problems) const;
   void validate() const;  // throws dt::Error naming the field, the value and the valid range
   float at(int64_t step) const;
 };

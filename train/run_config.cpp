@@ -94,43 +94,14 @@ class Checker {
   // A line about the file or a section as a whole.
   void report_file(const std::string& what) { problems_.add(0, str(origins_.file, ": ", what)); }
 
-  // Re-files the "  field = value: what" lines of a validator's dt::Error (LrSchedule,
-  // AdamWConfig, LossScalerConfig, validate_model_config) under configuration keys: each
-  // field named in `keys` becomes its key, in the line and wherever the text mentions it.
-  // Fields mapped to "" are skipped (checked here with a better message).
-  void absorb(const Error& e, const std::map<std::string, std::string>& keys) {
-    std::istringstream lines(e.message());
-    std::string line;
-    std::getline(lines, line);  // the validator's heading
-    while (std::getline(lines, line)) {
-      line.erase(0, line.find_first_not_of(' '));
-      std::string field = line.substr(0, line.find(" = "));
-      const auto it = keys.find(field);
-      if (it != keys.end() && it->second.empty()) continue;
-      for (const auto& [from, to] : keys) line = renamed(line, from, to);
-      const std::string key = it == keys.end() ? field : it->second;
-      problems_.add(origins_.order(key), str(origins_.where(key), ": ", line));
-    }
+  // Files a validator's problems (LrSchedule, AdamWConfig, LossScalerConfig, the model's), whose
+  // fields it named by their configuration keys, each under its key.
+  void file(const FieldProblems& problems) {
+    for (const FieldProblem& p : problems.all())
+      problems_.add(origins_.order(p.field), str(origins_.where(p.field), ": ", p.field, " = ", p.value, ": ", p.what));
   }
 
  private:
-  // Replaces `from = ` by `to = ` where `from` is a whole word.
-  static std::string renamed(std::string text, const std::string& from, const std::string& to) {
-    if (to.empty()) return text;
-    const std::string pattern = from + " = ";
-    for (size_t at = text.find(pattern); at != std::string::npos; at = text.find(pattern, at)) {
-      const bool word_start = at == 0 || !(std::isalnum(static_cast<unsigned char>(text[at - 1])) ||
-                                           text[at - 1] == '_' || text[at - 1] == '.');
-      if (word_start) {
-        text.replace(at, from.size(), to);
-        at += to.size();
-      } else {
-        at += pattern.size();
-      }
-    }
-    return text;
-  }
-
   const RunConfig& config_;
   const Origins& origins_;
   Problems& problems_;
@@ -356,13 +327,10 @@ bool resolve_model(RunConfig& config, const std::vector<std::pair<const ConfigKe
                                     " not rotary ones; remove ", key->path(), " or set model.family = \"llama\""));
   }
   if (!complete) return false;
-  try {
-    validate_model_config(config.model);
-  } catch (const Error& e) {
-    check.absorb(e, {});
-    return false;
-  }
-  return true;
+  FieldProblems model_problems;
+  check_model_config(config.model, model_problems);
+  check.file(model_problems);
+  return model_problems.all().empty();
 }
 
 // Multiples of `unit` next to `value`, and the divisors of `value` nearest `near`: the values
@@ -449,9 +417,8 @@ void check_pipeline(const RunConfig& config, bool model_complete, Checker& check
   }
 }
 
-void check_values(RunConfig& config, bool model_complete, Checker& check) {
-  const auto& t = config.train;
-  const auto& p = config.parallel;
+// The data's shards and sequence length.
+void check_data(const RunConfig& config, bool model_complete, Checker& check) {
   check.require(!config.data.train_prefix.empty(), "data.train_prefix", "must not be empty (llm.c's shards: \"train\")");
   check.require(!config.data.val_prefix.empty(), "data.val_prefix", "must not be empty (llm.c's shards: \"val\")");
   if (model_complete)
@@ -459,70 +426,75 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
                   str("must be in [1, model.max_seq_len = ", config.model.max_seq_len, "]"));
   else
     check.require(config.data.seq_len >= 1, "data.seq_len", "must be at least 1");
+}
 
+// The batch: whole micro-batches on every data-parallel rank; clipping and precision.
+void check_batch(const RunConfig& config, Checker& check) {
+  const auto& t = config.train;
+  const int dp = config.parallel.dp;
   check.require(t.micro_batch_size >= 1, "train.micro_batch_size", "must be at least 1");
   check.require(t.global_batch_size >= 1, "train.global_batch_size", "must be at least 1");
-  if (t.micro_batch_size >= 1 && t.global_batch_size >= 1 && p.dp >= 1)
-    check.require(t.global_batch_size % (t.micro_batch_size * p.dp) == 0, "train.global_batch_size",
-                  str("must be a multiple of train.micro_batch_size * parallel.dp = ", t.micro_batch_size, " * ", p.dp,
-                      " = ", t.micro_batch_size * p.dp, " (a step accumulates whole micro-batches); set ",
-                      batch_fixes(t.global_batch_size, t.micro_batch_size, p.dp)));
+  if (t.micro_batch_size >= 1 && t.global_batch_size >= 1 && dp >= 1)
+    check.require(t.global_batch_size % (t.micro_batch_size * dp) == 0, "train.global_batch_size",
+                  str("must be a multiple of train.micro_batch_size * parallel.dp = ", t.micro_batch_size, " * ", dp,
+                      " = ", t.micro_batch_size * dp, " (a step accumulates whole micro-batches); set ",
+                      batch_fixes(t.global_batch_size, t.micro_batch_size, dp)));
   check.require(t.grad_clip >= 0 && std::isfinite(t.grad_clip), "train.grad_clip",
                 "must be finite and at least 0 (0 disables clipping)");
   check.require(t.precision != DType::f16 || config.loss_scale.enabled, "train.precision",
                 "fp16 gradients underflow without loss scaling; set loss_scale.enabled = true, or use precision = "
                 "\"bf16\"");
+}
 
+// The learning-rate schedule, AdamW and the loss scaler: their own checks, under their keys.
+void check_optimizer(const RunConfig& config, Checker& check) {
   check.require(config.lr.peak_lr > 0 && std::isfinite(config.lr.peak_lr), "optim.lr",
                 "must be finite and above 0 (typical: 6e-4 for GPT-2 124M, 3e-4 for larger models)");
   check.require(config.lr.decay == LrDecay::wsd || config.lr.decay_steps == 0 || !check.given("optim.decay_steps"),
                 "optim.decay_steps", "is used only by decay = \"wsd\"; remove it or set optim.decay = \"wsd\"");
-  const std::map<std::string, std::string> lr_keys = {{"lr", ""},
-                                                      {"min_lr_ratio", "optim.min_lr_ratio"},
-                                                      {"steps", "train.steps"},
-                                                      {"warmup_steps", "optim.warmup_steps"},
-                                                      {"decay_steps", "optim.decay_steps"}};
-  try {
-    config.lr.validate();
-  } catch (const Error& e) {
-    check.absorb(e, lr_keys);
-  }
-  try {
-    config.adamw.validate();
-  } catch (const Error& e) {
-    check.absorb(e, {{"beta1", "optim.beta1"}, {"beta2", "optim.beta2"}, {"eps", "optim.eps"},
-                     {"weight_decay", "optim.weight_decay"}});
-  }
-  try {
-    config.loss_scale.config.validate();
-  } catch (const Error& e) {
-    check.absorb(e, {{"initial_scale", "loss_scale.initial"}, {"growth_interval", "loss_scale.growth_interval"},
-                     {"min_scale", "loss_scale.min_scale"}});
-  }
+  // The schedule's own peak check is the one above, with typical values.
+  FieldProblems lr({{"lr", ""},
+                    {"min_lr_ratio", "optim.min_lr_ratio"},
+                    {"steps", "train.steps"},
+                    {"warmup_steps", "optim.warmup_steps"},
+                    {"decay_steps", "optim.decay_steps"}});
+  config.lr.check(lr);
+  check.file(lr);
+  FieldProblems adamw({{"beta1", "optim.beta1"}, {"beta2", "optim.beta2"}, {"eps", "optim.eps"},
+                       {"weight_decay", "optim.weight_decay"}});
+  config.adamw.check(adamw);
+  check.file(adamw);
+  FieldProblems scaler({{"initial_scale", "loss_scale.initial"}, {"growth_interval", "loss_scale.growth_interval"},
+                        {"min_scale", "loss_scale.min_scale"}});
+  config.loss_scale.config.check(scaler);
+  check.file(scaler);
+}
 
-  const std::pair<const char*, const char*> dims[] = {{"dp", "data parallelism"},    {"tp", "tensor parallelism"},
-                                                      {"pp", "pipeline parallelism"}, {"cp", "context parallelism"},
-                                                      {"ep", "expert parallelism"}};
-  for (const auto& [name, what] : dims) {
-    const std::string key = str("parallel.", name);
-    const int value = name == std::string_view("dp")   ? p.dp
-                      : name == std::string_view("tp") ? p.tp
-                      : name == std::string_view("pp") ? p.pp
-                      : name == std::string_view("cp") ? p.cp
-                                                       : p.ep;
-    if (value < 1)
-      check.report(key, "must be at least 1");
-    else if (key == "parallel.ep")  // the others are built: parallel/
-      check.require(value == 1, key, str(what, " is not built yet; set ", key, " = 1"));
+// The layout: each dimension's size, then what each parallelism needs of the model and batch.
+void check_layout(const RunConfig& config, bool model_complete, Checker& check) {
+  const auto& t = config.train;
+  const auto& p = config.parallel;
+  const struct {
+    const char* key;
+    int size;
+    const char* what;
+  } dims[] = {{"parallel.dp", p.dp, "data parallelism"},
+              {"parallel.tp", p.tp, "tensor parallelism"},
+              {"parallel.pp", p.pp, "pipeline parallelism"},
+              {"parallel.cp", p.cp, "context parallelism"},
+              {"parallel.ep", p.ep, "expert parallelism"}};
+  for (const auto& d : dims) {
+    if (d.size < 1)
+      check.report(d.key, "must be at least 1");
+    else if (d.key == std::string_view("parallel.ep"))  // the others are built: parallel/
+      check.require(d.size == 1, d.key, str(d.what, " is not built yet; set ", d.key, " = 1"));
   }
   check_pipeline(config, model_complete, check);
   check_context(config, model_complete, check);
   if (model_complete && p.tp > 1) {
-    try {
-      check_tensor_parallel(config.model, p.tp);
-    } catch (const ConfigError& e) {
-      check.report("parallel.tp", e.message().substr(e.message().find(": ") + 2));
-    }
+    FieldProblems tp;
+    check_tensor_parallel(config.model, p.tp, tp);
+    for (const FieldProblem& problem : tp.all()) check.report(problem.field, problem.what);
   }
   // Sequence parallelism splits each micro-batch's tokens over the tp ranks: each needs one.
   const int64_t tokens = int64_t{t.micro_batch_size} * config.data.seq_len;
@@ -540,7 +512,10 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
                 "NCCL moves CUDA buffers; set train.device = \"cuda\", or parallel.backend = \"mpi\" (or \"auto\")");
   check.require(p.timeout_s > 0 && std::isfinite(p.timeout_s), "parallel.timeout_s",
                 "must be finite and above 0 (seconds a collective may wait before the job is ended as hung)");
+}
 
+// What the run writes: checkpoints, logs, evaluations and samples.
+void check_outputs(const RunConfig& config, bool model_complete, Checker& check) {
   check.require(config.checkpoint.every >= 0, "checkpoint.every", "must be at least 0 (0: save only at the end)");
   check.require(config.checkpoint.keep_last >= 1, "checkpoint.keep_last", "must be at least 1");
   check.require(config.log.every >= 1, "log.every", "must be at least 1");
@@ -557,14 +532,23 @@ void check_values(RunConfig& config, bool model_complete, Checker& check) {
   check.require(s.top_p > 0 && s.top_p <= 1, "sample.top_p", "must be in (0, 1] (1: no nucleus cut)");
 }
 
+// Every check of a loaded configuration's values; `model_complete` when the model is whole
+// enough to check what depends on it.
+void check_values(const RunConfig& config, bool model_complete, Checker& check) {
+  check_data(config, model_complete, check);
+  check_batch(config, check);
+  check_optimizer(config, check);
+  check_layout(config, model_complete, check);
+  check_outputs(config, model_complete, check);
+}
+
 }  // namespace
 
 bool run_config_valid(const RunConfig& config) {
-  RunConfig checked = config;
   const Origins origins{.file = config.source.string(), .lines = {}, .overrides = {}};
   Problems problems;
-  Checker check(checked, origins, problems);
-  check_values(checked, /*model_complete=*/true, check);
+  Checker check(config, origins, problems);
+  check_values(config, /*model_complete=*/true, check);
   return problems.empty();
 }
 
