@@ -12,19 +12,24 @@ kernels::FlatRange even_part(int64_t count, int parts, int index) {
   return {begin, begin + base + (index < larger ? 1 : 0)};
 }
 
-void check_tensor_parallel(const ModelConfig& config, int tp) {
-  validate_model_config(config);
-  if (tp < 1) throw ConfigError(str("parallel.tp = ", tp, ": must be at least 1"));
+void check_tensor_parallel(const ModelConfig& config, int tp, FieldProblems& problems) {
+  const auto require = [&](bool ok, const std::string& what) { problems.require(ok, "parallel.tp", tp, what); };
+  if (tp < 1) return require(false, "must be at least 1");
   // Each rank needs a query head, a column of the MLP and a row of the vocabulary.
   if (tp > config.n_head)
-    throw ConfigError(str("parallel.tp = ", tp, ": more tensor-parallel ranks than the model's ", config.n_head,
-                          " attention heads (model.n_head), and each needs at least one; use parallel.tp <= ",
-                          config.n_head));
-  if (tp > config.ffn_hidden() || tp > config.vocab_size)
-    throw ConfigError(str("parallel.tp = ", tp, ": more tensor-parallel ranks than the model's MLP width (",
-                          config.ffn_hidden(),
-                          ") or vocabulary (", config.vocab_size, "); use parallel.tp <= ",
-                          std::min(config.ffn_hidden(), config.vocab_size)));
+    return require(false, str("more tensor-parallel ranks than the model's ", config.n_head,
+                              " attention heads (model.n_head), and each needs at least one; use parallel.tp <= ",
+                              config.n_head));
+  require(tp <= config.ffn_hidden() && tp <= config.vocab_size,
+          str("more tensor-parallel ranks than the model's MLP width (", config.ffn_hidden(), ") or vocabulary (",
+              config.vocab_size, "); use parallel.tp <= ", std::min(config.ffn_hidden(), config.vocab_size)));
+}
+
+void check_tensor_parallel(const ModelConfig& config, int tp) {
+  validate_model_config(config);
+  FieldProblems problems;
+  check_tensor_parallel(config, tp, problems);
+  for (const FieldProblem& p : problems.all()) throw ConfigError(str(p.field, " = ", p.value, ": ", p.what));
 }
 
 ShardDims shard_dims(const ModelConfig& config, TensorShard shard) {

@@ -69,8 +69,10 @@ struct ShardDims {
   }
 };
 
-// Checks that `config` splits over `tp` ranks (at least one query head, MLP column and
-// vocabulary row each), throwing dt::ConfigError "parallel.tp = N: why; use parallel.tp <= M".
+// Whether `config` splits over `tp` ranks (at least one query head, MLP column and vocabulary
+// row each): the problem recorded under "parallel.tp", or thrown as dt::ConfigError
+// "parallel.tp = N: why; use parallel.tp <= M" after checking the model itself.
+void check_tensor_parallel(const ModelConfig& config, int tp, FieldProblems& problems);
 void check_tensor_parallel(const ModelConfig& config, int tp);
 ShardDims shard_dims(const ModelConfig& config, TensorShard shard);
 

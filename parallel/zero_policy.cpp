@@ -46,6 +46,12 @@ std::string ZeroPolicy::stages_allowing_pipeline() {
   return stages;
 }
 
+int ZeroPolicy::most_sharding_stage(bool pipeline) {
+  int stage = kHighestStage;
+  while (pipeline && !of(stage, DType::f32, 1).allows_pipeline()) --stage;
+  return stage;
+}
+
 ParameterStorage ZeroPolicy::storage() const {
   if (!shards_optimizer_state) return {};
   // The sharded update keeps a 16-bit run's master weights as parts and writes the 16-bit copy.

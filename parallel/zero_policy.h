@@ -35,6 +35,8 @@ struct ZeroPolicy {
   static constexpr int kHighestStage = 3;
   // Whether `stage` is one (0 to kHighestStage).
   static bool exists(int stage) { return stage >= 0 && stage <= kHighestStage; }
+  // ZeRO shards over the dp × cp replicas: with one, every stage is the same layout.
+  static bool stages_differ(int replicas) { return replicas > 1; }
   // Stage `stage`, which must exist, of a model whose weights forward reads are in `precision`,
   // over `ranks` ranks.
   static ZeroPolicy of(int stage, DType precision, int ranks);
@@ -70,6 +72,8 @@ struct ZeroPolicy {
   // and the stages that can: "0 or 1".
   std::string pipeline_conflict() const;
   static std::string stages_allowing_pipeline();
+  // The stage that shards the most, of those a pipeline allows where the run has one.
+  static int most_sharding_stage(bool pipeline);
 
   // How the model must store its parameters and gradients: units of equal parts of whole
   // 16-element (64-byte) groups, each buffer that is sharded stored per unit.

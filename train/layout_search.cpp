@@ -56,8 +56,7 @@ LayoutSearch search_layouts(const RunConfig& base, int gpus, const HardwareProfi
     if (base.global_batch_size() % d.dp != 0) continue;
     const std::vector<std::string> schedules =
         d.pp > 1 ? std::vector<std::string>{"1f1b", "interleaved", "zb-h1"} : std::vector<std::string>{"1f1b"};
-    // ZeRO shards over dp x cp ranks; with one its stages are the same layout.
-    const int top_stage = d.dp * d.cp > 1 ? ZeroPolicy::kHighestStage : 0;
+    const int top_stage = ZeroPolicy::stages_differ(d.dp * d.cp) ? ZeroPolicy::kHighestStage : 0;
     for (const int micro : divisors(base.global_batch_size() / d.dp))
       for (const std::string& schedule : schedules)
         for (int zero = 0; zero <= top_stage; ++zero)
@@ -111,7 +110,8 @@ int smallest_fitting_gpus(const RunConfig& base, int gpus, const HardwareProfile
     const int n = gpus << k;
     for (const ParallelDims& d : splits(base.model, n, gpus_per_node)) {
       if (base.global_batch_size() % d.dp != 0) continue;
-      const RunConfig lean = with(base, d, "1f1b", 1, d.pp > 1 ? 1 : 3, Recompute::full, d.tp > 1);
+      const RunConfig lean =
+          with(base, d, "1f1b", 1, ZeroPolicy::most_sharding_stage(d.pp > 1), Recompute::full, d.tp > 1);
       if (run_config_valid(lean) && fits(run_memory_plan(lean), profile)) return n;
     }
   }

@@ -34,8 +34,8 @@ struct LayoutSearch {
 LayoutSearch search_layouts(const RunConfig& base, int gpus, const HardwareProfile& profile, int gpus_per_node);
 
 // When no layout of `gpus` fits: the smallest count of 2^k x gpus GPUs (k up to 10) on which the
-// leanest layouts (ZeRO 3, or 1 under a pipeline, full recomputation, micro-batches of one) fit;
-// 0 when none does.
+// leanest layouts (the most sharding ZeRO stage each allows, full recomputation, micro-batches
+// of one) fit; 0 when none does.
 int smallest_fitting_gpus(const RunConfig& base, int gpus, const HardwareProfile& profile, int gpus_per_node);
 
 }  // namespace dt

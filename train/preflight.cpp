@@ -44,8 +44,7 @@ std::vector<MemoryRemedy> memory_remedies(const RunConfig& config, double availa
   for (int m = micro; m >= 1; --m)
     if (micro % m == 0) micro_batches.push_back(m);
   std::vector<MemoryRemedy> fitting;
-  // ZeRO shards over the dp x cp ranks: with one there is nothing to shard.
-  const int top_stage = replicas > 1 ? ZeroPolicy::kHighestStage : config.parallel.zero_stage;
+  const int top_stage = ZeroPolicy::stages_differ(replicas) ? ZeroPolicy::kHighestStage : config.parallel.zero_stage;
   for (int stage = config.parallel.zero_stage; stage <= top_stage; ++stage)
     for (int r = static_cast<int>(config.train.recompute); r <= static_cast<int>(Recompute::full); ++r)
       for (const int m : micro_batches) {
