@@ -4,30 +4,36 @@
 
 #include <gtest/gtest.h>
 
-#include "optim/lr_schedule.h"
 #include "tests/testing.h"
 
 namespace dt {
 namespace {
 
+// A validator as the optimizer's and the model's are written: fields by their own names.
+void check_range(int low, int high, FieldProblems& p) {
+  p.require(low >= 0, "low", low, "must be at least 0");
+  p.require(high >= low, "high", high, str("must be at least ", p.name("low"), " = ", low));
+}
+
 TEST(FieldProblems, AValidatorReportsUnderTheCallersNames) {
-  const LrSchedule schedule{.peak_lr = -1, .warmup_steps = 3, .total_steps = 5, .decay = LrDecay::wsd,
-                            .decay_steps = 4};
-  FieldProblems named({{"lr", ""}, {"steps", "train.steps"}, {"warmup_steps", "optim.warmup_steps"},
-                       {"decay_steps", "optim.decay_steps"}});
-  schedule.check(named);
-  ASSERT_EQ(named.all().size(), 1u);  // lr is the caller's to check
-  const FieldProblem& p = named.all().front();
-  EXPECT_EQ(p.field, "optim.decay_steps");
-  EXPECT_EQ(p.value, "4");
-  EXPECT_EQ(p.what, "must be in [0, train.steps - optim.warmup_steps = 2]");
+  FieldProblems named({{"low", "range.low"}, {"high", "range.high"}});
+  check_range(-2, -3, named);
+  ASSERT_EQ(named.all().size(), 2u);
+  EXPECT_EQ(named.all()[0].field, "range.low");
+  EXPECT_EQ(named.all()[1].field, "range.high");
+  EXPECT_EQ(named.all()[1].value, "-3");
+  EXPECT_EQ(named.all()[1].what, "must be at least range.low = -2");
+  FieldProblems own_check({{"low", ""}});  // the caller checks low itself
+  check_range(-2, -3, own_check);
+  ASSERT_EQ(own_check.all().size(), 1u);
+  EXPECT_EQ(own_check.all()[0].field, "high");
 }
 
 TEST(FieldProblems, ThrownTheyListEveryProblemUnderTheFieldsOwnNames) {
-  const LrSchedule schedule{.peak_lr = -1, .warmup_steps = 9, .total_steps = 5};
-  EXPECT_EQ(testing::error_of([&] { schedule.validate(); }),
-            "invalid learning-rate schedule:\n  lr = -1: must be finite and at least 0\n"
-            "  warmup_steps = 9: must be in [0, steps = 5]");
+  FieldProblems problems;
+  check_range(-2, -3, problems);
+  EXPECT_EQ(testing::error_of([&] { problems.throw_if_any("invalid range:"); }),
+            "invalid range:\n  low = -2: must be at least 0\n  high = -3: must be at least low = -2");
   FieldProblems none;
   EXPECT_NO_THROW(none.throw_if_any("nothing:"));
 }

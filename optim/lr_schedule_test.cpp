@@ -42,5 +42,16 @@ TEST(LrSchedule, InvalidValuesAreNamed) {
   EXPECT_THROW(lr_decay_from_name("cosin"), Error);
 }
 
+// Under a run configuration's keys (train/run_config.cpp), the fields a bound mentions too.
+TEST(LrSchedule, ProblemsComeUnderTheCallersNames) {
+  const LrSchedule wsd{.warmup_steps = 3, .total_steps = 5, .decay = LrDecay::wsd, .decay_steps = 4};
+  FieldProblems keys({{"steps", "train.steps"}, {"warmup_steps", "optim.warmup_steps"},
+                      {"decay_steps", "optim.decay_steps"}});
+  wsd.check(keys);
+  ASSERT_EQ(keys.all().size(), 1u);
+  EXPECT_EQ(keys.all()[0].field, "optim.decay_steps");
+  EXPECT_EQ(keys.all()[0].what, "must be in [0, train.steps - optim.warmup_steps = 2]");
+}
+
 }  // namespace
 }  // namespace dt
