@@ -19,11 +19,13 @@ struct FieldProblem {
   std::string what;
 };
 
+// Fields to the caller's names for them; a field named "" is not reported (the caller checks it
+// itself), and a field not in the map keeps its own name.
+using FieldNames = std::map<std::string, std::string, std::less<>>;
+
 class FieldProblems {
  public:
-  // `names` maps fields to the caller's names; a field it maps to "" is not reported (the caller
-  // checks it itself). Fields it does not name keep their own.
-  explicit FieldProblems(std::map<std::string, std::string, std::less<>> names = {}) : names_(std::move(names)) {}
+  explicit FieldProblems(FieldNames names = {}) : names_(std::move(names)) {}
 
   // The caller's name for `field`, for messages that mention another field.
   std::string name(std::string_view field) const {
@@ -44,7 +46,7 @@ class FieldProblems {
   void throw_if_any(std::string_view heading) const;
 
  private:
-  std::map<std::string, std::string, std::less<>> names_;
+  FieldNames names_;
   std::vector<FieldProblem> problems_;
 };
 

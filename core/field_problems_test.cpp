@@ -23,7 +23,7 @@ TEST(FieldProblems, AValidatorReportsUnderTheCallersNames) {
   EXPECT_EQ(named.all()[1].field, "range.high");
   EXPECT_EQ(named.all()[1].value, "-3");
   EXPECT_EQ(named.all()[1].what, "must be at least range.low = -2");
-  FieldProblems own_check({{"low", ""}});  // the caller checks low itself
+  FieldProblems own_check(FieldNames{{"low", ""}});  // the caller checks low itself
   check_range(-2, -3, own_check);
   ASSERT_EQ(own_check.all().size(), 1u);
   EXPECT_EQ(own_check.all()[0].field, "high");
