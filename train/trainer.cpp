@@ -1,10 +1,8 @@
 #include "train/trainer.h"
 
 #include <chrono>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -17,8 +15,6 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/fault_injection.h"
-#include "core/trace.h"
-#include "core/version.h"
 #include "data/data_loader.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
@@ -30,24 +26,15 @@
 #include "train/batch_buffers.h"
 #include "train/evaluate.h"
 #include "train/generate.h"
-#include "train/metrics.h"
 #include "train/preflight.h"
-#include "train/progress.h"
+#include "train/run_report.h"
 #include "train/step.h"
 #include "train/stop_request.h"
-#include "train/throughput.h"
 #include "train/training_checkpoint.h"
 
 namespace dt {
 
 namespace {
-
-void write_text_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  if (!out.flush())
-    throw Error(str("cannot write ", path.string(), ": check that log.run_dir is writable and the disk has space"));
-}
 
 // The weights init.from names: a safetensors file, or a Hugging Face directory's. Read on the
 // CPU, then copied where the parameters live.
@@ -84,12 +71,6 @@ std::string sample_text(const RunConfig& config, const FlatTensors& model_params
                                 .stop_token = tokenizer.eot_token()};
   const std::vector<int32_t> generated = generate(session, prompt, options);
   return config.sample.prompt + tokenizer.decode(generated);
-}
-
-std::string fixed(double value, int decimals) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
 }
 
 // The whole run's memory per rank against the GPU's, before anything is allocated
@@ -152,234 +133,202 @@ std::string start_parameters(const RunConfig& config, Communicator& control, Par
   return origin;
 }
 
-// Rank 0 merges every rank's part of the Chrome trace into run_dir/trace.json.
-std::filesystem::path merge_trace_parts(const RunConfig& config, int ranks) {
-  std::vector<std::filesystem::path> parts;
-  for (int r = 0; r < ranks; ++r) parts.push_back(config.log.run_dir / str("trace_rank", r, ".jsonl"));
-  trace::merge_chrome_trace(config.log.run_dir / "trace.json", parts);
-  for (const auto& part : parts) std::filesystem::remove(part);
-  return config.log.run_dir / "trace.json";
+// A resumed run with no steps left stops, saying how to go on or start over.
+void check_steps_left(const RunConfig& config, int64_t first_step) {
+  if (first_step >= config.train.steps)
+    throw Error(str("the checkpoint in ", config.checkpoint_dir().string(), " is at step ", first_step,
+                    " and train.steps = ", config.train.steps, ": nothing to do; raise train.steps to continue "
+                    "training, or set checkpoint.resume = false (or another checkpoint.dir) to start over"));
 }
 
-// The run's header, printed once for the job by the lead rank: version, model, batch, layout.
-void print_header(const RunConfig& config, const ParallelRun& run, const std::string& origin, int64_t train_tokens) {
-  const ModelConfig& mc = config.model;
-  const ProcessGroups& groups = run.groups();
-  const int tp = groups.dims.tp, pp = groups.dims.pp, cp = groups.dims.cp;
-  const int accumulation = config.accumulation_steps();
-  const ZeroPolicy zero = config.zero();
-  std::printf("dtrain %s\n", dtrain_version().c_str());
-  std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %s\n",
-              std::string(model_family_name(mc.family)).c_str(), mc.n_layer, mc.d_model, mc.n_head,
-              static_cast<long long>(ParameterLayout(mc).num_parameters()), origin.c_str());
-  std::printf("batch %d sequences x %d tokens = %lld tokens per step (%d micro-batch%s of %d) | %lld tokens in %s\n",
-              config.global_batch_size(), config.data.seq_len, static_cast<long long>(config.tokens_per_step()),
-              accumulation, accumulation == 1 ? "" : "es", config.train.micro_batch_size,
-              static_cast<long long>(train_tokens), config.data.dir.string().c_str());
-  if (groups.world->size() > 1)
-    std::printf("%s over %s: each dp rank trains on its share of every step's batch%s%s\n",
-                groups.dims.describe().c_str(), groups.world->backend().c_str(),
-                str(tp == 1 ? ""
-                            : str(" | each of the ", tp, " tp ranks holds a slice of every block and of the "
-                                  "vocabulary", config.parallel.sp ? ", and its part of each micro-batch's tokens "
-                                  "between them" : ""),
-                    pp == 1 ? ""
-                            : str(" | ", pp, " pipeline ranks of ", run.schedule()->stages(), " stages run the ",
-                                  run.schedule()->name, " schedule over ", accumulation, " micro-batches"),
-                    cp == 1 ? ""
-                            : str(" | each sequence's ", run.context()->padded_len(), " tokens over the ", cp,
-                                  " cp ranks (", config.parallel.cp_zigzag ? "zig-zag" : "plain",
-                                  " chunks), attention in a ring"))
-                    .c_str(),
-                zero.shards_optimizer_state
-                    ? str(" | ZeRO stage ", zero.stage, ": ", zero.sharded(), " sharded over the ", groups.dims.dp,
-                          " dp ranks").c_str()
-                    : "");
-  if (!config.log.run_dir.empty()) std::printf("run directory %s\n", config.log.run_dir.string().c_str());
-}
+// The run's data: the training split, the validation split (when evaluated and present) and the
+// tokenizer samples are decoded with (when named).
+struct RunData {
+  explicit RunData(const RunConfig& config)
+      : train(TokenDataset::shards_in(config.data.dir, config.data.train_prefix), config.model.vocab_size) {
+    if (config.eval.batches > 0 && TokenDataset::has_shards(config.data.dir, config.data.val_prefix))
+      val = std::make_unique<TokenDataset>(TokenDataset::shards_in(config.data.dir, config.data.val_prefix),
+                                           config.model.vocab_size);
+    if (!config.data.tokenizer.empty()) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(config.data.tokenizer));
+  }
+  const TokenDataset train;
+  std::unique_ptr<const TokenDataset> val;
+  std::unique_ptr<const Tokenizer> tokenizer;
+};
+
+// A step's micro-batches: what the loader reads (whole sequences), and under context parallelism
+// this rank's tokens of them, which the model runs.
+class StepBatches {
+ public:
+  StepBatches(const RunConfig& config, ContextParallel* context)
+      : context_(context),
+        read_(config.accumulation_steps(), config.train.micro_batch_size, config.data.seq_len,
+              context ? Device::cpu : config.train.target_device()) {
+    if (context)
+      own_.emplace(config.accumulation_steps(), config.train.micro_batch_size, context->local_len(),
+                   config.train.target_device());
+  }
+
+  // This rank's share of the next global batch.
+  void read(DataLoader& loader) {
+    for (int m = 0; m < read_.count(); ++m) loader.next(read_.host(m).tokens, read_.host(m).targets);
+  }
+
+  // The micro-batches the model runs, on its device.
+  const std::vector<MicroBatch>& for_model() {
+    for (int m = 0; context_ && m < read_.count(); ++m) {
+      context_->take_own(read_.host(m).tokens, own_->host(m).tokens, 0);
+      context_->take_own(read_.host(m).targets, own_->host(m).targets, kernels::kIgnoreIndex);
+    }
+    BatchBuffers& model_batches = own_ ? *own_ : read_;
+    model_batches.upload();
+    return model_batches.on_device();
+  }
+
+ private:
+  ContextParallel* const context_;
+  BatchBuffers read_;
+  std::optional<BatchBuffers> own_;
+};
 
 bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
+
+// What the run does between steps every eval.every, sample.every and checkpoint.every steps,
+// and once more at its end: validate, sample, save a checkpoint. Every rank calls each alike.
+class Milestones {
+ public:
+  Milestones(const RunConfig& config, ParallelRun& run, Communicator& control, const DataLoader& loader,
+             const LossScaler* scaler, const RunData& data, RunReport& report, TrainSummary& summary)
+      : config_(config), run_(run), control_(control), loader_(loader), scaler_(scaler), data_(data),
+        report_(report), summary_(summary),
+        eval_batch_(1, config.train.micro_batch_size,
+                    run.context() ? run.context()->local_len() : config.data.seq_len, config.train.target_device()) {}
+
+  // After `step`, unless it was the last.
+  void after_step(int64_t step) {
+    const bool lead_works = due(step, config_.eval.every) || due(step, config_.sample.every) ||
+                            due(step, config_.checkpoint.every);
+    if (due(step, config_.eval.every)) validate(step);
+    if (due(step, config_.sample.every)) sample(step);
+    if (due(step, config_.checkpoint.every)) save(step);
+    // The other ranks wait out rank 0's evaluation, sample and checkpoint write here, untimed,
+    // rather than in the next step's first collective, where the watchdog would count it.
+    if (lead_works && control_.size() > 1) control_.barrier(/*timed=*/false).wait();
+  }
+
+  // The ranks the layout needs evaluate (ParallelRun::evaluates), the lead reports.
+  void validate(int64_t step) {
+    if (!data_.val || !run_.evaluates()) return;
+    const Evaluation e =
+        evaluate(run_.model(), *data_.val, config_.eval.batches, eval_batch_, run_.pipeline(), run_.context());
+    if (!run_.lead()) return;
+    summary_.val_loss = e.loss;
+    report_.validation(step, e);
+  }
+
+  // A sample is of the whole model, gathered on the lead.
+  void sample(int64_t step) {
+    if (!data_.tokenizer) return;
+    const ParallelRun::WholeParameters params = run_.gather_whole_parameters();
+    if (!params.whole()) return;
+    report_.sample(step, sample_text(config_, *params.whole(), *data_.tokenizer));
+  }
+
+  // Every rank calls the save: what is sharded each rank writes its parts of, what every rank of
+  // a dp group holds whole its rank 0 writes, each tp rank its own slices
+  // (train/training_checkpoint.h).
+  void save(int64_t step) {
+    const std::filesystem::path checkpoints = config_.checkpoint_dir();
+    if (checkpoints.empty()) return;
+    const TrainingProgress at{step, loader_.state()};
+    DataParallel& data_parallel = run_.data_parallel();
+    const std::filesystem::path saved =
+        save_training_checkpoint(checkpoints, config_.checkpoint.keep_last, control_, run_.model().layout(),
+                                 checkpoint_share(data_parallel, run_.model().params()), data_parallel.optimizer(),
+                                 scaler_, at);
+    if (!run_.lead()) return;
+    summary_.last_checkpoint = saved;
+    report_.checkpoint(step, saved);
+  }
+
+ private:
+  const RunConfig& config_;
+  ParallelRun& run_;
+  Communicator& control_;
+  const DataLoader& loader_;
+  const LossScaler* const scaler_;
+  const RunData& data_;
+  RunReport& report_;
+  TrainSummary& summary_;
+  BatchBuffers eval_batch_;
+};
+
+// Faults the tests inject before `step` (core/fault_injection.h): a rank that stalls, one that dies.
+void inject_step_faults(int64_t step) {
+  if (fault_injected("step-stalls", step)) std::this_thread::sleep_for(std::chrono::minutes(10));
+  if (fault_injected("step-kills-rank", step)) std::raise(SIGKILL);
+}
 
 }  // namespace
 
 TrainSummary run_training(const RunConfig& config) {
   check_run_inputs(config);
-  const ModelConfig& mc = config.model;
-  const int B = config.train.micro_batch_size, T = config.data.seq_len;
-  const int64_t total_steps = config.train.steps;
-
-  const TokenDataset train_data(TokenDataset::shards_in(config.data.dir, config.data.train_prefix), mc.vocab_size);
-  std::unique_ptr<TokenDataset> val_data;
-  if (config.eval.batches > 0 && TokenDataset::has_shards(config.data.dir, config.data.val_prefix))
-    val_data = std::make_unique<TokenDataset>(TokenDataset::shards_in(config.data.dir, config.data.val_prefix),
-                                              mc.vocab_size);
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (!config.data.tokenizer.empty()) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(config.data.tokenizer));
-  const Device device = config.train.target_device();
+  const RunData data(config);
   // The job's ranks, checked before anything large is allocated: started alike, as many as the
   // parallel layout needs. `control` exchanges host values (the launch check, stop requests);
   // the groups move the model's buffers.
   const std::unique_ptr<Communicator> control = make_world(Device::cpu, "mpi", nullptr, "control");
   check_same_launch(*control, resolved_toml(config));
   set_collective_timeout(config.parallel.timeout_s);
-  const int accumulation = config.accumulation_steps();
   check_gpu_memory(config, /*lead=*/control->rank() == 0);
   // The groups, the model and its parallel wrappers (parallel/parallel_run.h).
   ParallelRun run(parallel_options(config), *control);
   const ProcessGroups& groups = run.groups();
-  const bool lead = run.lead();
-  DataLoader loader(train_data, T, B, config.data.seed, config.data.shuffle, groups.coords.dp, groups.dims.dp);
-  Transformer& model = run.model();
-  DataParallel& data_parallel = run.data_parallel();
-  pipeline::PipelineParallel* pipeline = run.pipeline();
-  ContextParallel* context = run.context();
-  const int T_local = context ? context->local_len() : T;
-  AdamW& optimizer = data_parallel.optimizer();
+  DataLoader loader(data.train, config.data.seq_len, config.train.micro_batch_size, config.data.seed,
+                    config.data.shuffle, groups.coords.dp, groups.dims.dp);
   std::unique_ptr<LossScaler> scaler;
   if (config.loss_scale.enabled) scaler = std::make_unique<LossScaler>(config.loss_scale.config);
 
   TrainSummary summary;
-  const std::filesystem::path checkpoints = config.checkpoint_dir();
   const std::string origin = start_parameters(config, *control, run, loader, scaler.get(), summary);
-  if (summary.first_step >= total_steps)
-    throw Error(str("the checkpoint in ", checkpoints.string(), " is at step ", summary.first_step,
-                    " and train.steps = ", total_steps, ": nothing to do; raise train.steps to continue training, "
-                    "or set checkpoint.resume = false (or another checkpoint.dir) to start over"));
-
-  std::unique_ptr<MetricsLog> metrics;
-  if (lead && !config.log.run_dir.empty()) {
-    metrics = std::make_unique<MetricsLog>(config.log.run_dir, summary.first_step, config.log.tensorboard);
-    write_text_file(config.log.run_dir / "config.toml", resolved_toml(config));
-    write_text_file(config.log.run_dir / "version.txt", dtrain_version() + "\n");
-  }
-
-  const int64_t tokens_per_step = config.tokens_per_step();
-  if (lead) print_header(config, run, origin, train_data.size());
-
-  // MFU is measured against this machine's GEMM peak in the run's precision, taken now.
-  // With several ranks, the peak of the job is the sum of theirs.
-  const double peak_flops =
-      all_reduce_value(*control, measure_gemm_peak_gflop_per_s(config.train.precision, device) * 1e9, ReduceOp::sum);
-  reset_peak_memory(device);  // the measurement's buffers are not the run's
-  const StepFlops flops = training_flops(mc, T, tokens_per_step, config.train.recompute);
-  std::fflush(stdout);
-
-  // What the loader reads (whole sequences), and under context parallelism this rank's tokens of
-  // them, which the model runs.
-  BatchBuffers step_batches(accumulation, B, T, context ? Device::cpu : device);
-  std::optional<BatchBuffers> own_batches;
-  if (context) own_batches.emplace(accumulation, B, T_local, device);
-  BatchBuffers& model_batches = own_batches ? *own_batches : step_batches;
-  BatchBuffers eval_batch(1, B, T_local, device);
-  // The ranks the layout needs evaluate (ParallelRun::evaluates), the lead reports; a sample is
-  // of the whole model, gathered on the lead.
-  const auto validate = [&](int64_t step, ProgressDisplay& progress) {
-    if (!val_data || !run.evaluates()) return;
-    const Evaluation e = evaluate(model, *val_data, config.eval.batches, eval_batch, pipeline, context);
-    if (!lead) return;
-    summary.val_loss = e.loss;
-    if (metrics) metrics->log_validation(step, e.loss);
-    progress.message(str("step ", step, ": validation loss ", fixed(e.loss, 4), " (perplexity ",
-                         fixed(std::exp(e.loss), 2), ", ", e.tokens, " tokens)"));
-  };
-  const auto sample = [&](int64_t step, ProgressDisplay& progress) {
-    if (!tokenizer) return;
-    const ParallelRun::WholeParameters params = run.gather_whole_parameters();
-    if (!params.whole()) return;
-    progress.message(str("step ", step, ": sample: ", sample_text(config, *params.whole(), *tokenizer)));
-  };
-  // Every rank calls the save: what is sharded each rank writes its parts of, what every rank of
-  // a dp group holds whole its rank 0 writes, each tp rank its own slices (train/training_checkpoint.h).
-  const auto save = [&](int64_t step, ProgressDisplay& progress) {
-    if (checkpoints.empty()) return;
-    const TrainingProgress at{step, loader.state()};
-    const std::filesystem::path saved =
-        save_training_checkpoint(checkpoints, config.checkpoint.keep_last, *control, model.layout(),
-                                 checkpoint_share(data_parallel, model.params()), optimizer, scaler.get(), at);
-    if (!lead) return;
-    summary.last_checkpoint = saved;
-    progress.message(str("step ", step, ": saved checkpoint ", saved.string()));
-  };
-
-  // Spans of compute and communication: the overlap summary of each step with several ranks, and
-  // the Chrome trace with log.trace. Each rank writes its part; rank 0 merges them at the end.
-  trace::enable(groups.world->size() > 1 || config.log.trace);
-  const std::filesystem::path trace_part =
-      config.log.trace ? config.log.run_dir / str("trace_rank", groups.world->rank(), ".jsonl") : "";
-  if (!trace_part.empty()) {
-    std::filesystem::create_directories(config.log.run_dir);
-    std::filesystem::remove(trace_part);
-  }
+  check_steps_left(config, summary.first_step);
+  // The run directory, the header and the GEMM peak MFU is against (train/run_report.h).
+  RunReport report(config, run, *control, origin, data.train.size(), summary.first_step);
+  StepBatches batches(config, run.context());
+  Milestones milestones(config, run, *control, loader, scaler.get(), data, report, summary);
   const StopRequest stop;
-  const auto run_start = std::chrono::steady_clock::now();
-  ProgressDisplay progress(lead ? config.log.progress : "off", summary.first_step, total_steps, config.log.every);
+  report.start();
+
   int64_t step = summary.first_step;
   int stop_signal = 0;  // SIGINT or SIGTERM, once any rank has received one
-  while (step < total_steps && stop_signal == 0) {
-    if (fault_injected("step-stalls", step + 1)) std::this_thread::sleep_for(std::chrono::minutes(10));
-    if (fault_injected("step-kills-rank", step + 1)) std::raise(SIGKILL);
-    for (int m = 0; m < step_batches.count(); ++m) loader.next(step_batches.host(m).tokens, step_batches.host(m).targets);
+  while (step < config.train.steps && stop_signal == 0) {
+    inject_step_faults(step + 1);
+    batches.read(loader);
     const auto start = std::chrono::steady_clock::now();
-    for (int m = 0; context && m < step_batches.count(); ++m) {
-      context->take_own(step_batches.host(m).tokens, own_batches->host(m).tokens, 0);
-      context->take_own(step_batches.host(m).targets, own_batches->host(m).targets, kernels::kIgnoreIndex);
-    }
-    model_batches.upload();
+    const std::vector<MicroBatch>& micro_batches = batches.for_model();
     const float lr = config.lr.at(step);
-    const StepStats stats = train_step(model, data_parallel, model_batches.on_device(), lr, config.train.grad_clip,
-                                       scaler.get(), step + 1, pipeline);
+    const StepStats stats = train_step(run.model(), run.data_parallel(), micro_batches, lr, config.train.grad_clip,
+                                       scaler.get(), step + 1, run.pipeline());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     summary.last_loss = stats.loss;
-    const std::vector<trace::Span> spans = trace::take();
-    const trace::Overlap overlap = trace::overlap(spans);
-    if (!trace_part.empty()) trace::append_chrome_events(trace_part, groups.world->rank(), spans);
-    const double mfu = flops.model / seconds / peak_flops, hfu = flops.hardware / seconds / peak_flops;
-    const double tokens_per_s = static_cast<double>(tokens_per_step) / seconds;
-    if (metrics)
-      metrics->log_step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
-                         .tokens = tokens_per_step, .tokens_per_s = tokens_per_s, .step_ms = seconds * 1e3,
-                         .mfu = mfu, .hfu = hfu, .loss_scale = stats.loss_scale, .skipped = !stats.applied,
-                         .communication_ms = overlap.communication_ms, .hidden_fraction = overlap.hidden_fraction(),
-                         .memory = memory_stats(device)});
-    progress.step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
-                   .tokens_per_s = tokens_per_s, .mfu = mfu, .hfu = hfu, .step_ms = seconds * 1e3,
-                   .loss_scale = scaler ? stats.loss_scale : 0, .communication_ms = overlap.communication_ms,
-                   .hidden_fraction = overlap.hidden_fraction(), .skipped_by = stats.applied ? "" : stats.nonfinite});
+    report.step(step, lr, stats, seconds);
     // Every rank stops after this step if any received a signal, and knows which (to name it).
     stop_signal = static_cast<int>(all_reduce_value(*control, stop.signal_number(), ReduceOp::max));
-    if (step == total_steps || stop_signal != 0) break;
-    const bool lead_works = due(step, config.eval.every) || due(step, config.sample.every) ||
-                            due(step, config.checkpoint.every);
-    if (due(step, config.eval.every)) validate(step, progress);
-    if (due(step, config.sample.every)) sample(step, progress);
-    if (due(step, config.checkpoint.every)) save(step, progress);
-    // The other ranks wait out rank 0's evaluation, sample and checkpoint write here, untimed,
-    // rather than in the next step's first collective, where the watchdog would count it.
-    if (lead_works && control->size() > 1) control->barrier(/*timed=*/false).wait();
+    if (step == config.train.steps || stop_signal != 0) break;
+    milestones.after_step(step);
   }
+
   summary.last_step = step;
   summary.stopped_by_signal = stop_signal != 0;
   if (summary.stopped_by_signal) {
-    progress.message(str("received ", stop_signal == SIGINT ? "SIGINT" : "SIGTERM", " during step ", step,
-                         ": saving a checkpoint and stopping; run the same command to resume"));
+    report.stopping(step, stop_signal);
   } else {
-    validate(step, progress);
-    sample(step, progress);
+    milestones.validate(step);
+    milestones.sample(step);
   }
-  save(step, progress);
-  if (!trace_part.empty()) {
-    control->barrier().wait();  // every rank's part is written (a host barrier: NCCL's does not block)
-    if (lead)
-      progress.message(str("trace of every rank's compute and communication: ",
-                           merge_trace_parts(config, groups.world->size()).string()));
-  }
-  progress.message(str("trained steps ", summary.first_step + 1, "-", step, " (", (step - summary.first_step) * tokens_per_step,
-                       " tokens) in ", format_duration(std::chrono::duration<double>(
-                                           std::chrono::steady_clock::now() - run_start).count())));
-  if (scaler)
-    progress.message(str("loss scaling: ", scaler->skipped_steps(), " steps skipped, final scale ", scaler->scale()));
-  progress.message(str("memory", device == Device::cpu ? "" : " (GPU)", ": ", format_memory_stats(memory_stats(device))));
+  milestones.save(step);
+  report.finish(step, scaler.get());
   return summary;
 }
 

@@ -1,0 +1,172 @@
+#include "train/run_report.h"
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/trace.h"
+#include "core/version.h"
+#include "train/throughput.h"
+
+namespace dt {
+
+namespace {
+
+void write_text_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out.flush())
+    throw Error(str("cannot write ", path.string(), ": check that log.run_dir is writable and the disk has space"));
+}
+
+std::string fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+// The run's header, printed once for the job by the lead rank: version, model, batch, layout.
+void print_header(const RunConfig& config, const ParallelRun& run, const std::string& origin, int64_t train_tokens) {
+  const ModelConfig& mc = config.model;
+  const ProcessGroups& groups = run.groups();
+  const int tp = groups.dims.tp, pp = groups.dims.pp, cp = groups.dims.cp;
+  const int accumulation = config.accumulation_steps();
+  const ZeroPolicy zero = config.zero();
+  std::printf("dtrain %s\n", dtrain_version().c_str());
+  std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %s\n",
+              std::string(model_family_name(mc.family)).c_str(), mc.n_layer, mc.d_model, mc.n_head,
+              static_cast<long long>(ParameterLayout(mc).num_parameters()), origin.c_str());
+  std::printf("batch %d sequences x %d tokens = %lld tokens per step (%d micro-batch%s of %d) | %lld tokens in %s\n",
+              config.global_batch_size(), config.data.seq_len, static_cast<long long>(config.tokens_per_step()),
+              accumulation, accumulation == 1 ? "" : "es", config.train.micro_batch_size,
+              static_cast<long long>(train_tokens), config.data.dir.string().c_str());
+  if (groups.world->size() > 1)
+    std::printf("%s over %s: each dp rank trains on its share of every step's batch%s%s\n",
+                groups.dims.describe().c_str(), groups.world->backend().c_str(),
+                str(tp == 1 ? ""
+                            : str(" | each of the ", tp, " tp ranks holds a slice of every block and of the "
+                                  "vocabulary", config.parallel.sp ? ", and its part of each micro-batch's tokens "
+                                  "between them" : ""),
+                    pp == 1 ? ""
+                            : str(" | ", pp, " pipeline ranks of ", run.schedule()->stages(), " stages run the ",
+                                  run.schedule()->name, " schedule over ", accumulation, " micro-batches"),
+                    cp == 1 ? ""
+                            : str(" | each sequence's ", run.context()->padded_len(), " tokens over the ", cp,
+                                  " cp ranks (", config.parallel.cp_zigzag ? "zig-zag" : "plain",
+                                  " chunks), attention in a ring"))
+                    .c_str(),
+                zero.shards_optimizer_state
+                    ? str(" | ZeRO stage ", zero.stage, ": ", zero.sharded(), " sharded over the ", groups.dims.dp,
+                          " dp ranks").c_str()
+                    : "");
+  if (!config.log.run_dir.empty()) std::printf("run directory %s\n", config.log.run_dir.string().c_str());
+}
+
+// Rank 0 merges every rank's part of the Chrome trace into run_dir/trace.json.
+std::filesystem::path merge_trace_parts(const RunConfig& config, int ranks) {
+  std::vector<std::filesystem::path> parts;
+  for (int r = 0; r < ranks; ++r) parts.push_back(config.log.run_dir / str("trace_rank", r, ".jsonl"));
+  trace::merge_chrome_trace(config.log.run_dir / "trace.json", parts);
+  for (const auto& part : parts) std::filesystem::remove(part);
+  return config.log.run_dir / "trace.json";
+}
+
+}  // namespace
+
+RunReport::RunReport(const RunConfig& config, const ParallelRun& run, Communicator& control,
+                     const std::string& origin, int64_t train_tokens, int64_t first_step)
+    : config_(config),
+      control_(control),
+      device_(config.train.target_device()),
+      lead_(run.lead()),
+      rank_(run.groups().world->rank()),
+      ranks_(run.groups().world->size()),
+      first_step_(first_step),
+      tokens_per_step_(config.tokens_per_step()),
+      flops_(training_flops(config.model, config.data.seq_len, tokens_per_step_, config.train.recompute)),
+      progress_(lead_ ? config.log.progress : "off", first_step, config.train.steps, config.log.every) {
+  if (lead_ && !config.log.run_dir.empty()) {
+    metrics_ = std::make_unique<MetricsLog>(config.log.run_dir, first_step, config.log.tensorboard);
+    write_text_file(config.log.run_dir / "config.toml", resolved_toml(config));
+    write_text_file(config.log.run_dir / "version.txt", dtrain_version() + "\n");
+  }
+  if (lead_) print_header(config, run, origin, train_tokens);
+  // The peak of this machine's GEMMs in the run's precision, taken now; with several ranks the
+  // job's is the sum of theirs.
+  peak_flops_ = all_reduce_value(control, measure_gemm_peak_gflop_per_s(config.train.precision, device_) * 1e9,
+                                 ReduceOp::sum);
+  reset_peak_memory(device_);  // the measurement's buffers are not the run's
+  std::fflush(stdout);
+}
+
+void RunReport::start() {
+  // Spans of compute and communication: the overlap summary of each step with several ranks, and
+  // the Chrome trace with log.trace. Each rank writes its part; rank 0 merges them at the end.
+  trace::enable(ranks_ > 1 || config_.log.trace);
+  if (config_.log.trace) {
+    trace_part_ = config_.log.run_dir / str("trace_rank", rank_, ".jsonl");
+    std::filesystem::create_directories(config_.log.run_dir);
+    std::filesystem::remove(trace_part_);
+  }
+  run_start_ = std::chrono::steady_clock::now();
+}
+
+void RunReport::step(int64_t step, float lr, const StepStats& stats, double seconds) {
+  const std::vector<trace::Span> spans = trace::take();
+  const trace::Overlap overlap = trace::overlap(spans);
+  if (!trace_part_.empty()) trace::append_chrome_events(trace_part_, rank_, spans);
+  const double mfu = flops_.model / seconds / peak_flops_, hfu = flops_.hardware / seconds / peak_flops_;
+  const double tokens_per_s = static_cast<double>(tokens_per_step_) / seconds;
+  if (metrics_)
+    metrics_->log_step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
+                        .tokens = tokens_per_step_, .tokens_per_s = tokens_per_s, .step_ms = seconds * 1e3,
+                        .mfu = mfu, .hfu = hfu, .loss_scale = stats.loss_scale, .skipped = !stats.applied,
+                        .communication_ms = overlap.communication_ms, .hidden_fraction = overlap.hidden_fraction(),
+                        .memory = memory_stats(device_)});
+  progress_.step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
+                  .tokens_per_s = tokens_per_s, .mfu = mfu, .hfu = hfu, .step_ms = seconds * 1e3,
+                  .loss_scale = config_.loss_scale.enabled ? stats.loss_scale : 0,
+                  .communication_ms = overlap.communication_ms, .hidden_fraction = overlap.hidden_fraction(),
+                  .skipped_by = stats.applied ? "" : stats.nonfinite});
+}
+
+void RunReport::validation(int64_t step, const Evaluation& evaluation) {
+  if (metrics_) metrics_->log_validation(step, evaluation.loss);
+  progress_.message(str("step ", step, ": validation loss ", fixed(evaluation.loss, 4), " (perplexity ",
+                        fixed(std::exp(evaluation.loss), 2), ", ", evaluation.tokens, " tokens)"));
+}
+
+void RunReport::sample(int64_t step, const std::string& text) {
+  progress_.message(str("step ", step, ": sample: ", text));
+}
+
+void RunReport::checkpoint(int64_t step, const std::filesystem::path& saved) {
+  progress_.message(str("step ", step, ": saved checkpoint ", saved.string()));
+}
+
+void RunReport::stopping(int64_t step, int signal) {
+  progress_.message(str("received ", signal == SIGINT ? "SIGINT" : "SIGTERM", " during step ", step,
+                        ": saving a checkpoint and stopping; run the same command to resume"));
+}
+
+void RunReport::finish(int64_t step, const LossScaler* scaler) {
+  if (!trace_part_.empty()) {
+    control_.barrier().wait();  // every rank's part is written (a host barrier: NCCL's does not block)
+    if (lead_)
+      progress_.message(str("trace of every rank's compute and communication: ",
+                            merge_trace_parts(config_, ranks_).string()));
+  }
+  progress_.message(str("trained steps ", first_step_ + 1, "-", step, " (", (step - first_step_) * tokens_per_step_,
+                        " tokens) in ", format_duration(std::chrono::duration<double>(
+                                            std::chrono::steady_clock::now() - run_start_).count())));
+  if (scaler)
+    progress_.message(str("loss scaling: ", scaler->skipped_steps(), " steps skipped, final scale ", scaler->scale()));
+  progress_.message(
+      str("memory", device_ == Device::cpu ? "" : " (GPU)", ": ", format_memory_stats(memory_stats(device_))));
+}
+
+}  // namespace dt
