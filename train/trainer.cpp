@@ -137,7 +137,8 @@ std::string start_parameters(const RunConfig& config, Communicator& control, Par
   if (resume) {
     const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
     const TrainingProgress progress =
-        load_training_checkpoint(checkpoint, start_params, data_parallel.optimizer(), scaler);
+        load_training_checkpoint(checkpoint, start_params, data_parallel.optimizer(), scaler,
+                                 &run.model().linear_states());
     summary.first_step = progress.step;
     loader.restore(progress.loader);
     origin = str("resumed from ", checkpoint.directory().string(), " (step ", progress.step, ")");
@@ -295,7 +296,8 @@ TrainSummary run_training(const RunConfig& config) {
     const TrainingProgress at{step, loader.state()};
     const std::filesystem::path saved =
         save_training_checkpoint(checkpoints, config.checkpoint.keep_last, *control, model.layout(),
-                                 checkpoint_share(data_parallel, model.params()), optimizer, scaler.get(), at);
+                                 checkpoint_share(data_parallel, model.params(), &model.linear_states()), optimizer,
+                                 scaler.get(), at);
     if (!lead) return;
     summary.last_checkpoint = saved;
     progress.message(str("step ", step, ": saved checkpoint ", saved.string()));
