@@ -235,6 +235,17 @@ nlohmann::ordered_json training_state(int64_t adamw_steps, const LossScaler* sca
 
 std::string linear_state_tensor_name(const std::string& name) { return str(kLinearStateBuffer, ".", name); }
 
+namespace {
+
+// Adds every per-linear state `states` holds (none: nothing) to what `share` saves whole.
+void add_linear_states(CheckpointShare& share, const LinearStates* states) {
+  if (states == nullptr) return;
+  for (const LinearStates::Entry& e : states->entries())
+    share.whole.emplace_back(linear_state_tensor_name(e.name), states->at(e));
+}
+
+}  // namespace
+
 CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params,
                                  const LinearStates* linear_states) {
   const AdamW& optimizer = dp.optimizer();
@@ -257,9 +268,7 @@ CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& para
   }
   // A per-linear state is the same on every rank of its pipeline stage: the stage's first rank
   // (rank 0 of dp × cp and of tp) writes it.
-  if (linear_states != nullptr && rank == 0 && params.layout().shard().rank == 0)
-    for (const LinearStates::Entry& e : linear_states->entries())
-      share.whole.emplace_back(linear_state_tensor_name(e.name), linear_states->at(e));
+  if (rank == 0 && params.layout().shard().rank == 0) add_linear_states(share, linear_states);
   return share;
 }
 
@@ -337,9 +346,7 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
                                     {"adamw.m", {{all, optimizer.moment_parts(AdamW::Moment::first)[0]}}},
                                     {"adamw.v", {{all, optimizer.moment_parts(AdamW::Moment::second)[0]}}}},
                         .whole = {}};
-  if (linear_states != nullptr)
-    for (const LinearStates::Entry& e : linear_states->entries())
-      share.whole.emplace_back(linear_state_tensor_name(e.name), linear_states->at(e));
+  add_linear_states(share, linear_states);
   SingleProcessCommunicator control(Device::cpu, "control");
   return save_training_checkpoint(root, keep_last, control, params.layout(), share, optimizer, scaler, progress);
 }
