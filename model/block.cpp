@@ -18,16 +18,23 @@ void copy_unless_same(Tensor dst, Tensor src) {
 
 }  // namespace
 
-Block::Block(const ParameterLayout& layout, int layer, Recompute recompute, ParallelRegions& regions)
+Block::Block(const ParameterLayout& layout, int layer, Recompute recompute, ParallelRegions& regions,
+             const LinearStates& states)
     : layer_(layer),
       unit_(layout.block_unit(layer)),
       recompute_(recompute),
       ln_1_(layout, prefix(layer, "ln_1")),
       ln_2_(layout, prefix(layer, "ln_2")),
-      attn_qkv_(layout, prefix(layer, "attn.qkv"), regions),
-      attn_proj_(layout, prefix(layer, "attn.proj"), regions),
-      mlp_(make_mlp(layout, layer, regions)),
+      attn_qkv_(layout, prefix(layer, "attn.qkv"), regions, states.of(layer, "attn.qkv")),
+      attn_proj_(layout, prefix(layer, "attn.proj"), regions, states.of(layer, "attn.proj")),
+      mlp_(make_mlp(layout, layer, regions, states)),
       parallel_(&regions) {}
+
+const LinearStateView& Block::linear_state(std::string_view linear) const {
+  if (linear == "attn.qkv") return attn_qkv_.state();
+  if (linear == "attn.proj") return attn_proj_.state();
+  return mlp_->linear_state(linear);
+}
 
 void Block::forward_to_activation(const FlatTensors& weights, Tensor x, const BlockActivations& a,
                                   AttentionCore& attention) const {

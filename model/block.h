@@ -17,7 +17,8 @@
 // recomputation policy; it owns no memory: activations and gradients are views its caller
 // passes (model/activation_store.h for training, the session's buffers for generation).
 // Weights are read from `weights` (the buffer forward reads, in the activations' dtype);
-// gradients are added into `grads` (f32).
+// gradients are added into `grads` (f32). Each linear layer holds its per-linear state
+// (model/linear_state.h), which no pass reads yet.
 #pragma once
 
 #include "core/tensor.h"
@@ -33,14 +34,17 @@ namespace dt {
 
 class Block {
  public:
-  // The block's communication goes through `regions` (which must outlive it).
+  // The block's communication goes through `regions`, and its linear layers' state is in
+  // `states` (both must outlive it; none by default).
   Block(const ParameterLayout& layout, int layer, Recompute recompute,
-        ParallelRegions& regions = ParallelRegions::single_rank());
+        ParallelRegions& regions = ParallelRegions::single_rank(), const LinearStates& states = LinearStates::none());
 
   int layer() const { return layer_; }
   // The block's unit of the layout (model/parameters.h).
   size_t unit() const { return unit_; }
   Recompute recompute() const { return recompute_; }
+  // The per-linear state of its linear layer `linear` ("attn.qkv"), as the layer holds it.
+  const LinearStateView& linear_state(std::string_view linear) const;
 
   // From the input x (N, C): sets every activation in `a`, the output in a.res3.
   void forward(const FlatTensors& weights, Tensor x, const BlockActivations& a, AttentionCore& attention) const;

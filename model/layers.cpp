@@ -1,5 +1,7 @@
 #include "model/layers.h"
 
+#include <utility>
+
 #include "core/buffer.h"
 #include "core/device.h"
 #include "kernels/add.h"
@@ -82,9 +84,10 @@ void LinearProduct::backward_weight(const FlatTensors& grads, Tensor dout, Tenso
 }
 
 ColumnParallelLinear::ColumnParallelLinear(const ParameterLayout& layout, const std::string& prefix,
-                                           ParallelRegions& regions)
+                                           ParallelRegions& regions, LinearStateView state)
     : product_(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), layout.config().traits().biases),
-      regions_(&regions) {}
+      regions_(&regions),
+      state_(std::move(state)) {}
 
 const ParamInfo& output_projection_weight(const ParameterLayout& layout) {
   return layout.find(layout.config().tied_embeddings ? "wte" : "lm_head");
@@ -109,11 +112,14 @@ void ColumnParallelLinear::backward_weight(const FlatTensors& grads, Tensor dout
 }
 
 RowParallelLinear::RowParallelLinear(const ParameterLayout& layout, const std::string& prefix,
-                                     ParallelRegions& regions)
-    : RowParallelLinear(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), regions) {}
+                                     ParallelRegions& regions, LinearStateView state)
+    : RowParallelLinear(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), regions, std::move(state)) {}
 
-RowParallelLinear::RowParallelLinear(const ParamInfo* weight, const ParamInfo* bias, ParallelRegions& regions)
-    : product_(weight, bias, bias != nullptr && bias->slice.pieces.front().owned), regions_(&regions) {}
+RowParallelLinear::RowParallelLinear(const ParamInfo* weight, const ParamInfo* bias, ParallelRegions& regions,
+                                     LinearStateView state)
+    : product_(weight, bias, bias != nullptr && bias->slice.pieces.front().owned),
+      regions_(&regions),
+      state_(std::move(state)) {}
 
 Tensor RowParallelLinear::forward(const FlatTensors& weights, Tensor partial, Tensor x, Tensor local) const {
   product_.forward(weights, partial, x);

@@ -18,6 +18,9 @@
 // The linear layers communicate through the ParallelRegions they are given
 // (model/parallel_regions.h); the embedding's sum is the caller's. Every rank computes every
 // gradient it holds.
+// A linear layer of a block may hold its per-linear state (model/linear_state.h: FP8's scaling
+// state, a quantizer's), the same on every rank that holds a piece of the layer; no pass reads
+// it yet.
 #pragma once
 
 #include <string>
@@ -26,6 +29,7 @@
 #include "core/tensor.h"
 #include "model/attention_core.h"
 #include "model/config.h"
+#include "model/linear_state.h"
 #include "model/parallel_regions.h"
 #include "model/parameters.h"
 
@@ -86,8 +90,10 @@ const ParamInfo& output_projection_weight(const ParameterLayout& layout);
 class ColumnParallelLinear {
  public:
   // The layer whose parameters are `prefix`.weight (and .bias): "h.3.attn.qkv". Communicates
-  // through `regions` (which must outlive it).
-  ColumnParallelLinear(const ParameterLayout& layout, const std::string& prefix, ParallelRegions& regions);
+  // through `regions` (which must outlive it); `state`: its per-linear state (views into a
+  // LinearStates that must outlive it), none by default.
+  ColumnParallelLinear(const ParameterLayout& layout, const std::string& prefix, ParallelRegions& regions,
+                       LinearStateView state = {});
   // The output projection, without bias: lm_head, or wte when the embeddings are tied.
   static ColumnParallelLinear output_projection(const ParameterLayout& layout, ParallelRegions& regions);
 
@@ -99,11 +105,13 @@ class ColumnParallelLinear {
   // The weight's (and bias's) gradient += from dout and the forward's input x (gathered again
   // into `whole` under sequence parallelism).
   void backward_weight(const FlatTensors& grads, Tensor dout, Tensor x, Tensor whole) const;
+  const LinearStateView& state() const { return state_; }
 
  private:
   ColumnParallelLinear(LinearProduct product, ParallelRegions& regions) : product_(product), regions_(&regions) {}
   LinearProduct product_;
   ParallelRegions* regions_;
+  LinearStateView state_;
 };
 
 // A row-parallel linear layer (Megatron's RowParallelLinear: each branch's output projection):
@@ -113,7 +121,9 @@ class ColumnParallelLinear {
 // the bias, so that the sum adds it once.
 class RowParallelLinear {
  public:
-  RowParallelLinear(const ParameterLayout& layout, const std::string& prefix, ParallelRegions& regions);
+  // As ColumnParallelLinear's.
+  RowParallelLinear(const ParameterLayout& layout, const std::string& prefix, ParallelRegions& regions,
+                    LinearStateView state = {});
 
   // This rank's rows of the complete output, from its partial output `partial` (N, C) of x:
   // `partial` itself, or `local` under sequence parallelism.
@@ -125,11 +135,13 @@ class RowParallelLinear {
   void backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const;
   // The weight's (and bias's) gradient += from dout (the whole output's) and the forward's input.
   void backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const;
+  const LinearStateView& state() const { return state_; }
 
  private:
-  RowParallelLinear(const ParamInfo* weight, const ParamInfo* bias, ParallelRegions& regions);
+  RowParallelLinear(const ParamInfo* weight, const ParamInfo* bias, ParallelRegions& regions, LinearStateView state);
   LinearProduct product_;
   ParallelRegions* regions_;
+  LinearStateView state_;
 };
 
 class Embedding {

@@ -7,10 +7,10 @@ namespace dt {
 
 namespace k = kernels;
 
-DenseMlp::DenseMlp(const ParameterLayout& layout, int layer, ParallelRegions& regions)
+DenseMlp::DenseMlp(const ParameterLayout& layout, int layer, ParallelRegions& regions, const LinearStates& states)
     : kind_(layout.config().traits().mlp),
-      fc_(layout, block_prefix(layer) + "mlp.fc", regions),
-      proj_(layout, block_prefix(layer) + "mlp.proj", regions) {}
+      fc_(layout, block_prefix(layer) + "mlp.fc", regions, states.of(layer, "mlp.fc")),
+      proj_(layout, block_prefix(layer) + "mlp.proj", regions, states.of(layer, "mlp.proj")) {}
 
 void DenseMlp::forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const {
   fc_.forward(weights, a.fch, a.ln2, a.gathered);
@@ -45,8 +45,15 @@ void DenseMlp::backward_weight(const FlatTensors& grads, const BlockActivations&
   fc_.backward_weight(grads, d.dfch, a.ln2, a.gathered);
 }
 
-std::unique_ptr<Mlp> make_mlp(const ParameterLayout& layout, int layer, ParallelRegions& regions) {
-  return std::make_unique<DenseMlp>(layout, layer, regions);
+const LinearStateView& DenseMlp::linear_state(std::string_view linear) const {
+  if (linear == "mlp.fc") return fc_.state();
+  if (linear == "mlp.proj") return proj_.state();
+  throw Error(str("the dense MLP has no linear layer '", linear, "'; its linear layers are mlp.fc, mlp.proj"));
+}
+
+std::unique_ptr<Mlp> make_mlp(const ParameterLayout& layout, int layer, ParallelRegions& regions,
+                              const LinearStates& states) {
+  return std::make_unique<DenseMlp>(layout, layer, regions, states);
 }
 
 }  // namespace dt

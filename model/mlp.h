@@ -31,18 +31,23 @@ class Mlp {
   virtual PendingSum backward_input(const FlatTensors& weights, const FlatTensors& grads, const BlockActivations& a,
                                     const BlockGradients& d, bool weights_now) const = 0;
   virtual void backward_weight(const FlatTensors& grads, const BlockActivations& a, const BlockGradients& d) const = 0;
+  // The per-linear state its linear layer `linear` ("mlp.fc") holds (model/linear_state.h);
+  // throws dt::Error for a layer it does not have.
+  virtual const LinearStateView& linear_state(std::string_view linear) const = 0;
 };
 
 class DenseMlp final : public Mlp {
  public:
-  // Block `layer`'s mlp.fc and mlp.proj of `layout`, communicating through `regions`.
-  DenseMlp(const ParameterLayout& layout, int layer, ParallelRegions& regions);
+  // Block `layer`'s mlp.fc and mlp.proj of `layout`, communicating through `regions`, with
+  // their state in `states`.
+  DenseMlp(const ParameterLayout& layout, int layer, ParallelRegions& regions, const LinearStates& states);
 
   void forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const override;
   Tensor forward_output(const FlatTensors& weights, const BlockActivations& a) const override;
   PendingSum backward_input(const FlatTensors& weights, const FlatTensors& grads, const BlockActivations& a,
                             const BlockGradients& d, bool weights_now) const override;
   void backward_weight(const FlatTensors& grads, const BlockActivations& a, const BlockGradients& d) const override;
+  const LinearStateView& linear_state(std::string_view linear) const override;
 
  private:
   MlpKind kind_;
@@ -51,6 +56,7 @@ class DenseMlp final : public Mlp {
 };
 
 // Block `layer`'s MLP as its declaration says (model/block_declaration.h).
-std::unique_ptr<Mlp> make_mlp(const ParameterLayout& layout, int layer, ParallelRegions& regions);
+std::unique_ptr<Mlp> make_mlp(const ParameterLayout& layout, int layer, ParallelRegions& regions,
+                              const LinearStates& states = LinearStates::none());
 
 }  // namespace dt

@@ -95,7 +95,8 @@ int64_t rank_rows(int64_t max_rows, int ranks, bool sequence_parallel) {
 }  // namespace
 
 Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
-             int batch_size, int seq_len, ParallelRegions& regions, bool deferred_weights, const AttentionScope& scope)
+             int batch_size, int seq_len, ParallelRegions& regions, bool deferred_weights, const AttentionScope& scope,
+             const LinearStates& states)
     : config_(layout.config()),
       dims_(layout.dims()),
       units_(units),
@@ -120,7 +121,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
            " communicating as rank ", regions.shard().rank, " of ", regions.shard().size);
   DT_CHECK((!units.embeddings || layout.held_units().embeddings) && (!units.head || layout.held_units().head),
            "a stage with units its layout does not hold");
-  for (int l = units.first_block; l < units.end_block; ++l) blocks_.emplace_back(layout, l, recompute, regions);
+  for (int l = units.first_block; l < units.end_block; ++l) blocks_.emplace_back(layout, l, recompute, regions, states);
   if (units.embeddings) embedding_.emplace(layout);
   if (units.head) {
     ln_f_.emplace(layout, "ln_f");

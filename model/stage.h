@@ -60,10 +60,12 @@ class Stage {
   // `regions` must outlive the stage. With `deferred_weights` each micro-batch also keeps what a
   // deferred weight pass reads (no recomputation, no unit hooks). `scope` (which must outlive the
   // stage) says where its tokens lie in their sequences and makes its attention core: under
-  // context parallelism seq_len is this rank's tokens of each sequence.
+  // context parallelism seq_len is this rank's tokens of each sequence. `states` (which must
+  // outlive the stage) holds its blocks' per-linear state (model/linear_state.h).
   Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
         int batch_size, int seq_len, ParallelRegions& regions = ParallelRegions::single_rank(),
-        bool deferred_weights = false, const AttentionScope& scope = AttentionScope::local());
+        bool deferred_weights = false, const AttentionScope& scope = AttentionScope::local(),
+        const LinearStates& states = LinearStates::none());
   ~Stage();
   // The activation memory such a stage lays out, without making one, on tensor-parallel rank
   // `shard`, with or without sequence parallelism.
@@ -72,6 +74,8 @@ class Stage {
                                           bool sequence_parallel = false, bool deferred_weights = false);
 
   const StageUnits& units() const { return units_; }
+  // Its blocks, first_block first.
+  const std::vector<Block>& blocks() const { return blocks_; }
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
   // The hook calls a stage over `units` of `layout` makes for one micro-batch: its forward with
   // backward following, then its backward (weights now). What the passes do, as data: plan/

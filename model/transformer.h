@@ -29,6 +29,7 @@
 #include "core/buffer.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/linear_state.h"
 #include "model/parameters.h"
 #include "model/recompute.h"
 #include "model/stage.h"
@@ -68,10 +69,13 @@ class Transformer {
   // their units (HeldUnits, model/parameters.h) and runs them through stage(), not forward().
   // scope: under context parallelism (parallel/context/), where this rank's seq_len tokens lie in
   // their sequences and how they attend across the cp group; it must outlive the model.
+  // linear_states: the per-linear state kinds its blocks' linear layers carry
+  // (model/linear_state.h), laid out over the blocks it holds, on `device`, tagged parameters;
+  // none by default (no run declares any yet), which allocates nothing.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
               DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {},
               ParallelRegions* regions = nullptr, const RankStages& stages = {},
-              const AttentionScope* scope = nullptr);
+              const AttentionScope* scope = nullptr, const std::vector<LinearStateDeclaration>& linear_states = {});
   ~Transformer();
 
   // The flat buffers such a model makes, each with its tag, dtype and storage: the f32
@@ -95,6 +99,9 @@ class Transformer {
   ParallelRegions& regions() const { return regions_; }
   FlatTensors& params() { return params_; }
   FlatTensors& grads() { return grads_; }
+  // Its linear layers' per-linear state: what checkpoints save and load (train/training_checkpoint.h).
+  LinearStates& linear_states() { return linear_states_; }
+  const LinearStates& linear_states() const { return linear_states_; }
   // The weights the kernels read: the 16-bit compute copy, or the f32 parameters themselves.
   FlatTensors& weights() { return compute_weights_ ? *compute_weights_ : params_; }
   const FlatTensors& weights() const { return compute_weights_ ? *compute_weights_ : params_; }
@@ -142,6 +149,7 @@ class Transformer {
   ParameterLayout layout_;
   FlatTensors params_;
   FlatTensors grads_;
+  LinearStates linear_states_;  // before the stages, whose layers view it
   Recompute recompute_;
   DType precision_;
   Device device_;

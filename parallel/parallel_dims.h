@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -58,6 +59,12 @@ struct ProcessGroups {
   // parallelism joins data parallelism for the gradients' sum and ZeRO's shards); the dp group
   // itself when cp is 1.
   Communicator& dp_cp() const { return dp_cp_ ? *dp_cp_ : *dp; }
+  // The groups over which a value that every rank of this rank's pipeline stage holds alike is
+  // agreed on: the tp group, then dp × cp. Together they are every rank of the stage — every
+  // holder of a piece of its blocks' linear layers — so a max over one and then the other is the
+  // max over all of them: how a block's per-linear state (model/linear_state.h; FP8's amax) is
+  // reduced. Other stages hold other blocks and take no part.
+  std::vector<Communicator*> stage_replica_groups() const { return {tp.get(), &dp_cp()}; }
   std::unique_ptr<Communicator> dp_cp_;  // made when cp > 1
 };
 

@@ -28,7 +28,7 @@ ParallelRun::ParallelRun(const ParallelOptions& options, Communicator& control) 
                  options_.zero.storage(), tensor_parallel_ ? &*tensor_parallel_ : nullptr,
                  schedule_ ? pipeline::PipelineParallel::rank_stages(mc, *schedule_, groups_.coords.pp, T)
                            : RankStages{},
-                 context_ ? &*context_ : nullptr);
+                 context_ ? &*context_ : nullptr, options_.linear_states);
   // 6. Data parallelism over the finished model: it hooks the model's units, shards its states
   // over dp × cp (the cp ranks join the gradients' sum) and holds the optimizer of this rank's
   // parts; under pipeline parallelism the gradient norm also spans the pp group.

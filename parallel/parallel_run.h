@@ -17,10 +17,12 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "core/device.h"
 #include "model/config.h"
+#include "model/linear_state.h"
 #include "model/parameters.h"
 #include "model/recompute.h"
 #include "model/transformer.h"
@@ -54,6 +56,9 @@ struct ParallelOptions {
   bool cp_zigzag = true;
   bool sp = false;             // sequence parallelism over the tp ranks
   std::string backend = "auto";  // of the groups' world (comm/world.h)
+  // The per-linear state kinds the model's linear layers carry (model/linear_state.h): none in
+  // any run yet; FP8's scaling state will be declared here.
+  std::vector<LinearStateDeclaration> linear_states;
 };
 
 class ParallelRun {

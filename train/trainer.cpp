@@ -91,7 +91,7 @@ ParallelOptions parallel_options(const RunConfig& config) {
           .bucket_mb = config.parallel.bucket_mb, .adamw = config.adamw,
           .pp_schedule = config.parallel.pp_schedule, .pp_virtual = config.parallel.pp_virtual,
           .micro_batches = config.accumulation_steps(), .cp_zigzag = config.parallel.cp_zigzag,
-          .sp = config.parallel.sp, .backend = config.parallel.backend};
+          .sp = config.parallel.sp, .backend = config.parallel.backend, .linear_states = {}};
 }
 
 // Sets the model's first parameters (and the optimizer's, the loader's and the scaler's state on
@@ -118,7 +118,8 @@ std::string start_parameters(const RunConfig& config, Communicator& control, Par
   if (resume) {
     const ckpt::Checkpoint checkpoint(ckpt::Checkpoint::latest(checkpoints));
     const TrainingProgress progress =
-        load_training_checkpoint(checkpoint, start_params, data_parallel.optimizer(), scaler);
+        load_training_checkpoint(checkpoint, start_params, data_parallel.optimizer(), scaler,
+                                 &run.model().linear_states());
     summary.first_step = progress.step;
     loader.restore(progress.loader);
     origin = str("resumed from ", checkpoint.directory().string(), " (step ", progress.step, ")");
@@ -244,8 +245,8 @@ class Milestones {
     DataParallel& data_parallel = run_.data_parallel();
     const std::filesystem::path saved =
         save_training_checkpoint(checkpoints, config_.checkpoint.keep_last, control_, run_.model().layout(),
-                                 checkpoint_share(data_parallel, run_.model().params()), data_parallel.optimizer(),
-                                 scaler_, at);
+                                 checkpoint_share(data_parallel, run_.model().params(), &run_.model().linear_states()),
+                                 data_parallel.optimizer(), scaler_, at);
     if (!run_.lead()) return;
     summary_.last_checkpoint = saved;
     report_.checkpoint(step, saved);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -12,6 +13,13 @@
 #include "core/error.h"
 
 namespace dt {
+
+namespace {
+
+// The checkpoint buffer of the per-linear states: linear_state.NAME.
+constexpr std::string_view kLinearStateBuffer = "linear_state";
+
+}  // namespace
 
 nlohmann::ordered_json model_description(const ModelConfig& c) {
   return {{"family", model_family_name(c.family)},
@@ -149,7 +157,67 @@ void check_same_model(const ckpt::Checkpoint& checkpoint, const ModelConfig& con
                     "checkpoint.dir (set checkpoint.resume = false to ignore it)"));
 }
 
+// Reads each of `states`' entries by its name (checked by check_linear_states first).
+void read_linear_states(const ckpt::Checkpoint& checkpoint, LinearStates& states) {
+  for (const LinearStates::Entry& e : states.entries()) {
+    const Tensor to = states.at(e);
+    if (to.device == Device::cpu) {
+      checkpoint.read_into(linear_state_tensor_name(e.name), to);
+      continue;
+    }
+    const Buffer host(to.bytes(), MemTag::workspace, Device::cpu, false);
+    checkpoint.read_into(linear_state_tensor_name(e.name), host.view(to.dtype, to.shape));
+    copy_bytes(to.data, to.device, host.data(), Device::cpu, to.bytes());
+  }
+}
+
+// "'a', 'b', 'c' and 2 more": the first few of `names`.
+std::string some_of(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 3;
+  std::string text;
+  for (size_t i = 0; i < std::min(names.size(), kShown); ++i) text += str(i == 0 ? "" : ", ", "'", names[i], "'");
+  if (names.size() > kShown) text += str(" and ", names.size() - kShown, " more");
+  return text;
+}
+
 }  // namespace
+
+void check_linear_states(const ckpt::Checkpoint& checkpoint, const LinearStates* states) {
+  const std::string prefix = linear_state_tensor_name("");
+  std::set<std::string> declared;
+  if (states != nullptr)
+    for (const std::string& name : states->model_names()) declared.insert(linear_state_tensor_name(name));
+  // What the checkpoint holds, with the file holding it.
+  std::map<std::string, std::string> saved;
+  for (const auto& t : checkpoint.manifest().at("tensors"))
+    if (const std::string name = t.at("name").get<std::string>(); name.starts_with(prefix))
+      saved.emplace(name, t.at("file").get<std::string>());
+  const std::string directory = checkpoint.directory().string();
+  const std::string fix =
+      "resume with the configuration that saved it, or start a new run in another checkpoint.dir (set "
+      "checkpoint.resume = false to ignore it)";
+  std::vector<std::string> extra, missing;
+  for (const auto& [name, file] : saved)
+    if (declared.count(name) == 0) extra.push_back(str(name, "' in '", (checkpoint.directory() / file).string()));
+  if (!extra.empty())
+    throw Error(str("checkpoint '", directory, "' holds per-linear state this model does not declare (",
+                    states == nullptr || states->empty() ? "it declares none" : str("it declares ", states->model_names().size()),
+                    "; model/linear_state.h): ", extra.size(), " tensors, ", some_of(extra), "; ", fix));
+  for (const std::string& name : declared)
+    if (saved.count(name) == 0) missing.push_back(name);
+  if (!missing.empty())
+    throw Error(str("checkpoint '", directory, "' lacks per-linear state this model declares (model/linear_state.h): ",
+                    "its manifest '", (checkpoint.directory() / "manifest.json").string(), "' names no tensor ",
+                    some_of(missing), " (", missing.size(), " of ", declared.size(),
+                    " missing), so it was saved by a model that does not declare them; ", fix));
+}
+
+void load_linear_states(const ckpt::Checkpoint& checkpoint, LinearStates& states) {
+  with_context(str("reading per-linear state from checkpoint '", checkpoint.directory().string(), "'"), [&] {
+    check_linear_states(checkpoint, &states);
+    read_linear_states(checkpoint, states);
+  });
+}
 
 namespace {
 
@@ -165,7 +233,21 @@ nlohmann::ordered_json training_state(int64_t adamw_steps, const LossScaler* sca
 
 }  // namespace
 
-CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params) {
+std::string linear_state_tensor_name(const std::string& name) { return str(kLinearStateBuffer, ".", name); }
+
+namespace {
+
+// Adds every per-linear state `states` holds (none: nothing) to what `share` saves whole.
+void add_linear_states(CheckpointShare& share, const LinearStates* states) {
+  if (states == nullptr) return;
+  for (const LinearStates::Entry& e : states->entries())
+    share.whole.emplace_back(linear_state_tensor_name(e.name), states->at(e));
+}
+
+}  // namespace
+
+CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params,
+                                 const LinearStates* linear_states) {
   const AdamW& optimizer = dp.optimizer();
   const int rank = dp.group().rank();
   CheckpointShare share;
@@ -184,6 +266,9 @@ CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& para
     share.buffers.emplace_back("adamw.m", pieces(optimizer.moment_parts(AdamW::Moment::first)));
     share.buffers.emplace_back("adamw.v", pieces(optimizer.moment_parts(AdamW::Moment::second)));
   }
+  // A per-linear state is the same on every rank of its pipeline stage: the stage's first rank
+  // (rank 0 of dp × cp and of tp) writes it.
+  if (rank == 0 && params.layout().shard().rank == 0) add_linear_states(share, linear_states);
   return share;
 }
 
@@ -213,6 +298,15 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
           tensors.emplace_back(std::move(named.name), named.values);
       }
     }
+  for (const auto& [name, tensor] : share.whole) {
+    Tensor values = tensor;
+    if (values.device != Device::cpu) {
+      values = host_copies.emplace_back(tensor.bytes(), MemTag::workspace, Device::cpu, false)
+                   .view(tensor.dtype, tensor.shape);
+      copy_bytes(values.data, Device::cpu, tensor.data, tensor.device, tensor.bytes());
+    }
+    tensors.emplace_back(name, values);
+  }
   // The writers, in rank order: the ranks with something to write.
   const int ranks = control.size();
   const Buffer writes(static_cast<size_t>(ranks) * sizeof(int32_t), MemTag::workspace, Device::cpu);
@@ -243,25 +337,29 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
 
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last,
                                                const FlatTensors& params, const AdamW& optimizer,
-                                               const LossScaler* scaler, const TrainingProgress& progress) {
+                                               const LossScaler* scaler, const TrainingProgress& progress,
+                                               const LinearStates* linear_states) {
   DT_CHECK(optimizer.ranges().size() == 1 && optimizer.ranges()[0].size() == params.layout().total_elements(),
            "one process's checkpoint needs an optimizer of the whole layout");
   const kernels::FlatRange all{0, params.layout().total_elements()};
-  const CheckpointShare share{
-      .buffers = {{"model", {{all, params.all()}}},
-                  {"adamw.m", {{all, optimizer.moment_parts(AdamW::Moment::first)[0]}}},
-                  {"adamw.v", {{all, optimizer.moment_parts(AdamW::Moment::second)[0]}}}}};
+  CheckpointShare share{.buffers = {{"model", {{all, params.all()}}},
+                                    {"adamw.m", {{all, optimizer.moment_parts(AdamW::Moment::first)[0]}}},
+                                    {"adamw.v", {{all, optimizer.moment_parts(AdamW::Moment::second)[0]}}}},
+                        .whole = {}};
+  add_linear_states(share, linear_states);
   SingleProcessCommunicator control(Device::cpu, "control");
   return save_training_checkpoint(root, keep_last, control, params.layout(), share, optimizer, scaler, progress);
 }
 
 TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, FlatTensors& params, AdamW& optimizer,
-                                          LossScaler* scaler) {
+                                          LossScaler* scaler, LinearStates* linear_states) {
   return with_context(str("resuming from checkpoint '", checkpoint.directory().string(), "'"), [&] {
     check_same_model(checkpoint, params.layout().config());
+    check_linear_states(checkpoint, linear_states);
     const HostBuffers buffers(params, optimizer);
     buffers.read(checkpoint);
     buffers.upload();
+    if (linear_states != nullptr) read_linear_states(checkpoint, *linear_states);
     const nlohmann::json& state = checkpoint.state();
     optimizer.restore_steps_taken(state.at("adamw_steps").get<int64_t>());
     if (scaler) {

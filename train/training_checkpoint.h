@@ -6,6 +6,9 @@
 //                   16-bit compute copy is rounded from them)
 //   adamw.m.NAME    AdamW's first moments
 //   adamw.v.NAME    AdamW's second moments
+// and, where the model declares per-linear state (model/linear_state.h; no run does yet), each
+// linear layer's under its global name ("h.3.attn.qkv.amax_history"), whole:
+//   linear_state.NAME
 // Every rank writes its share to its own file, in one path for every layout: a buffer that
 // every rank of the group holds whole (the parameters below ZeRO 3 in f32, the moments at ZeRO
 // 0) is written by rank 0 alone; a sharded one by every rank, each its parts. A parameter that
@@ -16,7 +19,11 @@
 // one rank writes every tensor whole. Names are global, independent of the saving run's padding,
 // rank count and tensor-parallel size, so a checkpoint loads under any layout — any number of
 // ranks, any ZeRO stage, any tensor-parallel size — or in one process, each rank reading the
-// pieces that overlap its slice; a missing piece is named. (Checkpoints of earlier versions, sharded as
+// pieces that overlap its slice; a missing piece is named. A per-linear state, the same on every
+// rank holding its block, is written once, by the rank that is rank 0 of its dp × cp group and
+// of its tp group (one per pipeline stage), and read whole by every holder under any layout; with
+// none declared nothing is added, and a checkpoint's states must be the model's, name for name.
+// (Checkpoints of earlier versions, sharded as
 // BUFFER.unit.U.part.R with {"sharding": ...} in the state, load too.)
 // State: the step, AdamW's update count, the data loader's (epoch, position), the loss
 // scaler's scale and counters. That is everything the next step reads, so resuming reproduces
@@ -30,6 +37,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "data/data_loader.h"
+#include "model/linear_state.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
@@ -60,11 +68,18 @@ struct CheckpointShare {
     Tensor values;
   };
   std::vector<std::pair<std::string, std::vector<Piece>>> buffers;
+  // Tensors saved whole under these names (f32, any device): the per-linear states it writes.
+  std::vector<std::pair<std::string, Tensor>> whole;
 };
 // A data-parallel run's: this rank's parts of what is sharded, and on rank 0 of the dp group
-// what every rank of it holds whole (under tensor parallelism, each tp rank's shard).
-// `params`: the model's f32 parameters (unused where they are sharded).
-CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params);
+// what every rank of it holds whole (under tensor parallelism, each tp rank's shard), with the
+// model's per-linear states on the rank that is also tp rank 0.
+// `params`: the model's f32 parameters (unused where they are sharded); `linear_states`: the
+// model's (none: it declares none).
+CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params,
+                                 const LinearStates* linear_states = nullptr);
+// The name a per-linear state is saved under: "linear_state.h.3.attn.qkv.amax_history".
+std::string linear_state_tensor_name(const std::string& name);
 
 // Saves under `root` (atomic, keeps the newest keep_last): every rank of `control` (the job's)
 // calls it with its share, and `control` orders the steps (rank 0 makes the directory, the ranks
@@ -74,15 +89,26 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
                                                Communicator& control, const ParameterLayout& layout,
                                                const CheckpointShare& share, const AdamW& optimizer,
                                                const LossScaler* scaler, const TrainingProgress& progress);
-// One process's save: the whole parameters and the optimizer's parts.
+// One process's save: the whole parameters and the optimizer's parts, and the model's per-linear
+// states (none: it declares none).
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last,
                                                const FlatTensors& params, const AdamW& optimizer,
-                                               const LossScaler* scaler, const TrainingProgress& progress);
+                                               const LossScaler* scaler, const TrainingProgress& progress,
+                                               const LinearStates* linear_states = nullptr);
 
-// Loads a checkpoint directory into the parameters (whole), optimizer and scaler (each tensor
-// checksummed) and returns the progress to continue from. Throws dt::Error naming the fields
-// when the checkpoint's model description differs from the parameters' model.
+// Loads a checkpoint directory into the parameters (whole), optimizer, scaler and per-linear
+// states (each tensor checksummed) and returns the progress to continue from. Throws dt::Error
+// naming the fields when the checkpoint's model description differs from the parameters' model,
+// and, before reading anything, naming the tensors when its per-linear states are not the ones
+// `linear_states` declares (none: the model declares none).
 TrainingProgress load_training_checkpoint(const ckpt::Checkpoint& checkpoint, FlatTensors& params, AdamW& optimizer,
-                                          LossScaler* scaler);
+                                          LossScaler* scaler, LinearStates* linear_states = nullptr);
+
+// Reads the per-linear states `states` holds from `checkpoint`, by name, whatever layout saved
+// them. Throws dt::Error naming the tensor, its file and the fix when the checkpoint holds one the
+// model does not declare or lacks one it does (of any block, held here or not).
+void load_linear_states(const ckpt::Checkpoint& checkpoint, LinearStates& states);
+// The same check alone, for a model whose states are `states` (nullptr: none).
+void check_linear_states(const ckpt::Checkpoint& checkpoint, const LinearStates* states);
 
 }  // namespace dt
