@@ -8,22 +8,14 @@
 #include <vector>
 
 #include "model/transformer.h"
+#include "tests/linear_state_testing.h"
 #include "tests/testing.h"
 
 namespace dt {
 namespace {
 
-// An amax history on every linear layer and a scale, starting at 1, on two of them.
-std::vector<LinearStateDeclaration> fp8_like() {
-  return {{.name = "amax_history", .count = 16, .linears = {}, .initial = 0},
-          {.name = "scale", .count = 2, .linears = {"mlp.proj", "attn.qkv"}, .initial = 1}};
-}
-
-ModelConfig three_blocks(const char* preset) {
-  ModelConfig c = model_preset(preset);
-  c.n_layer = 3;
-  return c;
-}
+using testing::fp8_like_states;
+using testing::three_blocks;
 
 // The names the declaration gives, kind-major, over `layers`: what the layout must hold.
 std::vector<std::string> expected_names(const ModelConfig& config, const std::vector<int>& layers) {
@@ -49,7 +41,7 @@ TEST(LinearStates, OneEntryPerDeclaredLinearOfEachHeldBlockWithTheDeclaredSizes)
                                                           .head = true}},
                                               config.n_layer));
     for (const auto& [layout, layers] : {std::pair{&whole, std::vector<int>{0, 1, 2}}, {&stage, {1, 2}}}) {
-      const LinearStates states(*layout, fp8_like(), Device::cpu);
+      const LinearStates states(*layout, fp8_like_states(), Device::cpu);
       const std::vector<std::string> names = expected_names(config, layers);
       ASSERT_EQ(states.entries().size(), names.size()) << preset;
       int64_t offset = 0;
@@ -64,7 +56,7 @@ TEST(LinearStates, OneEntryPerDeclaredLinearOfEachHeldBlockWithTheDeclaredSizes)
         EXPECT_EQ(t.data, states.at(e).data) << e.name;
         EXPECT_EQ(t.shape, (Shape{e.count})) << e.name;
       }
-      EXPECT_EQ(LinearStates::bytes(*layout, fp8_like()), static_cast<size_t>(offset) * sizeof(float));
+      EXPECT_EQ(LinearStates::bytes(*layout, fp8_like_states()), static_cast<size_t>(offset) * sizeof(float));
       // Each kind is one (entries, count) range; the scales start at 1, the histories at 0.
       const int64_t linears = static_cast<int64_t>(declare_block(config).linears().size());
       const int64_t blocks = static_cast<int64_t>(layers.size());
@@ -78,7 +70,7 @@ TEST(LinearStates, OneEntryPerDeclaredLinearOfEachHeldBlockWithTheDeclaredSizes)
       EXPECT_EQ(states.model_names(), expected_names(config, {0, 1, 2})) << preset;
     }
     // A block another stage holds, and a kind the layer does not carry, are named.
-    const LinearStates held(stage, fp8_like(), Device::cpu);
+    const LinearStates held(stage, fp8_like_states(), Device::cpu);
     EXPECT_NE(testing::error_of([&] { held.find(0, "attn.qkv", "amax_history"); }).find("h.0.attn.qkv.amax_history"),
               std::string::npos);
     EXPECT_NE(testing::error_of([&] { held.of(1, "attn.proj").get("scale"); }).find("it has amax_history"),
@@ -100,12 +92,12 @@ TEST(LinearStates, NoneDeclaredAllocatesNothing) {
 TEST(LinearStates, AllocatesItsBytesUnderTheParametersTag) {
   const ParameterLayout layout(three_blocks("llama-tiny"));
   const MemoryStats before = memory_stats(Device::cpu);
-  const LinearStates states(layout, fp8_like(), Device::cpu);
+  const LinearStates states(layout, fp8_like_states(), Device::cpu);
   const MemoryStats after = memory_stats(Device::cpu);
   EXPECT_EQ(after.current(MemTag::parameters) - before.current(MemTag::parameters),
-            LinearStates::bytes(layout, fp8_like()));
-  EXPECT_EQ(after.total_current_bytes - before.total_current_bytes, LinearStates::bytes(layout, fp8_like()));
-  EXPECT_EQ(LinearStates::bytes(layout, fp8_like()), (3 * 4 * 16 + 3 * 2 * 2) * sizeof(float));
+            LinearStates::bytes(layout, fp8_like_states()));
+  EXPECT_EQ(after.total_current_bytes - before.total_current_bytes, LinearStates::bytes(layout, fp8_like_states()));
+  EXPECT_EQ(LinearStates::bytes(layout, fp8_like_states()), (3 * 4 * 16 + 3 * 2 * 2) * sizeof(float));
 }
 
 TEST(LinearStates, ADeclarationTheBlockCannotCarryIsRefusedByName) {
@@ -137,7 +129,7 @@ TEST(LinearStates, EachLinearLayerOfTheModelHoldsItsOwnState) {
                               .deferred_weights = false};
     for (const RankStages& stages : {RankStages{}, pipeline}) {
       Transformer model(config, 1, 8, Recompute::none, DType::f32, Device::cpu, {}, nullptr, stages, nullptr,
-                        fp8_like());
+                        fp8_like_states());
       const LinearStates& states = model.linear_states();
       int blocks = 0;
       for (const Stage* stage : model.stages()) {

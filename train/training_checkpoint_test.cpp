@@ -16,6 +16,7 @@
 #include "parallel/parallel_run.h"
 #include "tests/mpi_testing.h"
 #include "tests/storage_testing.h"
+#include "tests/linear_state_testing.h"
 #include "tests/testing.h"
 
 namespace dt {
@@ -167,18 +168,8 @@ TEST(TrainingCheckpoint, PiecesOfATensorLoadWholeAndAGapIsNamed) {
   }
 }
 
-// Per-linear state (model/linear_state.h): FP8-like kinds, a history on every linear layer
-// and a scale on two.
-std::vector<LinearStateDeclaration> fp8_like() {
-  return {{.name = "amax_history", .count = 16, .linears = {}, .initial = 0},
-          {.name = "scale", .count = 2, .linears = {"mlp.proj", "attn.qkv"}, .initial = 1}};
-}
-
-ModelConfig three_blocks(const char* preset) {
-  ModelConfig c = model_preset(preset);
-  c.n_layer = 3;
-  return c;
-}
+using testing::fp8_like_states;
+using testing::three_blocks;
 
 // Element i of state `name` under `seed`: a hash of the name (FNV-1a), then i, so that every
 // entry holds other values and any layout knows what each should read back.
@@ -221,7 +212,7 @@ TEST(TrainingCheckpoint, LinearStatesRoundTripByNameAndLoadUnderAnotherLayout) {
   for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
     testing::TempDir dir;
     const ModelConfig config = three_blocks(preset);
-    Transformer saved(config, 1, 8, Recompute::none, DType::f32, Device::cpu, {}, nullptr, {}, nullptr, fp8_like());
+    Transformer saved(config, 1, 8, Recompute::none, DType::f32, Device::cpu, {}, nullptr, {}, nullptr, fp8_like_states());
     init_parameters(saved.params(), 5);
     fill_states(saved.linear_states(), 1);
     AdamW saved_optimizer(saved.layout(), OptimizerParts::whole(saved), {});
@@ -232,7 +223,7 @@ TEST(TrainingCheckpoint, LinearStatesRoundTripByNameAndLoadUnderAnotherLayout) {
     for (const std::string& name : saved.linear_states().model_names())
       EXPECT_EQ(saved_times(checkpoint, "linear_state." + name), 1) << name;
     // A resume gives back the states with the rest.
-    Transformer loaded(config, 1, 8, Recompute::none, DType::f32, Device::cpu, {}, nullptr, {}, nullptr, fp8_like());
+    Transformer loaded(config, 1, 8, Recompute::none, DType::f32, Device::cpu, {}, nullptr, {}, nullptr, fp8_like_states());
     AdamW optimizer(loaded.layout(), OptimizerParts::whole(loaded), {});
     load_training_checkpoint(checkpoint, loaded.params(), optimizer, nullptr, &loaded.linear_states());
     EXPECT_EQ(first_differing(loaded.linear_states(), 1), "") << preset;
@@ -242,7 +233,7 @@ TEST(TrainingCheckpoint, LinearStatesRoundTripByNameAndLoadUnderAnotherLayout) {
                                 HeldUnits::of({StageUnits{.embeddings = false, .first_block = 1, .end_block = 3,
                                                           .head = true}},
                                               config.n_layer));
-    LinearStates held(stage, fp8_like(), Device::cpu);
+    LinearStates held(stage, fp8_like_states(), Device::cpu);
     load_linear_states(checkpoint, held);
     EXPECT_EQ(held.entries().size(), 2 * saved.linear_states().entries().size() / 3);
     EXPECT_EQ(first_differing(held, 1), "") << preset;
@@ -357,7 +348,7 @@ TEST(Mpi, LinearStatesMoveBetweenOneProcessAndAParallelLayoutBitForBit) {
   options.micro_batches = 2;
   options.dims = ranks == 4 ? ParallelDims{.tp = 2, .pp = 2} : ranks == 3 ? ParallelDims{.dp = 3} : ParallelDims{.tp = ranks};
   options.zero = ZeroPolicy::of(ranks == 3 ? 1 : 0, DType::f32, options.dims.dp);
-  options.linear_states = fp8_like();
+  options.linear_states = fp8_like_states();
   ParallelRun run(options, *control);
   LinearStates& states = run.model().linear_states();
   ASSERT_FALSE(states.empty());
@@ -376,7 +367,7 @@ TEST(Mpi, LinearStatesMoveBetweenOneProcessAndAParallelLayoutBitForBit) {
       EXPECT_EQ(saved_times(checkpoint, "linear_state." + name), 1) << name;
     // One process reads them all; then saves other values for the layout to read.
     Transformer whole(options.model, 1, 8, Recompute::none, DType::f32, Device::cpu, {}, nullptr, {}, nullptr,
-                      fp8_like());
+                      fp8_like_states());
     load_linear_states(checkpoint, whole.linear_states());
     EXPECT_EQ(first_differing(whole.linear_states(), 1), "");
     fill_states(whole.linear_states(), 2);
