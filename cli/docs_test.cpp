@@ -1,0 +1,603 @@
+// Docs that cannot go stale: README.md and docs/*.md checked against the code and the built
+// `dtrain`. Every failure names the file, the line and the fix.
+//
+// DocsConfig.EveryKeyIsDocumentedWithItsDefault
+//   docs/config.md has a `## [section]` heading per section and, under it, a table whose rows
+//   are `| \`key\` | default | meaning |` (one row may name several keys, `beta1`, `beta2`, with
+//   as many comma-separated defaults). Every key train/run_config_keys.cpp accepts has a row,
+//   and every row names an accepted key. A default is either a TOML value (`"cpu"`, 1000, 3e-4,
+//   true), equal as a value (3e-4 equals 0.0003, 1 equals 1.0) to what the key's ConfigKey::write
+//   gives for a RunConfig as declared (its initialisers) or as loading resolves a file that leaves
+//   the key out (a llama model given field by field, so that the rotary and grouped-query keys
+//   apply; log.run_dir "" resolves to runs/<file name>), or one of these words, each checked as
+//   far as the code allows:
+//     required      leaving the key out is an error that names it (load_run_config or, for the
+//                   files a run reads, check_run_inputs)
+//     the preset's  the key comes from model.preset; without a preset it is required (as above)
+//     —             no value: the code writes "" or 0
+//     `other_key`   another key of the section: the code writes 0 or "" (unset, meaning that key)
+//
+// DocsCommands.EveryCommandLineNamesARealCommandAndItsFlags
+//   Every `dtrain` command line in README.md and docs/*.md — a line of a code block, or an
+//   inline code span, whose first word is `dtrain` (or a path ending in /dtrain), alone or after
+//   `mpirun ...` / `srun ...` — names a command that `dtrain --help` lists and only flags that
+//   `dtrain <command> --help` lists (commands declare their flags with cli/args.h and print them
+//   there; there is no other registry). Operands and placeholders (CONFIG.toml, N, DIR,
+//   key=value) are not checked; `a|b` in the command's place is each of a and b; `<command>`
+//   stands for any command, so only --help may follow it. A line whose command word ends in ':'
+//   is the program's output (`dtrain plan: configs/...`), not a command.
+//
+// DocsLinks.EveryRelativeLinkResolves
+//   Every link `[text](path)`, `[text](path#anchor)` or `[text](#anchor)` outside code in
+//   README.md and docs/*.md whose target has no scheme (http:, https:, mailto:) names an existing
+//   file relative to the linking file, and an anchor names a heading of the target Markdown file
+//   by GitHub's slug: lowercase, characters other than letters, digits, '_', '-' and spaces
+//   removed, spaces turned to '-', a repeated slug given -1, -2, ... (non-ASCII bytes are kept,
+//   as GitHub keeps letters; no heading now has any).
+//
+// DocsCommands.HelpListsTheReadmeCommands
+//   README.md's command table (the table rows whose first cell is a code span `dtrain ...`, under
+//   "## Commands") names the same commands as `dtrain --help`: a command is the leading lowercase
+//   words of the cell (`dtrain ckpt inspect DIR` is "ckpt inspect").
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tests/testing.h"
+#include "train/run_config.h"
+#include "train/run_config_keys.h"
+
+namespace dt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_dtrain;
+
+const fs::path kSource = DTRAIN_SOURCE_DIR;
+
+// ---- Markdown, as far as these checks need it ----
+
+struct Markdown {
+  std::string name;  // relative to the source tree: "README.md", "docs/config.md"
+  fs::path path;
+  std::vector<std::string> lines;
+  std::vector<bool> code;  // the line is inside a fenced or indented code block
+};
+
+Markdown read_markdown(const fs::path& path) {
+  Markdown doc{fs::relative(path, kSource).generic_string(), path, {}, {}};
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) doc.lines.push_back(line);
+  bool fenced = false, previous_blank = true, previous_code = false;
+  for (const std::string& line : doc.lines) {
+    const bool fence = line.rfind("```", 0) == 0 || line.rfind("~~~", 0) == 0;
+    const bool blank = line.find_first_not_of(" \t") == std::string::npos;
+    bool code = false;
+    if (fence) {
+      code = true;
+      fenced = !fenced;
+    } else if (fenced) {
+      code = true;
+    } else if ((line.rfind("    ", 0) == 0 || line.rfind("\t", 0) == 0) && !blank) {
+      code = previous_blank || previous_code;  // an indented block starts after a blank line
+    } else if (blank && previous_code) {
+      code = true;  // a blank line inside an indented block keeps it going
+    }
+    doc.code.push_back(code);
+    previous_blank = blank;
+    previous_code = code && !fence && !fenced;  // inside an indented block
+  }
+  return doc;
+}
+
+// README.md and docs/*.md.
+std::vector<Markdown> documents() {
+  std::vector<Markdown> docs{read_markdown(kSource / "README.md")};
+  std::vector<fs::path> pages;
+  for (const auto& entry : fs::directory_iterator(kSource / "docs"))
+    if (entry.path().extension() == ".md") pages.push_back(entry.path());
+  std::sort(pages.begin(), pages.end());
+  for (const auto& page : pages) docs.push_back(read_markdown(page));
+  return docs;
+}
+
+// A paragraph of prose (consecutive non-blank lines outside code), joined with '\n'.
+struct Paragraph {
+  int first_line;  // 1-based
+  std::string text;
+};
+
+std::vector<Paragraph> paragraphs(const Markdown& doc) {
+  std::vector<Paragraph> out;
+  for (size_t i = 0; i < doc.lines.size(); ++i) {
+    const bool blank = doc.lines[i].find_first_not_of(" \t") == std::string::npos;
+    if (doc.code[i] || blank) continue;
+    if (i == 0 || doc.code[i - 1] || doc.lines[i - 1].find_first_not_of(" \t") == std::string::npos)
+      out.push_back({static_cast<int>(i) + 1, doc.lines[i]});
+    else
+      out.back().text += "\n" + doc.lines[i];
+  }
+  return out;
+}
+
+int line_at(const Paragraph& p, size_t offset) {
+  return p.first_line + static_cast<int>(std::count(p.text.begin(), p.text.begin() + offset, '\n'));
+}
+
+// The inline code spans of a paragraph: content (newlines as spaces) and the line it starts on.
+struct Span {
+  int line;
+  std::string text;
+  size_t begin, end;  // the span's backticks included, offsets in the paragraph
+};
+
+std::vector<Span> code_spans(const Paragraph& p) {
+  std::vector<Span> spans;
+  const std::string& t = p.text;
+  for (size_t i = 0; i < t.size();) {
+    if (t[i] != '`') {
+      ++i;
+      continue;
+    }
+    size_t n = 0;
+    while (i + n < t.size() && t[i + n] == '`') ++n;
+    const std::string run(n, '`');
+    size_t close = t.find(run, i + n);
+    while (close != std::string::npos && close + n < t.size() && t[close + n] == '`')
+      close = t.find(run, close + n + 1);
+    if (close == std::string::npos) {
+      i += n;
+      continue;
+    }
+    std::string content = t.substr(i + n, close - i - n);
+    std::replace(content.begin(), content.end(), '\n', ' ');
+    spans.push_back({line_at(p, i), content, i, close + n});
+    i = close + n;
+  }
+  return spans;
+}
+
+// ---- dtrain's commands and flags, from the binary ----
+
+// The commands `dtrain --help` lists ("train", "plan schedule", ...).
+std::vector<std::string> help_commands() {
+  const auto help = run_dtrain("--help");
+  EXPECT_EQ(help.status, 0) << help.output;
+  std::vector<std::string> commands;
+  std::istringstream lines(help.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  ", 0) != 0 || line.size() < 3 || line[2] == ' ' || line[2] == '-') continue;
+    const size_t end = line.find("  ", 2);
+    commands.push_back(line.substr(2, end == std::string::npos ? std::string::npos : end - 2));
+  }
+  EXPECT_GE(commands.size(), 10u) << "dtrain --help lists too few commands to parse:\n" << help.output;
+  return commands;
+}
+
+// The flags `dtrain <command> --help` lists, without their dashes.
+std::set<std::string> help_flags(const std::string& command) {
+  const auto help = run_dtrain(command + " --help");
+  EXPECT_EQ(help.status, 0) << "dtrain " << command << " --help\n" << help.output;
+  std::set<std::string> flags;
+  std::istringstream lines(help.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  --", 0) != 0) continue;
+    flags.insert(line.substr(4, line.find(' ', 4) - 4));
+  }
+  return flags;
+}
+
+std::string joined(const std::set<std::string>& names, const std::string& prefix) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + prefix + n;
+  return out.empty() ? "none" : out;
+}
+
+// Shell words: spaces separate, quotes group.
+std::vector<std::string> shell_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (const char c : text) {
+    if (quote) {
+      if (c == quote)
+        quote = 0;
+      else
+        word += c;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+      in_word = true;
+    } else if (c == ' ' || c == '\t') {
+      if (in_word) words.push_back(word);
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(word);
+  return words;
+}
+
+bool is_dtrain(const std::string& word) {
+  return word == "dtrain" || (word.size() > 7 && word.ends_with("/dtrain"));
+}
+
+// A command line found in the docs: where, as written, and its words after `dtrain`.
+struct CommandLine {
+  std::string where;  // "README.md:95"
+  std::string text;
+  std::vector<std::string> words;
+};
+
+// The words after `dtrain` when `text` is a dtrain command line, alone or behind a launcher.
+std::optional<std::vector<std::string>> dtrain_words(const std::string& text) {
+  const std::vector<std::string> words = shell_words(text);
+  const auto at = std::find_if(words.begin(), words.end(), is_dtrain);
+  if (at == words.end()) return std::nullopt;
+  if (at != words.begin() && words.front() != "mpirun" && words.front() != "srun") return std::nullopt;
+  return std::vector<std::string>(at + 1, words.end());
+}
+
+std::vector<CommandLine> documented_command_lines() {
+  std::vector<CommandLine> out;
+  for (const Markdown& doc : documents()) {
+    for (size_t i = 0; i < doc.lines.size(); ++i) {
+      if (!doc.code[i]) continue;
+      const int first = static_cast<int>(i) + 1;
+      std::string text = doc.lines[i];
+      while (text.ends_with("\\") && i + 1 < doc.lines.size() && doc.code[i + 1])
+        text = text.substr(0, text.size() - 1) + " " + doc.lines[++i];
+      if (auto words = dtrain_words(text)) out.push_back({str(doc.name, ":", first), text, *words});
+    }
+    for (const Paragraph& p : paragraphs(doc))
+      for (const Span& span : code_spans(p))
+        if (auto words = dtrain_words(span.text)) out.push_back({str(doc.name, ":", span.line), span.text, *words});
+  }
+  return out;
+}
+
+// "a|b\|c" -> {"a", "b", "c"}.
+std::vector<std::string> alternatives(const std::string& word) {
+  std::vector<std::string> out;
+  std::string part;
+  for (const char c : word) {
+    if (c == '|' || c == '\\') {
+      if (!part.empty()) out.push_back(part);
+      part.clear();
+    } else {
+      part += c;
+    }
+  }
+  if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+TEST(DocsCommands, EveryCommandLineNamesARealCommandAndItsFlags) {
+  const std::vector<std::string> commands = help_commands();
+  std::map<std::string, std::set<std::string>> flags;
+  for (const auto& c : commands) flags[c] = help_flags(c);
+  std::set<std::string> listed(commands.begin(), commands.end());
+
+  const std::vector<CommandLine> lines = documented_command_lines();
+  EXPECT_GE(lines.size(), 20u) << "found too few dtrain command lines in the docs: is the parser broken?";
+  for (const CommandLine& line : lines) {
+    const auto& w = line.words;
+    if (w.empty()) continue;  // `dtrain` alone names the program
+    if (w[0].ends_with(":") || (w.size() > 1 && w[1].ends_with(":") && !w[1].starts_with("-")))
+      continue;  // output: "dtrain plan: configs/..."
+    // The command (each alternative of "step|gemm"), and how many words it takes.
+    std::vector<std::string> named;
+    size_t operands = 1;
+    if (w[0].starts_with("<")) {
+      named.push_back("");  // any command: only --help is certain
+    } else if (w.size() > 1 && listed.count(w[0] + " " + alternatives(w[1]).front())) {
+      for (const auto& sub : alternatives(w[1])) named.push_back(w[0] + " " + sub);
+      operands = 2;
+    } else {
+      named.push_back(w[0]);
+    }
+    for (const std::string& command : named) {
+      if (!command.empty() && !listed.count(command)) {
+        ADD_FAILURE() << line.where << ": `" << line.text << "` names the command 'dtrain " << command
+                      << "', which `dtrain --help` does not list; fix the command to one of its list";
+        continue;
+      }
+      const std::set<std::string> accepted = command.empty() ? std::set<std::string>{} : flags[command];
+      for (size_t i = operands; i < w.size(); ++i) {
+        for (std::string flag : alternatives(w[i])) {
+          flag.erase(0, flag.find_first_not_of("[("));
+          if (!flag.starts_with("--")) continue;
+          flag = flag.substr(2, flag.find_first_of("=])},.;:`", 2) - 2);
+          if (flag == "help" || flag.empty() || accepted.count(flag)) continue;
+          ADD_FAILURE() << line.where << ": `" << line.text << "` gives --" << flag << ", which `dtrain "
+                        << (command.empty() ? "<command>" : command)
+                        << " --help` does not list; remove it or write one of its flags: "
+                        << joined(accepted, "--");
+        }
+      }
+    }
+  }
+}
+
+TEST(DocsCommands, HelpListsTheReadmeCommands) {
+  const std::vector<std::string> commands = help_commands();
+  const std::set<std::string> helped(commands.begin(), commands.end());
+  const Markdown readme = read_markdown(kSource / "README.md");
+  std::map<std::string, int> tabled;  // command -> line
+  bool in_commands = false;
+  for (size_t i = 0; i < readme.lines.size(); ++i) {
+    const std::string& line = readme.lines[i];
+    if (readme.code[i]) continue;
+    if (line.rfind("## ", 0) == 0) in_commands = line == "## Commands";
+    if (!in_commands || line.rfind("| `dtrain ", 0) != 0) continue;
+    std::string command;
+    for (const std::string& word : shell_words(line.substr(10, line.find('`', 10) - 10))) {
+      if (word.empty() || !std::all_of(word.begin(), word.end(), [](char c) { return c >= 'a' && c <= 'z'; }))
+        break;
+      command += (command.empty() ? "" : " ") + word;
+    }
+    tabled.emplace(command, static_cast<int>(i) + 1);
+  }
+  ASSERT_FALSE(tabled.empty()) << "README.md: no command table under '## Commands' (rows '| `dtrain ...` | ... |')";
+  for (const auto& [command, line] : tabled)
+    EXPECT_TRUE(helped.count(command)) << "README.md:" << line << ": the command table lists 'dtrain " << command
+                                       << "', which `dtrain --help` does not; remove the row or fix its name";
+  for (const auto& command : commands)
+    EXPECT_TRUE(tabled.count(command)) << "README.md: the command table under '## Commands' lacks 'dtrain " << command
+                                       << "', which `dtrain --help` lists; add a row `| \\`dtrain " << command
+                                       << " ...\\` | what it does |`";
+}
+
+// ---- Links ----
+
+// GitHub's anchor of a heading's text.
+std::string github_slug(const std::string& heading) {
+  std::string slug;
+  for (const char ch : heading) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 'A' && c <= 'Z')
+      slug += static_cast<char>(c - 'A' + 'a');
+    else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c >= 0x80)
+      slug += ch;
+    else if (c == ' ')
+      slug += '-';
+  }
+  return slug;
+}
+
+std::set<std::string> anchors(const Markdown& doc) {
+  std::set<std::string> out;
+  std::map<std::string, int> seen;
+  static const std::regex heading(R"(^#{1,6}\s+(.*?)\s*#*\s*$)");
+  for (size_t i = 0; i < doc.lines.size(); ++i) {
+    std::smatch m;
+    if (doc.code[i] || !std::regex_match(doc.lines[i], m, heading)) continue;
+    const std::string slug = github_slug(m[1].str());
+    const int n = seen[slug]++;
+    out.insert(n == 0 ? slug : str(slug, "-", n));
+  }
+  return out;
+}
+
+TEST(DocsLinks, EveryRelativeLinkResolves) {
+  static const std::regex link(R"(\[([^\]]*)\]\(([^()\s]*)\))");
+  int checked = 0;
+  for (const Markdown& doc : documents()) {
+    for (const Paragraph& p : paragraphs(doc)) {
+      std::string prose = p.text;  // code spans blanked, newlines kept
+      for (const Span& span : code_spans(p))
+        for (size_t i = span.begin; i < span.end; ++i)
+          if (prose[i] != '\n') prose[i] = ' ';
+      for (auto it = std::sregex_iterator(prose.begin(), prose.end(), link); it != std::sregex_iterator(); ++it) {
+        const std::string target = (*it)[2].str();
+        if (target.empty() || std::regex_search(target, std::regex("^[a-zA-Z][a-zA-Z0-9+.-]*:"))) continue;
+        ++checked;
+        const std::string where = str(doc.name, ":", line_at(p, it->position(2)));
+        const size_t hash = target.find('#');
+        const std::string file = target.substr(0, hash);
+        const fs::path resolved = file.empty() ? doc.path : (doc.path.parent_path() / file).lexically_normal();
+        if (!fs::exists(resolved)) {
+          ADD_FAILURE() << where << ": link (" << target << ") names " << resolved.lexically_relative(kSource).string()
+                        << ", which does not exist; fix the path (relative to " << doc.name << ") or remove the link";
+          continue;
+        }
+        if (hash == std::string::npos) continue;
+        const std::string anchor = target.substr(hash + 1);
+        if (resolved.extension() != ".md") {
+          ADD_FAILURE() << where << ": link (" << target << ") has an anchor into a file that is not Markdown";
+          continue;
+        }
+        const std::set<std::string> known = anchors(read_markdown(resolved));
+        EXPECT_TRUE(known.count(anchor)) << where << ": link (" << target << "): "
+                                         << resolved.lexically_relative(kSource).string() << " has no heading #"
+                                         << anchor << "; point it at one of: " << joined(known, "#");
+      }
+    }
+  }
+  EXPECT_GE(checked, 10) << "found too few relative links in the docs: is the parser broken?";
+}
+
+// ---- Configuration keys ----
+
+// A configuration that gives only what has no default: a llama model field by field (so every
+// family-trait key applies), and the data directory.
+const std::map<std::string, std::string> kMinimalConfig = {
+    {"model.family", "\"llama\""}, {"model.n_layer", "2"},      {"model.d_model", "64"},
+    {"model.n_head", "4"},         {"model.vocab_size", "256"}, {"model.max_seq_len", "1024"},
+    {"data.dir", "\"no-such-dir\""},
+};
+
+// Loads kMinimalConfig without `left_out`; the error it meets ("" when none), checking the
+// files a run reads too when `with_inputs`.
+std::string load_minimal(const testing::TempDir& dir, const std::string& left_out, RunConfig* out = nullptr) {
+  std::map<std::string, std::string> by_section_text;
+  for (const auto& [path, value] : kMinimalConfig) {
+    if (path == left_out) continue;
+    const size_t dot = path.find('.');
+    by_section_text[path.substr(0, dot)] += str(path.substr(dot + 1), " = ", value, "\n");
+  }
+  std::string text;
+  for (const auto& [section, body] : by_section_text) text += str("[", section, "]\n", body);
+  const std::string file = dir.file("minimal.toml");
+  std::ofstream(file) << text;
+  try {
+    RunConfig config = load_run_config(file);
+    if (out) *out = config;
+    check_run_inputs(config);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<std::string> split_list(const std::string& cell) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = cell.find(", ", begin);
+    out.push_back(cell.substr(begin, comma - begin));
+    if (comma == std::string::npos) return out;
+    begin = comma + 2;
+  }
+}
+
+std::string trimmed(std::string s) {
+  s.erase(0, s.find_first_not_of(" \t"));
+  s.erase(s.find_last_not_of(" \t") + 1);
+  return s;
+}
+
+// The cells of a table row, `\|` not splitting.
+std::vector<std::string> cells(const std::string& row) {
+  std::vector<std::string> out;
+  std::string cell;
+  for (size_t i = 1; i < row.size(); ++i) {
+    if (row[i] == '\\' && i + 1 < row.size() && row[i + 1] == '|') {
+      cell += '|';
+      ++i;
+    } else if (row[i] == '|') {
+      out.push_back(trimmed(cell));
+      cell.clear();
+    } else {
+      cell += row[i];
+    }
+  }
+  return out;
+}
+
+std::optional<toml::table> parse_toml_value(const std::string& text) {
+  try {
+    return toml::parse(str("x = ", text), std::string_view("value"));
+  } catch (const toml::parse_error&) {
+    return std::nullopt;
+  }
+}
+
+bool same_value(const toml::node& a, const toml::node& b) {
+  if (a.is_number() && b.is_number()) return a.value<double>() == b.value<double>();
+  if (a.is_string() && b.is_string()) return a.value<std::string>() == b.value<std::string>();
+  if (a.is_boolean() && b.is_boolean()) return a.value<bool>() == b.value<bool>();
+  return false;
+}
+
+TEST(DocsConfig, EveryKeyIsDocumentedWithItsDefault) {
+  const Markdown doc = read_markdown(kSource / "docs/config.md");
+  testing::TempDir dir;
+  RunConfig defaults;
+  // The minimal configuration loads; only check_run_inputs objects (there are no shards).
+  const std::string minimal_error = load_minimal(dir, "", &defaults);
+  ASSERT_NE(minimal_error.find("data.dir"), std::string::npos) << minimal_error;
+  ASSERT_EQ(minimal_error.find("model."), std::string::npos) << minimal_error;
+
+  std::map<std::string, int> documented;  // "section.key" -> line
+  std::string section;
+  for (size_t i = 0; i < doc.lines.size(); ++i) {
+    const std::string& line = doc.lines[i];
+    const std::string where = str("docs/config.md:", i + 1);
+    if (doc.code[i]) continue;
+    if (line.rfind("## ", 0) == 0) {
+      section = line.size() > 4 && line[3] == '[' && line.back() == ']' ? line.substr(4, line.size() - 5) : "";
+      continue;
+    }
+    if (section.empty() || line.rfind("|", 0) != 0) continue;
+    const std::vector<std::string> row = cells(line);
+    if (row.size() < 2 || row[0] == "key" || row[0].find_first_not_of("-: ") == std::string::npos) continue;
+    std::vector<std::string> names;
+    for (const std::string& part : split_list(row[0])) names.push_back(trimmed(part));
+    std::vector<std::string> values = split_list(row[1]);
+    if (values.size() != names.size()) values.assign(names.size(), row[1]);
+    for (size_t k = 0; k < names.size(); ++k) {
+      std::string name = names[k], value = trimmed(values[k]);
+      if (name.size() < 3 || name.front() != '`' || name.back() != '`') {
+        ADD_FAILURE() << where << ": the key cell '" << row[0] << "' is not `key` or `key1`, `key2`";
+        continue;
+      }
+      name = name.substr(1, name.size() - 2);
+      const std::string path = str(section, ".", name);
+      if (!documented.emplace(path, static_cast<int>(i) + 1).second)
+        ADD_FAILURE() << where << ": " << path << " is documented twice (also line " << documented[path]
+                      << "); keep one row";
+      const run_config::ConfigKey* key = run_config::find_config_key(section, name);
+      if (!key) {
+        ADD_FAILURE() << where << ": " << path << " is documented but train/run_config_keys.cpp does not accept it"
+                      << " (a configuration giving it is rejected); remove the row or correct the key's name";
+        continue;
+      }
+      // The default as declared (RunConfig's initialisers) and as resolved by loading a file
+      // that leaves the key out (log.run_dir "" becomes runs/<file name>): either may be written.
+      const std::string code_text = key->write(RunConfig{}), resolved_text = key->write(defaults);
+      if (value.size() >= 2 && value.front() == '`' && value.back() == '`') value = value.substr(1, value.size() - 2);
+      const bool unset = code_text == "\"\"" || code_text == "0";
+      if (value == "required" || value == "the preset's") {
+        const std::string error = load_minimal(dir, path);
+        EXPECT_TRUE(kMinimalConfig.count(path) && error.find(name) != std::string::npos)
+            << where << ": " << path << " is documented as '" << value << "', but a configuration without it"
+            << (kMinimalConfig.count(path) ? str(" loads (", error, ")") : " (and without a preset) loads")
+            << "; the code's default is " << code_text << ": write that";
+      } else if (value == "—") {
+        EXPECT_TRUE(unset) << where << ": " << path << " is documented as having no default (—), but the code's"
+                           << " default is " << code_text << ": write that";
+      } else if (run_config::find_config_key(section, value)) {
+        EXPECT_TRUE(unset) << where << ": " << path << " is documented as defaulting to `" << value
+                           << "`, but the code's default is " << code_text << ": write that";
+      } else if (const auto doc_value = parse_toml_value(value)) {
+        const auto code_value = parse_toml_value(code_text), resolved_value = parse_toml_value(resolved_text);
+        ASSERT_TRUE(code_value && resolved_value) << path << " writes " << code_text << " and " << resolved_text;
+        EXPECT_TRUE(same_value(*doc_value->get("x"), *code_value->get("x")) ||
+                    same_value(*doc_value->get("x"), *resolved_value->get("x")))
+            << where << ": " << path << " is documented with default " << value << ", but the code's default is "
+            << code_text << " (" << key->section << "'s initialiser in train/run_config.h or the struct it names; `dtrain"
+            << " config show` writes " << resolved_text << " when the key is left out); write " << code_text;
+      } else if (kMinimalConfig.count(path)) {
+        ADD_FAILURE() << where << ": " << path << "'s default '" << value << "' is neither a TOML value nor one of"
+                      << " required, the preset's, — or another key of [" << section << "]; the key has no default"
+                      << " (a configuration needs it): write " << (section == "model" ? "the preset's" : "required");
+      } else {
+        ADD_FAILURE() << where << ": " << path << "'s default '" << value << "' is neither a TOML value nor one of"
+                      << " required, the preset's, — or another key of [" << section << "]; the code's default is "
+                      << code_text << ": write that";
+      }
+    }
+  }
+  for (const run_config::ConfigKey& key : run_config::config_keys())
+    EXPECT_TRUE(documented.count(key.path()))
+        << "docs/config.md: " << key.path() << " is accepted (train/run_config_keys.cpp) but not documented; add"
+        << " under '## [" << key.section << "]' the row | `" << key.name << "` | "
+        << (kMinimalConfig.count(key.path()) ? "required" : key.write(RunConfig{})) << " | what it does |";
+}
+
+}  // namespace
+}  // namespace dt
