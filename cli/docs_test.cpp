@@ -307,7 +307,10 @@ TEST(DocsCommands, EveryCommandLineNamesARealCommandAndItsFlags) {
       for (const auto& sub : alternatives(w[1])) named.push_back(w[0] + " " + sub);
       operands = 2;
     } else {
-      named.push_back(w[0]);
+      // "bench gemmm" is named whole when "bench" only starts commands.
+      const bool prefix = std::any_of(commands.begin(), commands.end(),
+                                      [&](const std::string& c) { return c.starts_with(w[0] + " "); });
+      named.push_back(prefix && !listed.count(w[0]) && w.size() > 1 ? w[0] + " " + w[1] : w[0]);
     }
     for (const std::string& command : named) {
       if (!command.empty() && !listed.count(command)) {
@@ -563,10 +566,11 @@ TEST(DocsConfig, EveryKeyIsDocumentedWithItsDefault) {
       const bool unset = code_text == "\"\"" || code_text == "0";
       if (value == "required" || value == "the preset's") {
         const std::string error = load_minimal(dir, path);
-        EXPECT_TRUE(kMinimalConfig.count(path) && error.find(name) != std::string::npos)
-            << where << ": " << path << " is documented as '" << value << "', but a configuration without it"
-            << (kMinimalConfig.count(path) ? str(" loads (", error, ")") : " (and without a preset) loads")
-            << "; the code's default is " << code_text << ": write that";
+        // The minimal configuration's own error (no shards in data.dir) does not count.
+        EXPECT_TRUE(kMinimalConfig.count(path) && error != minimal_error && error.find(name) != std::string::npos)
+            << where << ": " << path << " is documented as '" << value << "', but a configuration may leave it"
+            << " out" << "; the code's default is "
+            << code_text << ": write that";
       } else if (value == "—") {
         EXPECT_TRUE(unset) << where << ": " << path << " is documented as having no default (—), but the code's"
                            << " default is " << code_text << ": write that";
