@@ -1,4 +1,4 @@
-// Stop signals and `dtrain train` (train/stop_request.h; README, "Checkpoints and resuming" and
+// Stop signals and `dtrain train` (train/stop_request.h; docs/training.md, "Checkpoints and resuming" and
 // "Several processes"): SIGINT or SIGTERM finishes the step in progress, saves and exits with
 // status 0; a second signal ends the process at once; a signal to any rank of a multi-rank job
 // stops every rank after the same step. That the saved run resumes bit for bit is

@@ -15,7 +15,7 @@
 // (optim/adamw.h), rounding them into the 16-bit weights, which are then all-gathered unit by
 // unit (half the bytes of f32) or, where the weights are sharded, gathered as forward reads them.
 // Where the weights are sharded, evaluation runs on every rank (each forward is a collective)
-// and a whole copy for a checkpoint or a sample is gathered on rank 0. README.md's ZeRO section
+// and a whole copy for a checkpoint or a sample is gathered on rank 0. docs/parallelism.md's ZeRO section
 // measures what each stage holds per rank.
 #pragma once
 

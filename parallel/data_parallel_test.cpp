@@ -74,7 +74,7 @@ double parameter_difference(const FlatTensors& reference, const FlatTensors& who
 }
 
 // The same for the f32 parameters this rank owns under ZeRO: part r of every unit, each unit
-// split into equal parts over the group (README.md), found here from that rule alone, so a part
+// split into equal parts over the group (docs/parallelism.md), found here from that rule alone, so a part
 // updated or stored at another offset differs from the reference.
 double owned_parameter_difference(const FlatTensors& reference, const DataParallel& data_parallel) {
   const ParameterLayout& layout = data_parallel.model_layout();
@@ -133,7 +133,7 @@ struct ShardedModel {
 int steps(DType precision) { return precision == DType::f32 ? kSteps : 2; }
 
 // The bounds of the matrix below, each 7-11x the largest difference measured over it on 1 to 4
-// ranks (README.md), which is rounding: the parallel run adds the same gradients grouped by rank
+// ranks (docs/parallelism.md), which is rounding: the parallel run adds the same gradients grouped by rank
 // and by micro-batch, where one process adds them in order. Which elements come out furthest
 // apart depends on the kernels' summation order, so another CPU draws other maxima. This
 // machine (AMD EPYC, AVX-512) was run with OpenBLAS's Cooperlake (its own), Haswell (AVX2) and
@@ -335,7 +335,7 @@ TEST(DataParallel, ZeroTwoAndThreeHoldNoUnitBetweenSteps) {
 // gpt2-tiny's shape (model/config.cpp), whose sizes tests/gpt2_sizes.h works out by hand.
 constexpr testing::Gpt2Shape kGpt2Tiny{.layers = 2, .width = 48, .heads = 3, .stored_vocab = 1024, .positions = 64};
 
-// The model states one rank holds between steps, in bytes per tag: README.md's formulas, with Ψ
+// The model states one rank holds between steps, in bytes per tag: docs/parallelism.md's formulas, with Ψ
 // the elements stored (every unit padded to a multiple of 16 × ranks under ZeRO) and Ψ/N this
 // rank's part of them.
 struct ModelStates {
