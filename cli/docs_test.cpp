@@ -35,6 +35,10 @@
 //   removed, spaces turned to '-', a repeated slug given -1, -2, ... (non-ASCII bytes are kept,
 //   as GitHub keeps letters; no heading now has any).
 //
+// DocsImages.EveryDrawnPictureIsWhatItsCommandDrawsNow
+//   A picture under docs/images/ that a documented command wrote (`--svg docs/images/NAME.svg`)
+//   is byte for byte what that command writes now.
+//
 // DocsCommands.HelpListsTheReadmeCommands
 //   README.md's command table (the table rows whose first cell is a code span `dtrain ...`, under
 //   "## Commands") names the same commands as `dtrain --help`: a command is the leading lowercase
@@ -367,6 +371,30 @@ TEST(DocsCommands, HelpListsTheReadmeCommands) {
 // ---- Links ----
 
 // GitHub's anchor of a heading's text.
+// Every picture a page shows that a documented command drew (`dtrain plan schedule ... --svg
+// docs/images/NAME.svg`) is what that command draws now: rerun into a temporary file, byte for
+// byte.
+TEST(DocsImages, EveryDrawnPictureIsWhatItsCommandDrawsNow) {
+  int checked = 0;
+  for (const CommandLine& line : documented_command_lines()) {
+    const auto svg = std::find(line.words.begin(), line.words.end(), "--svg");
+    if (svg == line.words.end() || svg + 1 == line.words.end() || !svg[1].starts_with("docs/images/")) continue;
+    const testing::TempDir dir;
+    std::vector<std::string> words = line.words;
+    const fs::path shown = kSource / svg[1], drawn = dir.path() / "drawn.svg";
+    words[static_cast<size_t>(svg - line.words.begin()) + 1] = drawn.string();
+    std::string args;
+    for (const std::string& w : words) args += str(args.empty() ? "" : " ", w);
+    const auto result = run_dtrain(args);
+    ASSERT_EQ(result.status, 0) << line.where << ": " << line.text << "\n" << result.output;
+    EXPECT_EQ(testing::file_bytes(drawn), testing::file_bytes(shown))
+        << line.where << ": " << shown.string() << " is not what `" << line.text
+        << "` draws now; rerun that command from the repository root to redraw it";
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no page shows a drawn picture (docs/parallelism.md showed a schedule)";
+}
+
 std::string github_slug(const std::string& heading) {
   std::string slug;
   for (const char ch : heading) {

@@ -31,11 +31,6 @@ constexpr const char* kMultilingual =
     "    indented code(x) { return a->b[i] + 0x1F; }   \n"
     "trailing spaces   ";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 std::string write_file(const testing::TempDir& dir, const std::string& name, const std::string& text) {
   std::ofstream(dir.file(name), std::ios::binary) << text;
   return dir.file(name);
@@ -188,7 +183,7 @@ void expect_same_encoding(const std::string& tokenizer_json, const std::vector<s
   const auto theirs = hf_encode(tokenizer_json, files, dir);
   ASSERT_EQ(theirs.size(), files.size());
   for (size_t i = 0; i < files.size(); ++i) {
-    const std::string text = read_file(files[i]);
+    const std::string text = testing::file_bytes(files[i]);
     const auto ids = ours.encode(text);
     EXPECT_EQ(ids, theirs[i]) << tokenizer_json << " on " << files[i] << " (" << ids.size() << " vs " << theirs[i].size()
                               << " tokens)";

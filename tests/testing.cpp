@@ -206,4 +206,9 @@ std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 
+std::string file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 }  // namespace dt::testing

@@ -24,6 +24,9 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// A file's bytes ("" when it cannot be read).
+std::string file_bytes(const std::filesystem::path& path);
+
 // Runs `/usr/bin/python3 tests/reference/<script> <args>` (Debian's python with torch) and
 // returns its exit status; its output goes to the test log.
 int run_reference_script(const std::string& script, const std::string& args);
