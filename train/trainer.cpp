@@ -22,7 +22,6 @@
 #include "model/inference.h"
 #include "parallel/launch_check.h"
 #include "parallel/parallel_run.h"
-#include "plan/memory.h"
 #include "train/batch_buffers.h"
 #include "train/evaluate.h"
 #include "train/generate.h"

@@ -281,15 +281,17 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
   // inside a piece, the whole tensor under its name, or the part of it the piece holds.
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::deque<Buffer> host_copies;
+  // `t`, or its copy in host memory where it lives on a GPU.
+  const auto on_host = [&](const Tensor& t) {
+    if (t.device == Device::cpu) return t;
+    const Tensor host =
+        host_copies.emplace_back(t.bytes(), MemTag::workspace, Device::cpu, false).view(t.dtype, t.shape);
+    copy_bytes(host.data, Device::cpu, t.data, t.device, t.bytes());
+    return host;
+  };
   for (const auto& [buffer, pieces] : share.buffers)
     for (const CheckpointShare::Piece& piece : pieces) {
-      Tensor values = piece.values.reshape({piece.range.size()});
-      if (values.device != Device::cpu) {
-        const Tensor host = host_copies.emplace_back(values.bytes(), MemTag::workspace, Device::cpu, false)
-                                .view(DType::f32, {piece.range.size()});
-        copy_bytes(host.data, Device::cpu, values.data, values.device, values.bytes());
-        values = host;
-      }
+      const Tensor values = on_host(piece.values.reshape({piece.range.size()}));
       for (const ParamInfo& p : layout.params()) {
         const int64_t b = std::max(p.offset, piece.range.begin), e = std::min(p.offset + p.numel(), piece.range.end);
         if (b >= e) continue;
@@ -298,15 +300,7 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
           tensors.emplace_back(std::move(named.name), named.values);
       }
     }
-  for (const auto& [name, tensor] : share.whole) {
-    Tensor values = tensor;
-    if (values.device != Device::cpu) {
-      values = host_copies.emplace_back(tensor.bytes(), MemTag::workspace, Device::cpu, false)
-                   .view(tensor.dtype, tensor.shape);
-      copy_bytes(values.data, Device::cpu, tensor.data, tensor.device, tensor.bytes());
-    }
-    tensors.emplace_back(name, values);
-  }
+  for (const auto& [name, tensor] : share.whole) tensors.emplace_back(name, on_host(tensor));
   // The writers, in rank order: the ranks with something to write.
   const int ranks = control.size();
   const Buffer writes(static_cast<size_t>(ranks) * sizeof(int32_t), MemTag::workspace, Device::cpu);
