@@ -96,7 +96,7 @@ std::string Args::usage() const {
   std::string out = str("usage: dtrain ", command_, " [flags]", positional_name_.empty() ? "" : " " + positional_name_,
                         "\n  ", summary_, "\n");
   if (!positional_name_.empty()) out += str("  ", positional_name_, "  ", positional_help_, "\n");
-  out += "flags:\n";
+  if (!order_.empty()) out += "flags:\n";
   for (const auto& name : order_) {
     const Flag& f = flags_.at(name);
     if (f.toggle)

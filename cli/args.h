@@ -39,6 +39,7 @@ class Args {
   bool was_given(const std::string& name) const { return given_.count(name) > 0; }
   const std::vector<std::string>& positionals() const { return positionals_; }
   std::string usage() const;
+  const std::string& command() const { return command_; }
 
  private:
   struct Flag {

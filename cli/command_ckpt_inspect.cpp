@@ -9,12 +9,11 @@ namespace dt::cli {
 
 int command_ckpt_inspect(int argc, char** argv, int first) {
   Args args("ckpt inspect", "print a checkpoint's manifest and verify every tensor's checksum");
-  // `dtrain ckpt inspect DIR`: DIR is a step directory or a run's checkpoint root (its latest).
-  std::string target;
-  if (first < argc && argv[first][0] != '-') target = argv[first++];
+  args.positional("DIR", "a checkpoint step directory, or a checkpoint root (its latest step)");
   if (!args.parse(argc, argv, first)) return 0;
-  if (target.empty()) throw Error("ckpt inspect: give a checkpoint directory: dtrain ckpt inspect DIR");
-  const std::filesystem::path directory = ckpt::Checkpoint::step_or_latest(target);
+  if (args.positionals().size() != 1)
+    throw Error(str("ckpt inspect: give one checkpoint directory\n", args.usage()));
+  const std::filesystem::path directory = ckpt::Checkpoint::step_or_latest(args.positionals().front());
   const ckpt::Checkpoint checkpoint(directory);
   std::printf("checkpoint %s\nstep %lld, format version %d\nmodel %s\nstate %s\ntensors:\n", directory.c_str(),
               static_cast<long long>(checkpoint.step()), checkpoint.manifest()["format_version"].get<int>(),

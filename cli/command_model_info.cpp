@@ -10,13 +10,12 @@ namespace dt::cli {
 int command_model_info(int argc, char** argv, int first) {
   Args args("model info", "print a model's parameter count, bytes per dtype and parameter list (allocates nothing)");
   declare_model_flags(args, "gpt2-124m");
-  // `dtrain model info gpt2-355m` is the common form: a bare first word is the preset.
-  std::string preset_arg;
-  if (first < argc && argv[first][0] != '-') preset_arg = argv[first++];
+  args.positional("[PRESET]", "the model preset, as --model names it (`dtrain model info llama3-8b`)");
   if (!args.parse(argc, argv, first)) return 0;
-  if (!preset_arg.empty() && args.was_given("model"))
-    throw Error("model info: give the preset either as a word or as --model, not both");
-  const ModelConfig config = model_from_flags(args, preset_arg);
+  const std::vector<std::string>& preset = args.positionals();
+  if (preset.size() > 1 || (!preset.empty() && args.was_given("model")))
+    throw Error(str("model info: give one preset, either as a word or as --model\n", args.usage()));
+  const ModelConfig config = model_from_flags(args, preset.empty() ? "" : preset.front());
   const ParameterLayout layout(config);
   const long long n = layout.num_parameters();
   std::printf("%s: n_layer %d, d_model %d, n_head %d over %d key/value heads (head size %d), ffn_hidden %d, vocab %d "

@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/config_operands.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "model/parameters.h"
@@ -72,11 +73,11 @@ std::string what_it_pays(const LayoutCandidate& c) {
   return out.empty() ? "nothing: compute only" : out;
 }
 
-int print_search(const RunConfig& config, const std::string& path, int gpus, const HardwareProfile& profile,
+int print_search(const RunConfig& config, int gpus, const HardwareProfile& profile,
                  int per_node, int top, bool json) {
   const LayoutSearch search = search_layouts(config, gpus, profile, per_node);
   if (search.valid == 0)
-    throw Error(str("plan --search: no layout of ", gpus, " GPUs can run ", path, ": tp must divide the ",
+    throw Error(str("plan --search: no layout of ", gpus, " GPUs can run ", config.source.string(), ": tp must divide the ",
                     config.model.n_head, " query and ", config.model.kv_heads(), " key/value heads within a node of ",
                     per_node, ", pp be at most the ", config.model.n_layer, " blocks, and dp divide the global batch of ",
                     config.global_batch_size(), " sequences; choose another GPU count"));
@@ -110,7 +111,7 @@ int print_search(const RunConfig& config, const std::string& path, int gpus, con
     return 0;
   }
   std::printf("dtrain plan --search: %s, %lld sequences x %d tokens per step, %s, on %d GPUs of %s (%d per node)\n",
-              path.c_str(), static_cast<long long>(config.global_batch_size()), config.data.seq_len,
+              config.source.c_str(), static_cast<long long>(config.global_batch_size()), config.data.seq_len,
               std::string(dtype_name(config.train.precision)).c_str(), gpus, profile.name.c_str(), per_node);
   std::printf("%lld layouts considered, %lld valid, %zu fit in %s GiB; the fastest %zu:\n\n",
               static_cast<long long>(search.considered), static_cast<long long>(search.valid), search.fitting.size(),
@@ -132,7 +133,7 @@ int print_search(const RunConfig& config, const std::string& path, int gpus, con
   std::printf("\nitemized: dtrain plan %s --gpus %d parallel.tp=%d parallel.pp=%d parallel.cp=%d "
               "parallel.pp_schedule=%s parallel.pp_virtual=%d parallel.zero_stage=%d parallel.sp=%s "
               "train.micro_batch_size=%d train.recompute=%s (the first; the others likewise)\n",
-              path.c_str(), gpus, best.tp, best.pp, best.cp, best.pp_schedule.c_str(), best.pp_virtual, best.zero_stage,
+              config.source.c_str(), gpus, best.tp, best.pp, best.cp, best.pp_schedule.c_str(), best.pp_virtual, best.zero_stage,
               best.sp ? "true" : "false", search.fitting.front().config.train.micro_batch_size,
               std::string(recompute_name(search.fitting.front().config.train.recompute)).c_str());
   return 0;
@@ -144,25 +145,16 @@ int command_plan(int argc, char** argv, int first) {
   Args args("plan",
             "what a run configuration (CONFIG.toml [section.key=value ...]) needs and how fast it goes on a hardware "
             "profile: memory per GPU by tag, the step's time by term, tokens/s, TFLOP/s per GPU and MFU");
-  args.positional("CONFIG.toml [section.key=value ...]", "the run configuration and overrides, as `dtrain train` takes")
-      .flag("gpu", "h100-sxm", "hardware profile: a name in profiles/ (h100-sxm, h200, a100-80gb) or a file")
+  declare_config_operands(args);
+  args.flag("gpu", "h100-sxm", "hardware profile: a name in profiles/ (h100-sxm, h200, a100-80gb) or a file")
       .flag("gpus", "", "GPUs in the job (default: the configuration's layout); dp takes what tp x pp x cp leave")
       .flag("gpus-per-node", "", "GPUs per node (default: the profile's)")
       .toggle("json", "print one JSON object instead of tables")
       .toggle("search", "rank every layout of the model and global batch on the GPUs that fits, fastest first")
       .flag("top", "10", "with --search: how many layouts to show");
   if (!args.parse(argc, argv, first)) return 0;
-  std::string path;
-  std::vector<std::string> overrides;
-  for (const std::string& arg : args.positionals()) {
-    if (path.empty() && arg.find('=') == std::string::npos)
-      path = arg;
-    else
-      overrides.push_back(arg);
-  }
-  if (path.empty()) throw Error(str("plan: no configuration file given\n", args.usage()));
+  RunConfig config = config_from_operands(args);
   const HardwareProfile profile = load_hardware_profile(args.get("gpu"));
-  RunConfig config = load_run_config(path, overrides);
   if (args.was_given("gpus") && !args.get_bool("search")) config = on_gpus(config, args.get_int("gpus"));
   const int per_node = args.was_given("gpus-per-node") ? static_cast<int>(args.get_int("gpus-per-node"))
                                                         : profile.gpus_per_node;
@@ -170,7 +162,7 @@ int command_plan(int argc, char** argv, int first) {
 
   if (args.get_bool("search")) {
     const int gpus = args.was_given("gpus") ? static_cast<int>(args.get_int("gpus")) : config.dims().world_size();
-    return print_search(config, path, gpus, profile, per_node, static_cast<int>(args.get_int("top")),
+    return print_search(config, gpus, profile, per_node, static_cast<int>(args.get_int("top")),
                         args.get_bool("json"));
   }
   const MemoryPlan memory = run_memory_plan(config);
@@ -216,7 +208,7 @@ int command_plan(int argc, char** argv, int first) {
 
   const ModelConfig& m = config.model;
   std::printf("dtrain plan: %s, %lld parameters; %lld sequences x %d tokens per step, %s, recompute %s\n",
-              path.c_str(), static_cast<long long>(ParameterLayout(m).num_parameters()),
+              config.source.c_str(), static_cast<long long>(ParameterLayout(m).num_parameters()),
               static_cast<long long>(config.global_batch_size()), layout.seq_len,
               std::string(dtype_name(layout.precision)).c_str(), std::string(recompute_name(layout.recompute)).c_str());
   std::printf("layout: %s on %s (%d per node); ZeRO %d%s; micro-batch %d, %d per step on each data-parallel rank%s\n",
