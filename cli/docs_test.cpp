@@ -39,13 +39,27 @@
 //   A picture under docs/images/ that a documented command wrote (`--svg docs/images/NAME.svg`)
 //   is byte for byte what that command writes now.
 //
-// DocsCommands.HelpListsTheReadmeCommands
-//   README.md's command table (the table rows whose first cell is a code span `dtrain ...`, under
-//   "## Commands") names the same commands as `dtrain --help`: a command is the leading lowercase
-//   words of the cell (`dtrain ckpt inspect DIR` is "ckpt inspect").
+// DocsCommands.EveryOutputShownIsWhatTheCommandPrintsNow
+//   A fenced code block whose first line is `$ dtrain ...` shows, on its other lines, exactly
+//   what that command prints now, run from the repository root (so it must write no file there).
+//   README.md shows `dtrain --help`; docs/commands.md shows every command's `--help`.
+//   DTRAIN_UPDATE_DOCS=1 rewrites the blocks instead of comparing.
+//
+// DocsCommands.TheCheapCommandLinesRun
+//   Every documented command line of `plan`, `plan schedule`, `model info` or `config show`, and
+//   every `train` line as `config show` with its operands (the configuration and layout checked,
+//   nothing trained), runs and exits 0, unless it holds a placeholder (CONFIG.toml, N, DIR, a|b,
+//   key=S) or, for the commands that take a configuration, names none (`dtrain plan` in prose).
+//
+// DocsReadme.NamesEveryDirectoryAndEveryPage
+//   README.md's layout block (under "## Layout", lines `name/  what it holds`) lists every
+//   directory of the repository but hidden ones and those .gitignore ignores at the root, and
+//   nothing else; its text links every docs/*.md page.
+#include <fnmatch.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -339,33 +353,169 @@ TEST(DocsCommands, EveryCommandLineNamesARealCommandAndItsFlags) {
   }
 }
 
-TEST(DocsCommands, HelpListsTheReadmeCommands) {
-  const std::vector<std::string> commands = help_commands();
-  const std::set<std::string> helped(commands.begin(), commands.end());
+// A shown run: a fenced code block whose first line is `$ dtrain ...`, the rest the command's
+// output.
+struct ShownRun {
+  size_t prompt;     // 0-based line of `$ dtrain ...`
+  size_t end;        // 0-based line of the closing fence
+  std::string args;  // the words after `dtrain`
+};
+
+std::vector<ShownRun> shown_runs(const Markdown& doc) {
+  std::vector<ShownRun> out;
+  for (size_t i = 0; i + 1 < doc.lines.size(); ++i) {
+    if (doc.lines[i].rfind("```", 0) != 0) continue;
+    size_t end = i + 1;
+    while (end < doc.lines.size() && doc.lines[end].rfind("```", 0) != 0) ++end;
+    const std::string& first = doc.lines[i + 1];
+    if (first.rfind("$ dtrain ", 0) == 0) out.push_back({i + 1, end, first.substr(9)});
+    i = end;
+  }
+  return out;
+}
+
+std::vector<std::string> output_lines(const std::string& output) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Every shown run in README.md and docs/ shows what its command prints now, run from the
+// repository root; README.md shows `dtrain --help` and docs/commands.md every command's. With
+// DTRAIN_UPDATE_DOCS=1 the blocks are rewritten from the commands instead (the test then checks
+// only that every command's help is shown).
+TEST(DocsCommands, EveryOutputShownIsWhatTheCommandPrintsNow) {
+  const bool update = std::getenv("DTRAIN_UPDATE_DOCS") != nullptr;
+  std::map<std::string, std::set<std::string>> shown;  // document -> the args of its shown runs
+  for (const Markdown& doc : documents()) {
+    std::vector<std::string> rewritten = doc.lines;
+    const std::vector<ShownRun> runs = shown_runs(doc);
+    for (auto run = runs.rbegin(); run != runs.rend(); ++run) {  // from the end: lines move
+      shown[doc.name].insert(run->args);
+      const auto result = testing::run_command(str("cd '", kSource.string(), "' && ", DTRAIN_BINARY_DIR, "/dtrain ", run->args));
+      EXPECT_EQ(result.status, 0) << doc.name << ":" << run->prompt + 1 << ": `dtrain " << run->args << "` fails:\n"
+                                  << result.output;
+      const std::vector<std::string> printed = output_lines(result.output);
+      const std::vector<std::string> written(doc.lines.begin() + static_cast<long>(run->prompt) + 1,
+                                             doc.lines.begin() + static_cast<long>(run->end));
+      if (update) {
+        rewritten.erase(rewritten.begin() + static_cast<long>(run->prompt) + 1,
+                        rewritten.begin() + static_cast<long>(run->end));
+        rewritten.insert(rewritten.begin() + static_cast<long>(run->prompt) + 1, printed.begin(), printed.end());
+        continue;
+      }
+      const auto differ = std::mismatch(written.begin(), written.end(), printed.begin(), printed.end());
+      if (differ.first == written.end() && differ.second == printed.end()) continue;
+      const size_t at = static_cast<size_t>(differ.first - written.begin());
+      ADD_FAILURE() << doc.name << ":" << run->prompt + 2 + at << ": the output shown for `dtrain " << run->args
+                    << "` is not what it prints now:\n  shown:   "
+                    << (differ.first == written.end() ? "(the block ends)" : *differ.first) << "\n  printed: "
+                    << (differ.second == printed.end() ? "(the output ends)" : *differ.second)
+                    << "\nrewrite the block with the command's output (docs/commands.md says how)";
+    }
+    if (update && rewritten != doc.lines) {
+      std::ofstream out(doc.path);
+      for (const std::string& line : rewritten) out << line << "\n";
+    }
+  }
+  EXPECT_TRUE(shown["README.md"].count("--help")) << "README.md shows no `$ dtrain --help` block (its command list)";
+  for (const std::string& command : help_commands())
+    EXPECT_TRUE(shown["docs/commands.md"].count(command + " --help"))
+        << "docs/commands.md does not show `dtrain " << command << " --help`; add a section for it, with a block "
+        << "```\n$ dtrain " << command << " --help\n``` (DTRAIN_UPDATE_DOCS=1 fills it in)";
+}
+
+// A word the reader replaces: CONFIG.toml, T.json, N, DIR, RUN/config.toml, FILES..., a|b,
+// <command>, key=S.
+bool is_placeholder(const std::string& word) {
+  static const std::regex placeholder(R"((^|/)[A-Z][A-Z0-9_]*(/|(\.[a-z]+)?$)|[|<>\[\]]|\.\.\.|…)");
+  return std::regex_search(word.substr(word.find('=') + 1), placeholder);
+}
+
+// Every documented command line that is cheap and complete runs and succeeds: `plan`, `plan
+// schedule`, `model info` and `config show` as written, and `train` as `config show` with the
+// same operands (which loads and checks the configuration and its layout, and trains nothing).
+// Lines with a placeholder are skipped; shown runs have their own test. Each runs in an empty
+// directory, the repository's files named by absolute path, so nothing is written into the tree.
+TEST(DocsCommands, TheCheapCommandLinesRun) {
+  const std::set<std::string> cheap = {"plan", "plan schedule", "model info", "config show"};
+  int ran = 0;
+  for (const CommandLine& line : documented_command_lines()) {
+    std::vector<std::string> w = line.words;
+    if (w.empty() || std::any_of(w.begin(), w.end(), is_placeholder)) continue;
+    if (w[0] == "train") {
+      w[0] = "config";
+      w.insert(w.begin() + 1, "show");
+    }
+    const size_t words = w.size() > 1 && cheap.count(w[0] + " " + w[1]) ? 2 : 1;
+    const std::string command = words == 2 ? w[0] + " " + w[1] : w[0];
+    if (!cheap.count(command) || std::find(w.begin(), w.end(), "--help") != w.end()) continue;
+    // `dtrain plan` in a sentence names the command; a line to run gives its configuration.
+    const bool takes_config = command == "plan" || command == "config show";
+    if (takes_config && std::none_of(w.begin(), w.end(), [](const std::string& x) { return x.ends_with(".toml"); }))
+      continue;
+    const testing::TempDir dir;
+    std::string args;
+    for (size_t i = 0; i < w.size(); ++i) {
+      std::string word = w[i];
+      if (i > 0 && w[i - 1] == "--svg")
+        word = (dir.path() / "drawn.svg").string();
+      else if (i >= words && !word.starts_with("-") && word.find('=') == std::string::npos && fs::exists(kSource / word))
+        word = (kSource / word).string();
+      args += str(args.empty() ? "" : " ", "'", word, "'");
+    }
+    const auto result =
+        testing::run_command(str("cd '", dir.path().string(), "' && ", DTRAIN_BINARY_DIR, "/dtrain ", args));
+    EXPECT_EQ(result.status, 0) << line.where << ": `" << line.text << "` fails (run as `dtrain " << args
+                                << "`):\n" << result.output;
+    std::printf("ran %s: %s\n", line.where.c_str(), line.text.c_str());
+    ++ran;
+  }
+  EXPECT_GE(ran, 5) << "ran too few documented command lines: is the parser broken?";
+}
+
+// ---- The README's map ----
+
+// The README's layout block names every directory of the repository (those git ignores, by
+// .gitignore's root patterns, and hidden ones aside) and only those; its table links every page
+// of docs/.
+TEST(DocsReadme, NamesEveryDirectoryAndEveryPage) {
   const Markdown readme = read_markdown(kSource / "README.md");
-  std::map<std::string, int> tabled;  // command -> line
-  bool in_commands = false;
+  std::vector<std::string> ignored;  // "/build*/" -> "build*"
+  std::ifstream gitignore(kSource / ".gitignore");
+  for (std::string line; std::getline(gitignore, line);)
+    if (line.size() > 2 && line.front() == '/' && line.back() == '/') ignored.push_back(line.substr(1, line.size() - 2));
+  std::set<std::string> directories;
+  for (const auto& entry : fs::directory_iterator(kSource)) {
+    const std::string name = entry.path().filename().string();
+    const bool is_ignored = std::any_of(ignored.begin(), ignored.end(), [&](const std::string& pattern) {
+      return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+    });
+    if (entry.is_directory() && !name.starts_with(".") && !is_ignored) directories.insert(name);
+  }
+  std::set<std::string> listed;
+  bool in_layout = false;
+  static const std::regex entry(R"(^([a-z_]+)/ )");
   for (size_t i = 0; i < readme.lines.size(); ++i) {
     const std::string& line = readme.lines[i];
-    if (readme.code[i]) continue;
-    if (line.rfind("## ", 0) == 0) in_commands = line == "## Commands";
-    if (!in_commands || line.rfind("| `dtrain ", 0) != 0) continue;
-    std::string command;
-    for (const std::string& word : shell_words(line.substr(10, line.find('`', 10) - 10))) {
-      if (word.empty() || !std::all_of(word.begin(), word.end(), [](char c) { return c >= 'a' && c <= 'z'; }))
-        break;
-      command += (command.empty() ? "" : " ") + word;
-    }
-    tabled.emplace(command, static_cast<int>(i) + 1);
+    if (!readme.code[i] && line.rfind("## ", 0) == 0) in_layout = line == "## Layout";
+    std::smatch m;
+    if (!in_layout || !readme.code[i] || !std::regex_search(line, m, entry)) continue;
+    listed.insert(m[1].str());
+    EXPECT_TRUE(directories.count(m[1].str()))
+        << "README.md:" << i + 1 << ": the layout lists " << m[1].str() << "/, which is not a directory of the "
+        << "repository; remove the entry or fix its name";
   }
-  ASSERT_FALSE(tabled.empty()) << "README.md: no command table under '## Commands' (rows '| `dtrain ...` | ... |')";
-  for (const auto& [command, line] : tabled)
-    EXPECT_TRUE(helped.count(command)) << "README.md:" << line << ": the command table lists 'dtrain " << command
-                                       << "', which `dtrain --help` does not; remove the row or fix its name";
-  for (const auto& command : commands)
-    EXPECT_TRUE(tabled.count(command)) << "README.md: the command table under '## Commands' lacks 'dtrain " << command
-                                       << "', which `dtrain --help` lists; add a row `| \\`dtrain " << command
-                                       << " ...\\` | what it does |`";
+  ASSERT_FALSE(listed.empty()) << "README.md: no layout block under '## Layout' (lines 'name/  what it holds')";
+  for (const std::string& directory : directories)
+    EXPECT_TRUE(listed.count(directory)) << "README.md: the layout under '## Layout' does not list " << directory
+                                         << "/; add a line '" << directory << "/  what it holds'";
+  const std::string text = testing::file_bytes(kSource / "README.md");
+  for (const auto& page : fs::directory_iterator(kSource / "docs"))
+    if (page.path().extension() == ".md")
+      EXPECT_NE(text.find(str("](docs/", page.path().filename().string())), std::string::npos)
+          << "README.md links no docs/" << page.path().filename().string() << "; add it to the table at the top";
 }
 
 // ---- Links ----
