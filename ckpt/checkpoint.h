@@ -1,9 +1,9 @@
 // Training checkpoints: one directory per saved step, written so that a crash at any moment
 // leaves the last good checkpoint loadable.
 //
-//   ROOT/step_000001200/manifest.json        format version, step, model description, the small
-//                                            state (data loader, RNG, loss scaler, ...), and for
-//                                            every tensor its name, dtype, shape, file and CRC-32C
+//   ROOT/step_000001200/manifest.json        format version, step, model description, the
+//                                            caller's small state (JSON), and for every tensor
+//                                            its name, dtype, shape, file and CRC-32C
 //   ROOT/step_000001200/tensors.safetensors  the tensors (parameters, master weights, moments)
 //   ROOT/latest                              the name of the newest complete step directory
 //
@@ -16,7 +16,8 @@
 // Saving writes ROOT/step_N.tmp, syncs every file and the directory, renames it into place,
 // then replaces ROOT/latest atomically (temporary file, fsync, rename) and removes all but the
 // newest keep_last step directories. Loading verifies each tensor's checksum as it is read and
-// names the tensor and the previous checkpoint when one fails.
+// names the tensor and the previous checkpoint when one fails. docs/formats.md describes the
+// files as a user sees them; what a training run saves is train/training_checkpoint.h's.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +38,7 @@ constexpr int kCheckpointFormatVersion = 1;
 struct CheckpointContent {
   int64_t step = 0;
   nlohmann::json model;  // the model description, to refuse loading into another model
-  nlohmann::json state;  // small state: data loader position, RNG, loss scale, ...
+  nlohmann::json state;  // small state: a run's AdamW step count, loader position, loss scaler
   std::vector<std::pair<std::string, Tensor>> tensors;
 };
 

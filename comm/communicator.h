@@ -1,7 +1,8 @@
 // Communicator: the collectives every parallel dimension is built from, over one group of ranks.
 //
 // Every collective returns at once with a handle; the caller waits where it needs the result,
-// so communication overlaps with the compute queued in between (docs/architecture.md):
+// so communication overlaps with the compute queued in between
+// (docs/architecture.md#the-communicator-model):
 //
 //   CollectiveHandle h = dp.all_reduce(bucket, ReduceOp::average);
 //   ... backward of the layers below ...

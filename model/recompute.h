@@ -6,6 +6,7 @@
 //              backward from the kept qkv, as Megatron's selective recomputation.
 //   full:      only each block's input is kept; the block's forward is rerun in backward.
 // The kernels are deterministic, so gradients are bitwise the same under every policy.
+// docs/precision.md#activation-recomputation measures what each policy keeps.
 #pragma once
 
 #include <string_view>

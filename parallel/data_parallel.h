@@ -1,22 +1,17 @@
-// Data parallelism: every rank of the dp group runs forward and backward on its share of the
-// global batch (data/data_loader.h), and the gradients are summed over the group before the
-// update, so every rank applies the update one process would. What ZeRO shards, how the model
-// stores its buffers, and when gradients are reduced and weights gathered is the policy's
-// (parallel/zero_policy.h); this is how it is done.
+// Data parallelism: every rank of the group (in a run the dp × cp ranks, ProcessGroups::dp_cp())
+// runs forward and backward on its share of the global batch (data/data_loader.h), and the
+// gradients are summed over the group before the update, so every rank applies the update one
+// process would. Each rank's gradients are of the global-batch loss (scaled by the global target
+// count, train/step.h), so the sum, not an average, is the whole batch's gradient.
 //
-// The sum runs during backward: a bucket's all-reduce (contiguous ranges of the flat gradient
-// buffer of about parallel.bucket_mb, cut at parameter boundaries, reduced in place) or a unit's
-// reduce-scatter into this rank's gradient shard starts as soon as the model reports the
-// gradients final (the unit hooks, parallel/zero_hooks.h), while backward goes on with the
-// layers below: communication overlaps with compute. Each rank's gradients are of the
-// global-batch loss (scaled by the global target count, train/step.h), so the sum is the whole
-// batch's gradient. Under sharding the gradient norm is the shards' sums of squares summed over
-// the group, AdamW's moments exist only for the shard and the update runs on the owned parts
-// (optim/adamw.h), rounding them into the 16-bit weights, which are then all-gathered unit by
-// unit (half the bytes of f32) or, where the weights are sharded, gathered as forward reads them.
-// Where the weights are sharded, evaluation runs on every rank (each forward is a collective)
-// and a whole copy for a checkpoint or a sample is gathered on rank 0. docs/parallelism.md's ZeRO section
-// measures what each stage holds per rank.
+// What ZeRO shards, how the model stores its buffers, and when gradients are reduced and weights
+// gathered is the policy's (parallel/zero_policy.h); what happens as a pass reaches each unit is
+// the hooks' (parallel/zero_hooks.h). This class carries it out: it holds the buckets (ranges of
+// whole parameters of at least parallel.bucket_mb, cut from the end of the layout, all-reduced in
+// place) and the shard buffers, starts their collectives when the hooks ask, during backward, and
+// holds the optimizer of this rank's parts, whose gradient norm and non-finite search it completes
+// over the group. docs/parallelism.md#zero describes what each stage shards and when it
+// communicates, and measures what each holds per rank.
 #pragma once
 
 #include <deque>

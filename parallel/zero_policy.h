@@ -6,16 +6,13 @@
 // checkpoints save by it (train/training_checkpoint.h) and the run's checks refuse what it
 // cannot run (train/run_config.h). Only ZeroPolicy::of decides anything by the stage's number.
 //
-// Each stage shards what the one below does, and one thing more:
-//   0  nothing: every rank keeps the whole model states, all-reduces the gradients in buckets
-//      and updates every parameter.
-//   1  the optimizer state. The layout's units (the embeddings, each block, the head;
-//      model/parameters.h) are padded into equal parts, rank r owning part r of each; each
-//      unit's gradient is reduce-scattered into this rank's gradient shard, AdamW updates the
-//      owned parts, and the weights are then all-gathered from the parts.
-//   2  the gradients: no whole gradient exists; each unit's is held from backward's first write
-//      until its reduce-scatter completes, so every micro-batch reduces (its own gradients are
-//      gone by the next).
+// Each stage shards what the one below does, and one thing more (docs/parallelism.md#zero
+// describes how each runs and measures what it holds):
+//   0  nothing: every rank keeps the whole model states.
+//   1  the optimizer state, over the layout's units (model/parameters.h) padded into equal
+//      parts, rank r owning part r of each.
+//   2  the gradients: each unit's is held only until its reduce-scatter completes, so every
+//      micro-batch reduces.
 //   3  the weights forward reads: each unit's is gathered before a pass reads it and freed after.
 // With 16-bit weights the f32 master weights exist only as this rank's parts, at every stage
 // above 0 (tagged optimizer_state, as the paper counts them).

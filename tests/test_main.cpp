@@ -14,7 +14,8 @@
 //   and others skipped, so that fails. Tests that need a GPU are cases of their own
 //   (MpiCuda.npN, MpiNccl.npN), which skip as a whole where there is none.
 //
-// tests/test_main_test.cpp runs each kind of test and checks the outcome ctest gives it.
+// tests/test_main_test.cpp runs each kind of test and checks the outcome ctest gives it;
+// docs/verification.md#test-outcome-rules states these rules for the suite's users.
 #include <gtest/gtest.h>
 
 #include <cstdio>

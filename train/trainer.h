@@ -1,18 +1,21 @@
-// The training run that `dtrain train CONFIG.toml` starts: one process on the CPU.
+// The training run that `dtrain train CONFIG.toml` starts, on every rank of the job alike (one
+// process without a launcher), on the CPU or a GPU:
 //
-//   1. check the run's inputs (train/run_config.h) before allocating anything large;
-//   2. build the model and optimizer, then resume from the latest checkpoint in
-//      checkpoint_dir() when checkpoint.resume and one exists, else load init.from, else
-//      initialise from init.seed;
+//   1. check the run's inputs (train/run_config.h) before allocating anything large, that every
+//      rank was started alike (parallel/launch_check.h) and, on a GPU, that the run fits
+//      (train/preflight.h);
+//   2. build this rank's part of the run (parallel/parallel_run.h), then resume from the latest
+//      checkpoint in checkpoint_dir() when checkpoint.resume and one exists, else load init.from,
+//      else initialise from init.seed;
 //   3. train to train.steps, one optimizer step per global batch (accumulation_steps()
 //      micro-batches), showing progress (train/progress.h) and logging metrics
 //      (train/metrics.h); validate every eval.every steps, sample every sample.every steps,
 //      checkpoint every checkpoint.every steps;
-//   4. at the end, or when SIGTERM or SIGINT asks (train/stop_request.h) after the step in
-//      progress: save a checkpoint; at the end also validate and sample once more.
+//   4. at the end, or after the step in progress when SIGTERM or SIGINT reaches any rank
+//      (train/stop_request.h): save a checkpoint; at the end also validate and sample once more.
 //
-// The run directory (log.run_dir) receives metrics.jsonl, TensorBoard events, config.toml (the
-// resolved configuration) and version.txt (the build that ran).
+// docs/architecture.md#the-life-of-a-training-run follows a run through the code; what a run
+// prints and writes is docs/training.md's.
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,8 @@
 // The rest of the run treats the cp ranks like data-parallel ones: each holds a part of every
 // sequence's tokens and targets, so the global batch's target count, the loss and the
 // replicated parameters' gradients are summed over dp × cp (the DataParallel's group is
-// ProcessGroups::dp_cp()), and ZeRO shards over dp × cp.
+// ProcessGroups::dp_cp()), and ZeRO shards over dp × cp. docs/parallelism.md#context-parallelism
+// describes context parallelism as a user runs it, what it costs and how it is checked.
 #pragma once
 
 #include "comm/communicator.h"

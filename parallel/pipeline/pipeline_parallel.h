@@ -15,7 +15,8 @@
 //   - the loss, computed on the last stage's rank, is shared with the group.
 // The gradient norm is completed over the pp group (OptimizerParts::pipeline). Data parallelism
 // reduces each stage's gradients over its dp group after the schedule (DataParallel::
-// reduce_gradients), at ZeRO stage 0 or 1.
+// reduce_gradients), at ZeRO stage 0 or 1. docs/parallelism.md#pipeline-parallelism describes
+// pipeline parallelism as a user runs it, and how it is checked against one rank.
 #pragma once
 
 #include <memory>

@@ -28,6 +28,9 @@
 //   zb-h1         1F1B's forwards and input gradients, the weight gradients placed in the
 //                 bubbles (Qi et al., 2023, ZB-H1): 1F1B's memory, a third of its bubble when
 //                 the weight pass is as long as the input pass.
+//   zb-v          ZB-H1's list scheduling over two stages per rank in a V (ZB-V): stages r and
+//                 2p − 1 − r on rank r, so the first and the last stage share rank 0.
+// docs/parallelism.md#pipeline-parallelism measures each schedule's bubble and memory.
 #pragma once
 
 #include <string>

@@ -9,10 +9,10 @@
 // f is the identity forward and an all-reduce of the input's gradient backward; g an all-reduce
 // forward and the identity backward: one all-reduce per branch each way. The embedding is
 // row-parallel over the vocabulary (each rank looks up its ids, g sums), the output projection
-// column-parallel (each rank its vocabulary's logits), and the loss is computed from the slices
-// without gathering the logits (kernels/vocab_parallel_cross_entropy.h). Backward sums the input's
-// gradient while the weight's gradient is computed (model/block.cpp): the all-reduce overlaps the
-// weight-gradient GEMM.
+// column-parallel, and the loss is computed from the slices without gathering the logits
+// (kernels/vocab_parallel_cross_entropy.h). Backward sums the input's gradient while the
+// weight's gradient is computed (model/block.cpp). docs/parallelism.md#tensor-and-sequence-parallelism
+// describes the layout as a user sees it, what it communicates and keeps, and how it is checked.
 //
 // The sums of 16-bit activations and their gradients are taken in f32 — widened, summed, rounded
 // once — so that a row-parallel layer's output is rounded once, as one rank's GEMM rounds it (and
@@ -28,8 +28,8 @@
 // stream, f becomes an all-gather of the parts and g a reduce-scatter into them — the bytes of
 // the all-reduce each replaces — and the norms' weight gradients, each rank's rows' share, are
 // summed over the group. A column-parallel layer's whole input is gathered again for its weight
-// gradient rather than kept, so the activations kept per rank fall as the paper says. When the
-// rows do not split evenly, the collectives work on equal parts padded at their ends.
+// gradient rather than kept. When the rows do not split evenly, the collectives work on equal
+// parts padded at their ends.
 //
 // The model is made with this object as its regions (model/transformer.h), and it is the
 // model's ParallelRegions from then on.
