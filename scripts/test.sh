@@ -7,9 +7,9 @@ bash scripts/build.sh -DDTRAIN_TESTS=ON
 # ctest runs one test process per core; each gets 2 OpenMP threads (CMakeLists.txt), so the
 # threaded code paths run. Waiting threads sleep (OMP_WAIT_POLICY=PASSIVE; the processes tests
 # start inherit it): a thread that spins at a barrier holds a core that its partner, or another
-# test's threads, need. Spinning, two llama-tiny tests that take 0.3 s alone took 27 to 55 s side
-# by side, and the suite 4.5 to 5.7 minutes on 2 cores (8 to 10 minutes of CPU); sleeping, 2
-# minutes (2.5 of CPU), no test slower by more than 1.6 s.
+# test's threads, need. Measured when the suite had 534 tests: spinning, two llama-tiny tests that
+# take 0.3 s alone took 27 to 55 s side by side, and the suite 4.5 to 5.7 minutes on 2 cores (8 to
+# 10 minutes of CPU); sleeping, 2 minutes (2.5 of CPU), no test slower by more than 1.6 s.
 export OMP_WAIT_POLICY=PASSIVE
 status=0
 ctest --test-dir build --output-on-failure --parallel "$(nproc)" --timeout 600 || status=$?
