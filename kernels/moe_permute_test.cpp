@@ -25,8 +25,9 @@ using testing::OwnedTensor;
 using testing::random_normal;
 using testing::zeros;
 
-// 37 tokens, top 3 of 6 experts; C = 21: no multiple of any pack width.
-constexpr int64_t N = 37, k = 3, E = 6, C = 21;
+// 37 tokens, top 3 of 6 experts; C = 21: no multiple of any pack width. The finite differences
+// take narrower rows (kGradC): two forwards per element.
+constexpr int64_t N = 37, k = 3, E = 6, C = 21, kGradC = 4;
 
 OwnedTensor ints(Shape shape, const std::vector<int32_t>& values) {
   OwnedTensor t = zeros(DType::i32, shape);
@@ -238,15 +239,15 @@ TEST(MoePermute, CopiesEachKeptAssignmentsRowExactly) {
 TEST(MoePermute, BackwardMatchesFiniteDifferencesAndSetsDx) {
   for (const DispatchCase& s : dispatch_cases()) {
     const int64_t R = s.dispatched.plan.rows();
-    const OwnedTensor x = random_normal(DType::f64, {N, C}, 5), dpermuted = random_normal(DType::f64, {R, C}, 6);
-    const OwnedTensor permuted = zeros(DType::f64, {R, C}), dx = garbage(DType::f64, {N, C});
+    const OwnedTensor x = random_normal(DType::f64, {N, kGradC}, 5), dpermuted = random_normal(DType::f64, {R, kGradC}, 6);
+    const OwnedTensor permuted = zeros(DType::f64, {R, kGradC}), dx = garbage(DType::f64, {N, kGradC});
     moe_permute_backward(dx.t, dpermuted.t, s.dispatched.row_of.t);
     const auto loss = [&] {
       moe_permute_forward(permuted.t, x.t, s.dispatched.row_of.t);
       return testing::weighted_sum(permuted.t, dpermuted.t);
     };
     const auto result = testing::check_gradients(loss, {{"x", x.t, dx.t}});
-    // Linear in x: the quotient is exact but for the rounding of L (~1e-16 |L| / h, |L| ~ 100).
+    // Linear in x: the quotient is exact but for the rounding of L (~1e-16 |L| / h).
     EXPECT_LE(result.worst_error, 1e-7) << result.where;
   }
 }
@@ -280,10 +281,10 @@ TEST(MoeUnpermute, ForwardIsTheWeightedSumOfTheKeptRows) {
 TEST(MoeUnpermute, BackwardMatchesFiniteDifferencesAndSetsEveryOutput) {
   for (const DispatchCase& s : dispatch_cases()) {
     const int64_t R = s.dispatched.plan.rows();
-    const OwnedTensor y = random_normal(DType::f64, {R, C}, 8), dout = random_normal(DType::f64, {N, C}, 9);
+    const OwnedTensor y = random_normal(DType::f64, {R, kGradC}, 8), dout = random_normal(DType::f64, {N, kGradC}, 9);
     const OwnedTensor weights = testing::converted(s.routed.weights.t, DType::f64);
-    const OwnedTensor out = zeros(DType::f64, {N, C});
-    const OwnedTensor dy = garbage(DType::f64, {R, C}), dweights = garbage(DType::f64, {N, k});
+    const OwnedTensor out = zeros(DType::f64, {N, kGradC});
+    const OwnedTensor dy = garbage(DType::f64, {R, kGradC}), dweights = garbage(DType::f64, {N, k});
     moe_unpermute_backward(dy.t, dweights.t, dout.t, y.t, weights.t, s.dispatched.row_of.t);
     const auto loss = [&] {
       moe_unpermute_forward(out.t, y.t, weights.t, s.dispatched.row_of.t);

@@ -46,7 +46,7 @@ const RoutingCase kCases[] = {
 
 // 37 tokens: not a multiple of the GPU's rows per block. The finite differences take fewer: two
 // forwards per logit.
-constexpr int64_t N = 37, kGradRows = 6;
+constexpr int64_t N = 37, kGradRows = 3;
 
 OwnedTensor filled(DType dtype, Shape shape, double value) {
   OwnedTensor t = zeros(dtype, shape);
