@@ -512,10 +512,11 @@ TEST(DocsReadme, NamesEveryDirectoryAndEveryPage) {
     EXPECT_TRUE(listed.count(directory)) << "README.md: the layout under '## Layout' does not list " << directory
                                          << "/; add a line '" << directory << "/  what it holds'";
   const std::string text = testing::file_bytes(kSource / "README.md");
-  for (const auto& page : fs::directory_iterator(kSource / "docs"))
-    if (page.path().extension() == ".md")
-      EXPECT_NE(text.find(str("](docs/", page.path().filename().string())), std::string::npos)
-          << "README.md links no docs/" << page.path().filename().string() << "; add it to the table at the top";
+  for (const auto& page : fs::directory_iterator(kSource / "docs")) {
+    if (page.path().extension() != ".md") continue;
+    EXPECT_NE(text.find(str("](docs/", page.path().filename().string())), std::string::npos)
+        << "README.md links no docs/" << page.path().filename().string() << "; add it to the table at the top";
+  }
 }
 
 // ---- Links ----

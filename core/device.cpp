@@ -161,7 +161,7 @@ void synchronize(Device device) {
 #endif
 }
 
-void profiled_region(Device device, bool open) {
+void profiled_region(Device device, [[maybe_unused]] bool open) {
   if (device == Device::cpu) return;
 #ifdef DTRAIN_WITH_CUDA
   DT_CUDA_CHECK(open ? cudaProfilerStart() : cudaProfilerStop());
