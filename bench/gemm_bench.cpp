@@ -57,8 +57,9 @@ void run_gemm_bench(const GemmBenchOptions& o) {
   const ModelConfig& c = o.model;
   const int64_t N = static_cast<int64_t>(o.batch_size) * o.seq_len;
   std::vector<Product> products;
-  for (const LinearDeclaration* linear : declare_block(c).linears())
-    add_linear(products, linear->name, N, linear->in_features(c), linear->out_features(c));
+  for (const BlockDeclaration* block : block_declarations(c))
+    for (const LinearDeclaration* linear : block->linears())
+      add_linear(products, linear->name, N, linear->in_features(c), linear->out_features(c));
   add_linear(products, "classifier", N, c.d_model, c.padded_vocab_size());
 
   int64_t largest = 0;

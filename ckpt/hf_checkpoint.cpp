@@ -11,11 +11,18 @@ namespace dt::ckpt {
 
 namespace {
 
+// `name` with "{e}" replaced by expert e's index.
+std::string expert_name(const std::string& name, int64_t e) {
+  const size_t at = name.find("{e}");
+  return at == std::string::npos ? name : str(name.substr(0, at), e, name.substr(at + 3));
+}
+
 // The pieces of block parameter `p` ("h.<l>.<layer>.<weight|bias>") from its layer's declaration:
-// a norm's one tensor; a linear layer's tensors, each covering spans of its split dimension.
+// a norm's one tensor; a linear layer's tensors, each covering spans of its split dimension; an
+// expert layer's, expert by expert, its (E, out, in) weight read as (E · out, in) rows.
 std::vector<HfPiece> block_pieces(const ModelConfig& c, const ParamInfo& p) {
-  const BlockDeclaration& block = declare_block(c);
   const size_t dot = p.name.find('.', 2), last = p.name.rfind('.');
+  const BlockDeclaration& block = declare_block(c, std::stoi(p.name.substr(2, dot - 2)));
   const std::string prefix = str(block.hf.block_prefix, p.name.substr(2, dot - 2), ".");
   const std::string layer = p.name.substr(dot + 1, last - dot - 1), kind = p.name.substr(last);  // ".weight"
   for (const auto& declared : block.layers) {
@@ -24,16 +31,23 @@ std::vector<HfPiece> block_pieces(const ModelConfig& c, const ParamInfo& p) {
     const auto* linear = std::get_if<LinearDeclaration>(&declared);
     if (linear == nullptr || linear->name != layer) continue;
     const bool transposed = c.traits().hf_transposed_weights && p.shape.ndim() == 2;
-    // A row-parallel layer's rows are the model width, whole in one tensor, as is its bias.
-    if (linear->style == LinearStyle::row) return {{prefix + linear->hf.front().name + kind, 0, p.shape[0], transposed}};
+    const int64_t experts = linear->per_expert ? p.shape[0] : 1, out = linear->per_expert ? p.shape[1] : 0;
     std::vector<HfPiece> pieces;
-    int64_t row = 0;
-    size_t span = 0;
-    for (const HfTensor& tensor : linear->hf) {
-      int64_t rows = 0;
-      for (int i = 0; i < tensor.spans; ++i) rows += span_width(c, linear->spans.at(span++));
-      pieces.push_back({prefix + tensor.name + kind, row, rows, transposed});
-      row += rows;
+    for (int64_t e = 0; e < experts; ++e) {
+      // A row-parallel layer's rows are the model width, whole in one tensor, as is its bias.
+      if (linear->style == LinearStyle::row) {
+        pieces.push_back({prefix + expert_name(linear->hf.front().name, e) + kind, e * out,
+                          linear->per_expert ? out : p.shape[0], transposed});
+        continue;
+      }
+      int64_t row = e * out;
+      size_t span = 0;
+      for (const HfTensor& tensor : linear->hf) {
+        int64_t rows = 0;
+        for (int i = 0; i < tensor.spans; ++i) rows += span_width(c, linear->spans.at(span++));
+        pieces.push_back({prefix + expert_name(tensor.name, e) + kind, row, rows, transposed});
+        row += rows;
+      }
     }
     return pieces;
   }
@@ -44,7 +58,8 @@ std::vector<HfPiece> block_pieces(const ModelConfig& c, const ParamInfo& p) {
 // The shape of a piece in the file.
 Shape file_shape(const ParamInfo& p, const HfPiece& piece) {
   if (p.shape.ndim() == 1) return {piece.rows};
-  return piece.transposed ? Shape{p.shape[1], piece.rows} : Shape{piece.rows, p.shape[1]};
+  const int64_t columns = p.shape[p.shape.ndim() - 1];
+  return piece.transposed ? Shape{columns, piece.rows} : Shape{piece.rows, columns};
 }
 
 // Guesses the family of a file from a tensor only one family has.
@@ -59,7 +74,7 @@ std::string family_of_file(const SafetensorsReader& reader) {
 }  // namespace
 
 std::vector<HfPiece> hf_pieces(const ModelConfig& config, const ParamInfo& p) {
-  const HfNames& hf = declare_block(config).hf;
+  const HfNames& hf = declare_block(config, 0).hf;
   const int64_t rows = p.shape[0];
   if (p.name == "wte") return {{hf.wte, 0, rows, false}};
   if (p.name == "wpe") return {{hf.wpe, 0, rows, false}};
@@ -77,7 +92,7 @@ void save_hf_safetensors(const FlatTensors& params, const std::filesystem::path&
     const Tensor unpadded = params.unpadded(p);
     for (const HfPiece& piece : hf_pieces(config, p)) {
       const Shape shape = file_shape(p, piece);
-      const int64_t cols = p.shape.ndim() == 2 ? p.shape[1] : 1;
+      const int64_t cols = p.shape.ndim() >= 2 ? p.shape[p.shape.ndim() - 1] : 1;
       if (!piece.transposed) {
         writer.add(piece.hf_name, Tensor{.data = unpadded.ptr<float>() + piece.row_begin * cols, .dtype = DType::f32,
                                          .shape = shape, .device = Device::cpu});
@@ -138,7 +153,7 @@ void load_hf_safetensors(FlatTensors& params, const std::filesystem::path& path)
   params.zero();  // padding rows and alignment gaps
   for (const ParamInfo& p : params.layout().params()) {
     const Tensor unpadded = params.unpadded(p);
-    const int64_t cols = p.shape.ndim() == 2 ? p.shape[1] : 1;
+    const int64_t cols = p.shape.ndim() >= 2 ? p.shape[p.shape.ndim() - 1] : 1;
     for (const HfPiece& piece : hf_pieces(config, p)) {
       const std::string name = file_name(piece.hf_name);
       const LoadedTensor loaded = reader.read(name, MemTag::workspace);

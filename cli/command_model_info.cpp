@@ -31,7 +31,22 @@ int command_model_info(int argc, char** argv, int first) {
                           config.rope_original_max_seq_len, ")")
                           .c_str()
                     : "");
-  std::printf("parameters: %lld\n", n);
+  if (config.moe.experts > 0) {
+    const MoeConfig& m = config.moe;
+    std::printf("mixture of experts in blocks %d to %d: %d experts of hidden width %d, top %lld of %s scores%s%s%s\n",
+                m.first_dense_layers, config.n_layer - 1, m.experts, m.expert_hidden,
+                static_cast<long long>(m.routing.top_k),
+                m.routing.score == kernels::MoeScore::softmax ? "softmax" : "sigmoid",
+                m.routing.renormalize ? " renormalised" : "",
+                m.routing.route_scale != 1 ? str(", scaled by ", m.routing.route_scale).c_str() : "",
+                m.shared_hidden > 0 ? str("; a shared expert of width ", m.shared_hidden, m.shared_gate ? ", gated" : "")
+                                          .c_str()
+                                    : "");
+    std::printf("parameters: %lld, %lld of them active per token\n", n,
+                static_cast<long long>(layout.active_parameters()));
+  } else {
+    std::printf("parameters: %lld\n", n);
+  }
   std::printf("bytes: fp32 %s, bf16/fp16 %s, fp8 %s\n", format_bytes(4.0 * n).c_str(), format_bytes(2.0 * n).c_str(),
               format_bytes(1.0 * n).c_str());
   for (const ParamInfo& p : layout.params())

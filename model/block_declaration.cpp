@@ -1,5 +1,8 @@
 #include "model/block_declaration.h"
 
+#include <algorithm>
+#include <array>
+
 #include "core/error.h"
 #include "model/tensor_shard.h"
 
@@ -13,6 +16,14 @@ int64_t span_width(const ModelConfig& c, Span span) {
       return int64_t{c.kv_heads()} * c.head_size();
     case Span::ffn:
       return c.ffn_hidden();
+    case Span::shared_ffn:
+      return c.moe.shared_hidden;
+    case Span::experts:
+      return c.moe.experts;
+    case Span::expert_ffn:
+      return c.moe.expert_hidden;
+    case Span::one:
+      return 1;
   }
   return 0;
 }
@@ -25,6 +36,14 @@ int64_t span_width(const ShardDims& d, Span span) {
       return d.heads.n_kv_head() * d.head_size;
     case Span::ffn:
       return d.ffn.size();
+    case Span::shared_ffn:
+      return d.shared_ffn.size();
+    case Span::experts:
+      return d.experts;
+    case Span::expert_ffn:
+      return d.expert_hidden;
+    case Span::one:
+      return 1;
   }
   return 0;
 }
@@ -119,7 +138,40 @@ std::vector<ActivationDeclaration> block_activations() {
           {A::res3, W::model, part, false, Recompute::none}};
 }
 
-BlockDeclaration declare(ModelFamily family) {
+// What a block's MLP is: dense, or experts with optionally a shared expert, optionally gated.
+enum class MlpShape { dense, experts, experts_shared, experts_shared_gated };
+constexpr int kMlpShapes = 4;
+
+MlpShape mlp_shape(const ModelConfig& config, int layer) {
+  if (!config.moe_block(layer)) return MlpShape::dense;
+  if (config.moe.shared_hidden == 0) return MlpShape::experts;
+  return config.moe.shared_gate ? MlpShape::experts_shared_gated : MlpShape::experts_shared;
+}
+
+// A mixture of experts' layers after ln_2 (Mixtral's and Qwen-MoE's Hugging Face names; "{e}"
+// stands for an expert's index): the router, each expert's gate and up projections stacked by
+// rows as in the dense mlp.fc and its down projection, and the shared expert with its gate.
+std::vector<std::variant<NormDeclaration, LinearDeclaration>> expert_layers(MlpShape shape) {
+  using S = Span;
+  std::vector<std::variant<NormDeclaration, LinearDeclaration>> layers = {
+      LinearDeclaration{"mlp.router", LinearStyle::column, {S::experts}, false, {{"block_sparse_moe.gate", 1}}},
+      LinearDeclaration{"mlp.experts.fc", LinearStyle::column, {S::expert_ffn, S::expert_ffn}, false,
+                        {{"block_sparse_moe.experts.{e}.w1", 1}, {"block_sparse_moe.experts.{e}.w3", 1}}, true},
+      LinearDeclaration{"mlp.experts.proj", LinearStyle::row, {S::expert_ffn}, true,
+                        {{"block_sparse_moe.experts.{e}.w2", 1}}, true},
+  };
+  if (shape == MlpShape::experts) return layers;
+  layers.push_back(LinearDeclaration{"mlp.shared.fc", LinearStyle::column, {S::shared_ffn, S::shared_ffn}, false,
+                                     {{"mlp.shared_expert.gate_proj", 1}, {"mlp.shared_expert.up_proj", 1}}});
+  layers.push_back(LinearDeclaration{"mlp.shared.proj", LinearStyle::row, {S::shared_ffn}, true,
+                                     {{"mlp.shared_expert.down_proj", 1}}});
+  if (shape == MlpShape::experts_shared_gated)
+    layers.push_back(
+        LinearDeclaration{"mlp.shared_gate", LinearStyle::column, {S::one}, false, {{"mlp.shared_expert_gate", 1}}});
+  return layers;
+}
+
+BlockDeclaration declare(ModelFamily family, MlpShape shape) {
   const FamilyTraits traits = family_traits(family);
   const bool gpt2 = family == ModelFamily::gpt2;
   const bool swiglu = traits.mlp == MlpKind::swiglu;
@@ -139,10 +191,16 @@ BlockDeclaration declare(ModelFamily family) {
       LinearDeclaration{"attn.proj", LinearStyle::row, {S::query_heads}, true,
                         {{gpt2 ? "attn.c_proj" : "self_attn.o_proj", 1}}},
       NormDeclaration{"ln_2", gpt2 ? "ln_2" : "post_attention_layernorm"},
-      LinearDeclaration{"mlp.fc", LinearStyle::column,
-                        swiglu ? std::vector<Span>{S::ffn, S::ffn} : std::vector<Span>{S::ffn}, false, fc},
-      LinearDeclaration{"mlp.proj", LinearStyle::row, {S::ffn}, true, {{gpt2 ? "mlp.c_proj" : "mlp.down_proj", 1}}},
   };
+  if (shape == MlpShape::dense) {
+    b.layers.push_back(LinearDeclaration{"mlp.fc", LinearStyle::column,
+                                         swiglu ? std::vector<Span>{S::ffn, S::ffn} : std::vector<Span>{S::ffn}, false,
+                                         fc});
+    b.layers.push_back(
+        LinearDeclaration{"mlp.proj", LinearStyle::row, {S::ffn}, true, {{gpt2 ? "mlp.c_proj" : "mlp.down_proj", 1}}});
+  } else {
+    for (auto& layer : expert_layers(shape)) b.layers.push_back(std::move(layer));
+  }
   b.hf = gpt2 ? HfNames{.block_prefix = "transformer.h.", .wte = "transformer.wte.weight",
                         .wpe = "transformer.wpe.weight", .ln_f = "transformer.ln_f", .lm_head = "lm_head.weight"}
               : HfNames{.block_prefix = "model.layers.", .wte = "model.embed_tokens.weight", .wpe = "",
@@ -152,9 +210,23 @@ BlockDeclaration declare(ModelFamily family) {
 
 }  // namespace
 
-const BlockDeclaration& declare_block(const ModelConfig& config) {
-  static const BlockDeclaration gpt2 = declare(ModelFamily::gpt2), llama = declare(ModelFamily::llama);
-  return config.family == ModelFamily::gpt2 ? gpt2 : llama;
+const BlockDeclaration& declare_block(const ModelConfig& config, int layer) {
+  static const auto declared = [] {
+    std::array<std::array<BlockDeclaration, kMlpShapes>, 2> all;
+    for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama})
+      for (int shape = 0; shape < kMlpShapes; ++shape)
+        all[static_cast<size_t>(family)][static_cast<size_t>(shape)] = declare(family, static_cast<MlpShape>(shape));
+    return all;
+  }();
+  return declared[static_cast<size_t>(config.family)][static_cast<size_t>(mlp_shape(config, layer))];
+}
+
+std::vector<const BlockDeclaration*> block_declarations(const ModelConfig& config) {
+  std::vector<const BlockDeclaration*> distinct;
+  for (int l = 0; l < config.n_layer; ++l)
+    if (const BlockDeclaration* b = &declare_block(config, l); std::ranges::find(distinct, b) == distinct.end())
+      distinct.push_back(b);
+  return distinct;
 }
 
 }  // namespace dt

@@ -9,6 +9,12 @@
 //   x' = x + attn.proj(attention(attn.qkv(ln_1(x))))
 //   y  = x' + mlp.proj(act(mlp.fc(ln_2(x'))))
 //
+// or, where the block's MLP is a mixture of experts (model/config.h: MoeConfig), with
+// u = ln_2(x'), routing r = mlp.router(u) (kernels/moe_route.h) and SwiGLU experts,
+//
+//   y  = x' + sum over the chosen e of weight_e · mlp.experts.proj[e](act(mlp.experts.fc[e](u)))
+//           + sigmoid(mlp.shared_gate(u)) · mlp.shared.proj(act(mlp.shared.fc(u)))   (a shared expert)
+//
 // A family's traits (model/config.h) choose the norm, the MLP's activation and whether layers
 // have biases; its Hugging Face names are the one thing declared per family.
 #pragma once
@@ -34,8 +40,10 @@ enum class LinearStyle { column, row };
 
 // What a range of a linear layer's split dimension is made of, which says how wide it is and
 // which part of it a tensor-parallel rank holds (model/tensor_shard.h): the query heads' columns
-// (NH · HS), the key/value heads' (NKV · HS), or the MLP's hidden columns (F).
-enum class Span { query_heads, kv_heads, ffn };
+// (NH · HS), the key/value heads' (NKV · HS), the MLP's hidden columns (F), a shared expert's
+// (its own F, split as the MLP's), and, whole on every tensor-parallel rank, the router's
+// outputs (one per expert, E), an expert's hidden columns (F_e) and a gate's single output.
+enum class Span { query_heads, kv_heads, ffn, shared_ffn, experts, expert_ffn, one };
 int64_t span_width(const ModelConfig& config, Span span);
 // This rank's share of a span: the model's, or its part under tensor parallelism.
 int64_t span_width(const ShardDims& dims, Span span);
@@ -53,6 +61,8 @@ struct LinearDeclaration {
   std::vector<Span> spans;   // of the split dimension (column: output rows; row: input columns), in order
   bool residual = false;     // writes into the residual stream: GPT-2 scales its initial weights
   std::vector<HfTensor> hf;  // covering the spans in order
+  // One weight per expert, (E, out, in): the experts' grouped linear (kernels/grouped_linear.h).
+  bool per_expert = false;
 
   // The model's widths of the split dimension, and of the whole weight (rows, columns).
   int64_t split_width(const ModelConfig& config) const;
@@ -115,7 +125,11 @@ struct BlockDeclaration {
   const ActivationDeclaration& activation(BlockActivation id) const;
 };
 
-// The declaration of config's blocks.
-const BlockDeclaration& declare_block(const ModelConfig& config);
+// The declaration of block `layer` of config: its MLP dense or a mixture of experts
+// (ModelConfig::moe_block).
+const BlockDeclaration& declare_block(const ModelConfig& config, int layer);
+// The distinct declarations of config's blocks, in the order of their first block: one where
+// every block is alike.
+std::vector<const BlockDeclaration*> block_declarations(const ModelConfig& config);
 
 }  // namespace dt

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "ckpt/hf_checkpoint.h"
 #include "model/flops.h"
 #include "model/parameters.h"
@@ -15,7 +17,7 @@ namespace {
 TEST(BlockDeclaration, TheLayoutHoldsExactlyTheDeclaredLayersOnEveryRank) {
   for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
     ModelConfig c = model_preset(preset);
-    const BlockDeclaration& block = declare_block(c);
+    const BlockDeclaration& block = declare_block(c, 0);
     for (const int ranks : {1, 2, 3})  // 3: llama-tiny's 2 key/value heads copied
       for (int r = 0; r < ranks; ++r) {
         const ParameterLayout layout(c, kParamAlignment, {r, ranks});
@@ -48,7 +50,7 @@ TEST(BlockDeclaration, TheLayoutHoldsExactlyTheDeclaredLayersOnEveryRank) {
 // policies: full rebuilds everything but the block's output, selective only attention's core.
 TEST(BlockDeclaration, RecomputationPoliciesRebuildWhatTheyDeclare) {
   const ModelConfig c = model_preset("llama-tiny");
-  const BlockDeclaration& block = declare_block(c);
+  const BlockDeclaration& block = declare_block(c, 0);
   ASSERT_EQ(block.activations.size(), static_cast<size_t>(kBlockActivations));
   for (int i = 0; i < kBlockActivations; ++i) {
     const ActivationDeclaration& a = block.activations[static_cast<size_t>(i)];
@@ -58,25 +60,32 @@ TEST(BlockDeclaration, RecomputationPoliciesRebuildWhatTheyDeclare) {
     EXPECT_EQ(a.kept(Recompute::selective), a.id != BlockActivation::atty && a.id != BlockActivation::lse);
   }
   EXPECT_EQ(block.activation(BlockActivation::ln1_mean).width_of(c, shard_dims(c, {})), 0);  // RMSNorm keeps no mean
-  EXPECT_EQ(declare_block(model_preset("gpt2-tiny")).activation(BlockActivation::ln1_mean).width_of(
+  EXPECT_EQ(declare_block(model_preset("gpt2-tiny"), 0).activation(BlockActivation::ln1_mean).width_of(
                 model_preset("gpt2-tiny"), shard_dims(model_preset("gpt2-tiny"), {})),
             1);
 }
 
-// The Hugging Face pieces of each block parameter cover its rows exactly once, in order.
+// The Hugging Face pieces of each block parameter cover its rows exactly once, in order (an
+// expert layer's (E, out, in) weight as E · out rows), each piece's name once.
 TEST(BlockDeclaration, HuggingFaceNamesCoverEveryParameterRow) {
-  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny", "moe-tiny"}) {
     const ModelConfig c = model_preset(preset);
     const ParameterLayout layout(c);
+    std::set<std::string> names;
     for (const ParamInfo& p : layout.params()) {
       int64_t row = 0;
       for (const ckpt::HfPiece& piece : ckpt::hf_pieces(c, p)) {
         EXPECT_EQ(piece.row_begin, row) << preset << " " << p.name << " " << piece.hf_name;
+        EXPECT_TRUE(names.insert(piece.hf_name).second) << preset << " " << piece.hf_name << " named twice";
         row += piece.rows;
       }
-      EXPECT_EQ(row, p.shape[0]) << preset << " " << p.name;
+      EXPECT_EQ(row, p.is_expert ? p.shape[0] * p.shape[1] : p.shape[0]) << preset << " " << p.name;
     }
   }
+  const std::vector<ckpt::HfPiece> proj =
+      ckpt::hf_pieces(model_preset("moe-tiny"), ParameterLayout(model_preset("moe-tiny")).find("h.1.mlp.experts.proj.weight"));
+  ASSERT_EQ(proj.size(), 4u);
+  EXPECT_EQ(proj[3].hf_name, "model.layers.1.block_sparse_moe.experts.3.w2.weight");
 }
 
 // A block's FLOPs are its linear layers' products and attention's core, the published formula:
@@ -85,7 +94,7 @@ TEST(BlockDeclaration, FlopsAreTheDeclaredProducts) {
   const ModelConfig c = model_preset("llama-tiny");
   const double C = c.d_model, F = c.ffn_hidden();
   const double expected = 2 * C * c.qkv_width() + 2 * C * C + 2 * C * (2 * F) + 2 * F * C;
-  EXPECT_EQ(block_flops(c, 64) - attention_core_flops(c, 64), expected);
+  EXPECT_EQ(block_flops(c, 0, 64) - attention_core_flops(c, 64), expected);
 }
 
 }  // namespace

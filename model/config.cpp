@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace dt {
@@ -38,6 +40,18 @@ constexpr ModelConfig llama(int n_layer, int d_model, int n_head, int n_kv_head,
           .rope_scaling_factor = rope_scaling_factor};
 }
 
+// Mixtral's shapes (Hugging Face's config.json): Llama's block with every MLP a mixture of
+// SwiGLU experts, top-2 of softmax scores renormalised; rotary theta 1e6, a 32,000-token vocabulary.
+constexpr ModelConfig mixtral(int n_layer, int d_model, int n_head, int n_kv_head, int experts, int expert_hidden,
+                              int max_seq_len, int vocab_size = 32000) {
+  ModelConfig c = llama(n_layer, d_model, n_head, n_kv_head, expert_hidden, false, max_seq_len, 0, vocab_size);
+  c.rope_theta = 1e6;
+  c.moe = {.experts = experts,
+           .expert_hidden = expert_hidden,
+           .routing = {.score = kernels::MoeScore::softmax, .top_k = 2, .renormalize = true, .route_scale = 1}};
+  return c;
+}
+
 constexpr Preset kPresets[] = {
     {"gpt2-124m", gpt2(12, 768, 12)},
     {"gpt2-355m", gpt2(24, 1024, 16)},
@@ -54,6 +68,9 @@ constexpr Preset kPresets[] = {
     {"llama3.1-405b", llama(126, 16384, 128, 8, 53248, false, 131072, 8)},
     // 6 query heads over 2 KV heads, an untied output layer and the odd vocabulary of gpt2-tiny.
     {"llama-tiny", llama(2, 48, 6, 2, 128, false, 64, 0, 997)},
+    {"mixtral-8x7b", mixtral(32, 4096, 32, 8, 8, 14336, 32768)},
+    // llama-tiny's attention with 4 experts of hidden width 32, two per token.
+    {"moe-tiny", mixtral(2, 48, 6, 2, 4, 32, 64, 997)},
 };
 
 }  // namespace
@@ -82,6 +99,33 @@ int ModelConfig::padded_vocab_size() const {
   const int m = vocab_pad_multiple;
   return (vocab_size + m - 1) / m * m;
 }
+
+namespace {
+
+// The mixture-of-experts fields, when there are experts (with none, nothing reads them).
+void check_moe(const ModelConfig& c, FieldProblems& problems) {
+  const MoeConfig& m = c.moe;
+  problems.require(m.experts == 0 || (m.experts >= 2 && m.experts <= 4096), "model.moe_experts", m.experts,
+                   "must be 0 (a dense MLP) or in [2, 4096]");
+  if (m.experts < 2) return;
+  problems.require(c.traits().mlp == MlpKind::swiglu, "model.moe_experts", m.experts,
+                   str("needs SwiGLU experts, which the ", model_family_name(c.family),
+                       " family's MLP is not; use the llama family or moe_experts = 0"));
+  problems.require(m.expert_hidden >= 1 && m.expert_hidden <= (1 << 24), "model.moe_expert_hidden", m.expert_hidden,
+                   "must be in [1, 2^24]");
+  problems.require(m.routing.top_k >= 1 && m.routing.top_k <= m.experts, "model.moe_top_k", m.routing.top_k,
+                   str("must be in [1, moe_experts = ", m.experts, "]: each token goes to that many distinct experts"));
+  problems.require(std::isfinite(m.routing.route_scale) && m.routing.route_scale > 0, "model.moe_route_scale",
+                   m.routing.route_scale, "must be finite and above 0");
+  problems.require(m.shared_hidden >= 0 && m.shared_hidden <= (1 << 24), "model.moe_shared_hidden", m.shared_hidden,
+                   "must be in [0, 2^24] (0: no shared expert)");
+  problems.require(!m.shared_gate || m.shared_hidden > 0, "model.moe_shared_gate", m.shared_gate ? "true" : "false",
+                   "gates the shared expert, so needs moe_shared_hidden > 0");
+  problems.require(m.first_dense_layers >= 0 && m.first_dense_layers < c.n_layer, "model.moe_first_dense_layers",
+                   m.first_dense_layers, str("must be in [0, n_layer = ", c.n_layer, "): at least one block has experts"));
+}
+
+}  // namespace
 
 void check_model_config(const ModelConfig& c, FieldProblems& problems) {
   // Fields are the configuration's keys; integers (and flags) written as integers.
@@ -137,6 +181,7 @@ void check_model_config(const ModelConfig& c, FieldProblems& problems) {
               "must be at least 1");
     }
   }
+  check_moe(c, problems);
 }
 
 void validate_model_config(const ModelConfig& config) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/field_problems.h"
+#include "kernels/moe_route.h"
 
 namespace dt {
 
@@ -41,6 +42,21 @@ struct FamilyTraits {
 };
 FamilyTraits family_traits(ModelFamily family);
 
+// A mixture-of-experts MLP in blocks [first_dense_layers, n_layer): a router, a linear layer
+// computed in f32, scores `experts` SwiGLU experts of hidden width expert_hidden for each token,
+// and the MLP's output is the sum of the top_k experts' outputs weighted as `routing` says
+// (kernels/moe_route.h), plus the output of a shared expert every token passes through where
+// shared_hidden > 0 (Qwen-MoE), scaled by sigmoid(x · w) with shared_gate. experts = 0: every
+// block's MLP is dense.
+struct MoeConfig {
+  int experts = 0;                // E
+  int expert_hidden = 0;          // F_e, each expert's SwiGLU hidden width
+  kernels::MoeRouting routing;    // softmax or sigmoid scores, top_k, renormalize, route_scale
+  int shared_hidden = 0;          // the shared expert's hidden width; 0: none
+  bool shared_gate = false;       // Qwen-MoE's sigmoid gate on the shared expert's output
+  int first_dense_layers = 0;     // DeepSeek-V3 keeps its first 3 blocks dense
+};
+
 struct ModelConfig {
   ModelFamily family = ModelFamily::gpt2;
   int n_layer = 0;
@@ -63,8 +79,11 @@ struct ModelConfig {
   // (llm.c pads 50257 to 50304). The padding rows are zero, get zero gradient, and are never
   // shown: not in logits, loss, gradients, saved tensors or parameter counts.
   int vocab_pad_multiple = 128;
+  MoeConfig moe = {};
 
   FamilyTraits traits() const { return family_traits(family); }
+  // Whether block `layer`'s MLP is a mixture of experts.
+  bool moe_block(int layer) const { return moe.experts > 0 && layer >= moe.first_dense_layers; }
   int head_size() const { return d_model / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int qkv_width() const { return (n_head + 2 * kv_heads()) * head_size(); }  // fused q, k, v

@@ -20,6 +20,39 @@ TEST(ModelConfig, PresetParameterCountsArePublished) {
   EXPECT_EQ(ParameterLayout(model_preset("llama3-8b")).num_parameters(), 8'030'261'248);
   EXPECT_EQ(ParameterLayout(model_preset("llama3-70b")).num_parameters(), 70'553'706'496);
   EXPECT_EQ(ParameterLayout(model_preset("llama3.1-405b")).num_parameters(), 405'853'388'800);
+  // Mixtral 8x7B: 46.7B parameters, 12.9B of them active per token (Mistral AI's figures).
+  const ParameterLayout mixtral(model_preset("mixtral-8x7b"));
+  EXPECT_EQ(mixtral.num_parameters(), 46'702'792'704);
+  EXPECT_EQ(mixtral.active_parameters(), 12'879'925'248);
+  EXPECT_EQ(ParameterLayout(model_preset("llama3-8b")).active_parameters(), 8'030'261'248);  // dense: all
+}
+
+// A mixture-of-experts block holds a router (E, C), every expert's gate and up projections
+// (E, 2 F_e, C) and down projections (E, C, F_e), and a shared expert split over tensor-parallel
+// ranks like a dense MLP; blocks before first_dense_layers keep the dense MLP.
+TEST(ModelConfig, ExpertBlocksHoldRouterExpertsAndSharedExpert) {
+  ModelConfig c = model_preset("moe-tiny");  // d_model 48, 4 experts of 32
+  c.n_layer = 3;
+  c.moe.first_dense_layers = 1;
+  c.moe.shared_hidden = 40;
+  c.moe.shared_gate = true;
+  for (const int tp : {1, 2}) {
+    const ParameterLayout layout(c, kParamAlignment, {tp - 1, tp});
+    EXPECT_EQ(layout.find("h.0.mlp.fc.weight").shape, Shape({2 * 32 / tp, 48}));  // dense: ffn_hidden 32
+    EXPECT_THROW(layout.find("h.0.mlp.router.weight"), Error);
+    for (const std::string h : {"h.1.", "h.2."}) {
+      EXPECT_THROW(layout.find(h + "mlp.fc.weight"), Error);
+      EXPECT_EQ(layout.find(h + "mlp.router.weight").shape, Shape({4, 48}));
+      const ParamInfo& fc = layout.find(h + "mlp.experts.fc.weight");
+      EXPECT_EQ(fc.shape, Shape({4, 64, 48}));
+      EXPECT_TRUE(fc.is_expert && fc.is_matrix);
+      EXPECT_EQ(fc.slice.pieces.front().owned, tp == 1) << "rank " << tp - 1 << " of " << tp << ": the first owns";
+      EXPECT_EQ(layout.find(h + "mlp.experts.proj.weight").shape, Shape({4, 48, 32}));
+      EXPECT_EQ(layout.find(h + "mlp.shared.fc.weight").shape, Shape({2 * 40 / tp, 48}));
+      EXPECT_EQ(layout.find(h + "mlp.shared.proj.weight").shape, Shape({48, 40 / tp}));
+      EXPECT_EQ(layout.find(h + "mlp.shared_gate.weight").shape, Shape({1, 48}));
+    }
+  }
 }
 
 TEST(ModelConfig, LlamaLayoutHasFusedGroupedQkvAndGatedMlpWithoutBiases) {
@@ -115,6 +148,31 @@ TEST(ModelConfig, InvalidDescriptionStopsBeforeAllocating) {
   EXPECT_EQ(memory_stats(Device::cpu).total_peak_bytes, memory_stats(Device::cpu).total_current_bytes);
   EXPECT_THROW(Transformer(model_preset("gpt2-tiny"), 2, 65), Error);  // seq_len above max_seq_len
   EXPECT_THROW(Transformer(model_preset("gpt2-tiny"), 0, 8), Error);
+}
+
+TEST(ModelConfig, InvalidExpertDescriptionsNameFieldValueAndRange) {
+  const auto error_with = [](auto change) {
+    ModelConfig c = model_preset("moe-tiny");
+    change(c);
+    return error_of(c);
+  };
+  const auto expect_error = [](const std::string& error, const std::string& expected) {
+    EXPECT_NE(error.find(expected), std::string::npos) << error;
+  };
+  expect_error(error_with([](ModelConfig& c) { c.moe.routing.top_k = 5; }),
+               "model.moe_top_k = 5: must be in [1, moe_experts = 4]");
+  expect_error(error_with([](ModelConfig& c) { c.moe.experts = 1; }),
+               "model.moe_experts = 1: must be 0 (a dense MLP) or in [2, 4096]");
+  expect_error(error_with([](ModelConfig& c) { c.moe.expert_hidden = 0; }), "model.moe_expert_hidden = 0");
+  expect_error(error_with([](ModelConfig& c) { c.moe.routing.route_scale = 0; }),
+               "model.moe_route_scale = 0: must be finite and above 0");
+  expect_error(error_with([](ModelConfig& c) { c.moe.shared_gate = true; }),
+               "model.moe_shared_gate = true: gates the shared expert, so needs moe_shared_hidden > 0");
+  expect_error(error_with([](ModelConfig& c) { c.moe.first_dense_layers = 2; }),
+               "model.moe_first_dense_layers = 2: must be in [0, n_layer = 2)");
+  ModelConfig gpt2 = model_preset("gpt2-tiny");
+  gpt2.moe = model_preset("moe-tiny").moe;
+  expect_error(error_of(gpt2), "model.moe_experts = 4: needs SwiGLU experts, which the gpt2 family's MLP is not");
 }
 
 }  // namespace

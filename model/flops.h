@@ -2,7 +2,10 @@
 //   per block   2 C (q + k + v widths)            the fused qkv projection (grouped-query: k, v
 //                                                 have n_kv_head heads)
 //             + 2 C C                             the attention output projection
-//             + 2 C F_in + 2 F C                  the MLP (F_in = 2F for SwiGLU's gate and up)
+//             + 2 C F_in + 2 F C                  the MLP (F_in = 2F for SwiGLU's gate and up);
+//                                                 a mixture of experts': the router's 2 C E,
+//                                                 top_k experts' 2 C 2F_e + 2 F_e C, and a shared
+//                                                 expert's and its gate's as a dense MLP's
 //             + 2 C (T + 1)                       causal attention: QK^T and PV against the
 //                                                 (T + 1) / 2 keys a position sees on average
 //   the head    2 C V                             the output projection (unpadded vocabulary)
@@ -27,8 +30,8 @@ namespace dt {
 
 // The attention core's (QK^T and PV, causal) per token and block, in sequences of seq_len.
 double attention_core_flops(const ModelConfig& model, int seq_len);
-// One block's whole forward per token.
-double block_flops(const ModelConfig& model, int seq_len);
+// Block `layer`'s whole forward per token.
+double block_flops(const ModelConfig& model, int layer, int seq_len);
 // The head's: the output projection.
 double head_flops(const ModelConfig& model);
 // The whole model's forward per token: every block and the head.

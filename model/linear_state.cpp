@@ -10,24 +10,26 @@ namespace dt {
 
 namespace {
 
-// The block's linear layers that carry kind `d`, in forward order; throws for a name the block
-// does not declare.
-std::vector<std::string> carriers(const BlockDeclaration& block, const LinearStateDeclaration& d) {
+// The linear layers of `block` that carry kind `d`, in forward order; throws for a name no block
+// of the model declares (a dense block's mlp.fc is in no expert block, and carries only where it is).
+std::vector<std::string> carriers(const ModelConfig& config, const BlockDeclaration& block,
+                                  const LinearStateDeclaration& d) {
   std::vector<std::string> all;
-  for (const LinearDeclaration* l : block.linears()) all.push_back(l->name);
+  for (const BlockDeclaration* b : block_declarations(config))
+    for (const LinearDeclaration* l : b->linears())
+      if (std::ranges::count(all, l->name) == 0) all.push_back(l->name);
   for (const std::string& name : d.linears)
     if (std::ranges::count(all, name) == 0) {
       std::string known;
       for (const std::string& n : all) known += str(known.empty() ? "" : ", ", n);
       const std::string suggestion = closest_match(name, all);
       throw Error(str("per-linear state '", d.name, "' is declared for linear layer '", name,
-                      "', which the block does not have", suggestion.empty() ? "" : str(" (did you mean '", suggestion, "'?)"),
+                      "', which no block of the model has", suggestion.empty() ? "" : str(" (did you mean '", suggestion, "'?)"),
                       "; its linear layers are ", known));
     }
-  if (d.linears.empty()) return all;
   std::vector<std::string> chosen;
-  for (const std::string& n : all)
-    if (std::ranges::count(d.linears, n) > 0) chosen.push_back(n);
+  for (const LinearDeclaration* l : block.linears())
+    if (d.linears.empty() || std::ranges::count(d.linears, l->name) > 0) chosen.push_back(l->name);
   return chosen;
 }
 
@@ -55,14 +57,12 @@ struct Plan {
 Plan plan_states(const ParameterLayout& layout, const std::vector<LinearStateDeclaration>& declared) {
   check_declarations(declared);
   const ModelConfig& config = layout.config();
-  const BlockDeclaration& block = declare_block(config);
   Plan plan;
   for (size_t k = 0; k < declared.size(); ++k) {
     const LinearStateDeclaration& d = declared[k];
-    const std::vector<std::string> linears = carriers(block, d);
     const int64_t first = plan.elements;
     for (int l = 0; l < config.n_layer; ++l)
-      for (const std::string& linear : linears) {
+      for (const std::string& linear : carriers(config, declare_block(config, l), d)) {
         std::string name = str(block_prefix(l), linear, ".", d.name);
         plan.model_names.push_back(name);
         if (!layout.held_units().holds_block(l)) continue;

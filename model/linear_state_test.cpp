@@ -20,7 +20,7 @@ using testing::three_blocks;
 // The names the declaration gives, kind-major, over `layers`: what the layout must hold.
 std::vector<std::string> expected_names(const ModelConfig& config, const std::vector<int>& layers) {
   std::vector<std::string> names;
-  const std::vector<const LinearDeclaration*> linears = declare_block(config).linears();
+  const std::vector<const LinearDeclaration*> linears = declare_block(config, 0).linears();
   for (const int l : layers)
     for (const LinearDeclaration* linear : linears) names.push_back(str(block_prefix(l), linear->name, ".amax_history"));
   for (const int l : layers)
@@ -58,7 +58,7 @@ TEST(LinearStates, OneEntryPerDeclaredLinearOfEachHeldBlockWithTheDeclaredSizes)
       }
       EXPECT_EQ(LinearStates::bytes(*layout, fp8_like_states()), static_cast<size_t>(offset) * sizeof(float));
       // Each kind is one (entries, count) range; the scales start at 1, the histories at 0.
-      const int64_t linears = static_cast<int64_t>(declare_block(config).linears().size());
+      const int64_t linears = static_cast<int64_t>(declare_block(config, 0).linears().size());
       const int64_t blocks = static_cast<int64_t>(layers.size());
       const Tensor histories = states.all("amax_history"), scales = states.all("scale");
       EXPECT_EQ(histories.shape, (Shape{blocks * linears, 16}));
@@ -136,7 +136,7 @@ TEST(LinearStates, EachLinearLayerOfTheModelHoldsItsOwnState) {
         if (stage == nullptr) continue;
         for (const Block& block : stage->blocks()) {
           ++blocks;
-          for (const LinearDeclaration* linear : declare_block(config).linears()) {
+          for (const LinearDeclaration* linear : declare_block(config, 0).linears()) {
             const LinearStateView& view = block.linear_state(linear->name);
             EXPECT_EQ(view.get("amax_history").data, states.find(block.layer(), linear->name, "amax_history").data)
                 << preset << " " << block.layer() << " " << linear->name;
@@ -154,7 +154,7 @@ TEST(LinearStates, EachLinearLayerOfTheModelHoldsItsOwnState) {
     const Transformer plain(config, 1, 8);
     EXPECT_TRUE(plain.linear_states().empty());
     for (const Block& block : plain.stages().front()->blocks())
-      for (const LinearDeclaration* linear : declare_block(config).linears())
+      for (const LinearDeclaration* linear : declare_block(config, 0).linears())
         EXPECT_TRUE(block.linear_state(linear->name).empty()) << linear->name;
   }
 }

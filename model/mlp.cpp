@@ -53,6 +53,9 @@ const LinearStateView& DenseMlp::linear_state(std::string_view linear) const {
 
 std::unique_ptr<Mlp> make_mlp(const ParameterLayout& layout, int layer, ParallelRegions& regions,
                               const LinearStates& states) {
+  if (layout.config().moe_block(layer))
+    throw ConfigError(str("block ", layer, "'s MLP is a mixture of experts, which dtrain describes (dtrain model info) "
+                          "but cannot run yet; use a dense model (model.moe_experts = 0)"));
   return std::make_unique<DenseMlp>(layout, layer, regions, states);
 }
 

@@ -40,7 +40,8 @@ std::vector<ParamInfo::Run> ParamInfo::runs() const {
 
 std::string block_prefix(int layer) { return str("h.", layer, "."); }
 
-std::vector<SlicePiece> span_pieces(const ModelConfig& config, const ShardDims& dims, const std::vector<Span>& spans) {
+std::vector<SlicePiece> span_pieces(const ModelConfig& config, const ShardDims& dims, const std::vector<Span>& spans,
+                                    bool lead) {
   const int64_t HS = config.head_size();
   const HeadShard& heads = dims.heads;
   std::vector<SlicePiece> pieces;
@@ -63,6 +64,14 @@ std::vector<SlicePiece> span_pieces(const ModelConfig& config, const ShardDims& 
         break;
       case Span::ffn:
         pieces.push_back({{first + dims.ffn.begin, first + dims.ffn.end}, true});
+        break;
+      case Span::shared_ffn:
+        pieces.push_back({{first + dims.shared_ffn.begin, first + dims.shared_ffn.end}, true});
+        break;
+      case Span::experts:
+      case Span::expert_ffn:
+      case Span::one:
+        pieces.push_back({{first, first + span_width(config, span)}, lead});
         break;
     }
     first += span_width(config, span);
@@ -92,7 +101,6 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
   DT_CHECK(held_.blocks.empty() || held_.blocks.size() == static_cast<size_t>(config.n_layer),
            "held units naming ", held_.blocks.size(), " blocks of ", config.n_layer);
   const int64_t C = config.d_model, L = config.n_layer;
-  const BlockDeclaration& block = declare_block(config);
   const FamilyTraits traits = config.traits();
   // N(0, 0.02) for weights, as GPT-2 and Hugging Face's Llama initialise (GPT-2 scaling the
   // residual projections': FamilyTraits); norm weights start at one, biases at zero.
@@ -111,9 +119,14 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
   // holds its input columns, and its bias is whole (added once, by the owner).
   const auto linear = [&](const std::string& name, const LinearDeclaration& decl) {
     const int64_t width = decl.split_width(config);
-    std::vector<SlicePiece> pieces = span_pieces(config, dims_, decl.spans);
+    std::vector<SlicePiece> pieces = span_pieces(config, dims_, decl.spans, lead);
     const float init_std = decl.residual ? residual_std : std;
-    if (decl.style == LinearStyle::column) {
+    if (decl.per_expert) {
+      // (E, out, in): every expert whole on every tensor-parallel rank, owned by the first.
+      const int64_t E = config.moe.experts, out = decl.out_features(config), in = decl.in_features(config);
+      add(name + ".weight", copy({E, out, in}), ParamInit::normal, init_std);
+      params_.back().is_expert = true;
+    } else if (decl.style == LinearStyle::column) {
       add(name + ".weight", rows({width, C}, pieces), ParamInit::normal, init_std);
       if (traits.biases) add(name + ".bias", rows({width}, std::move(pieces)), ParamInit::zeros, 0);
     } else {
@@ -134,7 +147,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
     block_units_[static_cast<size_t>(l)] = static_cast<int>(units_.size());
     const int64_t block_begin = total_elements_;
     const std::string h = block_prefix(l);
-    for (const auto& layer : block.layers) {
+    for (const auto& layer : declare_block(config, l).layers) {
       if (const auto* n = std::get_if<NormDeclaration>(&layer)) norm(h + n->name);
       if (const auto* decl = std::get_if<LinearDeclaration>(&layer)) linear(h + decl->name, *decl);
     }
@@ -186,7 +199,7 @@ void ParameterLayout::add(std::string name, TensorSlice slice, ParamInit init, f
               .offset = total_elements_,
               .init = init,
               .init_std = init_std,
-              .is_matrix = shape.ndim() == 2,
+              .is_matrix = shape.ndim() >= 2,  // an expert layer's (E, out, in) too
               .is_embedding = false,
               .slice = std::move(slice)};
   // The output projection counts as an embedding whether tied (wte) or not (lm_head), so
@@ -225,6 +238,13 @@ std::vector<kernels::FlatRange> ParameterLayout::owned_ranges() const {
 int64_t ParameterLayout::num_parameters() const {
   int64_t n = 0;
   for (const auto& p : params_) n += p.numel();
+  return n;
+}
+
+int64_t ParameterLayout::active_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : params_)
+    n += p.is_expert ? p.numel() / config_.moe.experts * config_.moe.routing.top_k : p.numel();
   return n;
 }
 

@@ -61,8 +61,10 @@ struct TensorSlice {
 // The prefix of block `layer`'s parameter names: "h.3.".
 std::string block_prefix(int layer);
 // The pieces of a linear layer's split dimension, made of `spans`, that a tensor-parallel rank
-// with `dims` holds, in order: all of it on one rank.
-std::vector<SlicePiece> span_pieces(const ModelConfig& config, const ShardDims& dims, const std::vector<Span>& spans);
+// with `dims` holds, in order: all of it on one rank. A span tensor parallelism does not split
+// (an expert's) is whole on every rank, owned by the first (`lead`).
+std::vector<SlicePiece> span_pieces(const ModelConfig& config, const ShardDims& dims, const std::vector<Span>& spans,
+                                    bool lead);
 
 // A contiguous range of the model's units — optionally the embeddings, blocks [first, end),
 // optionally the head (the final norm, the output projection and the loss): what one stage runs
@@ -92,8 +94,9 @@ struct ParamInfo {
   int64_t offset = 0;       // in elements from the start of the flat buffer
   ParamInit init = ParamInit::normal;
   float init_std = 0;
-  bool is_matrix = false;     // 2-D weights get weight decay
+  bool is_matrix = false;     // weights of 2 or more dimensions get weight decay
   bool is_embedding = false;  // token/position embeddings: weight decay only if configured
+  bool is_expert = false;     // an expert layer's (E, out, in): a token reads top_k of its E slabs
   TensorSlice slice;          // the whole tensor on one rank
 
   // Elements [local, local + count) of this tensor are the whole tensor's [global, global + count)
@@ -132,6 +135,8 @@ class ParameterLayout {
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(std::string_view name) const;  // throws dt::Error naming close matches
   int64_t num_parameters() const;   // unpadded elements only: the published count
+  // Those a token's forward reads: an expert layer's top_k of E (the published "active" count).
+  int64_t active_parameters() const;
   int64_t total_elements() const { return total_elements_; }  // buffer size incl. padding and gaps
   int64_t unit_multiple() const { return unit_multiple_; }
   // The units in layout order, covering [0, total_elements()): embeddings, blocks, head.

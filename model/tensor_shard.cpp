@@ -20,6 +20,10 @@ void check_tensor_parallel(const ModelConfig& config, int tp, FieldProblems& pro
     return require(false, str("more tensor-parallel ranks than the model's ", config.n_head,
                               " attention heads (model.n_head), and each needs at least one; use parallel.tp <= ",
                               config.n_head));
+  if (config.moe.shared_hidden > 0)
+    require(tp <= config.moe.shared_hidden, str("more tensor-parallel ranks than the shared expert's width (",
+                                                 config.moe.shared_hidden, "); use parallel.tp <= ",
+                                                 config.moe.shared_hidden));
   require(tp <= config.ffn_hidden() && tp <= config.vocab_size,
           str("more tensor-parallel ranks than the model's MLP width (", config.ffn_hidden(), ") or vocabulary (",
               config.vocab_size, "); use parallel.tp <= ", std::min(config.ffn_hidden(), config.vocab_size)));
@@ -50,6 +54,9 @@ ShardDims shard_dims(const ModelConfig& config, TensorShard shard) {
     h.kv_begin = h.q_begin / group, h.kv_end = (h.q_end - 1) / group + 1;
   }
   d.ffn = even_part(config.ffn_hidden(), shard.size, shard.rank);
+  d.shared_ffn = even_part(config.moe.shared_hidden, shard.size, shard.rank);
+  d.experts = config.moe.experts;
+  d.expert_hidden = config.moe.expert_hidden;
   d.vocab = even_part(config.vocab_size, shard.size, shard.rank);
   const int64_t pad = config.vocab_pad_multiple;
   d.padded_vocab = (d.vocab.size() + pad - 1) / pad * pad;

@@ -57,6 +57,9 @@ inline int64_t sequence_rows(int64_t rows, TensorShard shard, bool sequence_para
 struct ShardDims {
   HeadShard heads;
   kernels::FlatRange ffn;    // the MLP's hidden columns, of F
+  kernels::FlatRange shared_ffn;  // a shared expert's hidden columns, of its F (empty without one)
+  int64_t experts = 0;        // E: every tensor-parallel rank routes over all of them
+  int64_t expert_hidden = 0;  // F_e: an expert is whole on every tensor-parallel rank
   kernels::FlatRange vocab;  // the vocabulary's rows, of V
   int64_t padded_vocab = 0;  // rows stored: the vocabulary's rows rounded up to vocab_pad_multiple
   int64_t head_size = 0;

@@ -148,9 +148,10 @@ size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int s
   // The linear layers run on all of the micro-batch's rows; the output projection on the rank
   // with the head.
   size_t linears = 0;
-  for (const LinearDeclaration* linear : declare_block(config).linears())
-    linears = std::max(linears, kernels::cpu::linear_scratch_bytes(tokens, linear->in_features(config, dims),
-                                                                   linear->out_features(config, dims), precision));
+  for (const BlockDeclaration* block : block_declarations(config))
+    for (const LinearDeclaration* linear : block->linears())
+      linears = std::max(linears, kernels::cpu::linear_scratch_bytes(tokens, linear->in_features(config, dims),
+                                                                     linear->out_features(config, dims), precision));
   if (head)
     linears = std::max(linears, kernels::cpu::linear_scratch_bytes(tokens, config.d_model, dims.padded_vocab, precision));
   if (ring_attention) return std::max(norms, linears);

@@ -84,7 +84,7 @@ class Estimator {
     const double query_parts = static_cast<double>(model_.n_head) / dims_.heads.n_head();
     const double kv_parts = static_cast<double>(model_.kv_heads()) / dims_.heads.n_kv_head();
     StagePasses p;
-    for (const LinearDeclaration* linear : declare_block(model_).linears()) {
+    for (const LinearDeclaration* linear : declare_block(model_, 0).linears()) {
       const double in = static_cast<double>(linear->in_features(model_, dims_));
       const double out = static_cast<double>(linear->out_features(model_, dims_));
       p.forward.gemm += gemm(t, out, in);
@@ -166,6 +166,9 @@ StepTime predict_step_time(const ModelConfig& model, const StepLayout& l, const 
                l.seq_len >= l.cp,
            "plan: layout dp ", l.dp, " tp ", l.tp, " pp ", l.pp, " cp ", l.cp, ", ", l.micro_batches,
            " micro-batches of ", l.micro_batch, " x ", l.seq_len);
+  if (model.moe.experts > 0)
+    throw ConfigError("plan: the step-time model does not cover mixture-of-experts blocks yet (their routing, "
+                      "grouped GEMMs and all-to-all); it predicts dense models only");
   const Estimator e(model, l, hw);
   StepTime r;
 

@@ -14,9 +14,12 @@ std::vector<StageUnits> partition_stages(const ModelConfig& config, int stages, 
     throw ConfigError(str(stages, " pipeline stages: ", stages < 1 ? "there must be at least 1" :
                           str("more pipeline stages than the model's ", L, " blocks (model.n_layer), and each stage "
                               "needs one; use at most ", L, " stages")));
-  const double block = block_flops(config, seq_len), head = head_flops(config);
-  // cost(a, b): blocks [a, b) as one stage, the head's work on the last.
-  const auto cost = [&](int a, int b) { return (b - a) * block + (b == L ? head : 0.0); };
+  // prefix[b]: blocks [0, b)'s work; cost(a, b): blocks [a, b) as one stage, the head's work on
+  // the last. (Integer FLOP counts: exact sums.)
+  std::vector<double> prefix(static_cast<size_t>(L) + 1, 0.0);
+  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + block_flops(config, l, seq_len);
+  const double head = head_flops(config);
+  const auto cost = [&](int a, int b) { return prefix[b] - prefix[a] + (b == L ? head : 0.0); };
   // best[s][b]: the smallest largest stage over blocks [0, b) cut into s stages; cut[s][b] its
   // last stage's first block.
   constexpr double kNone = std::numeric_limits<double>::infinity();
