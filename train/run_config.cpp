@@ -322,10 +322,16 @@ bool resolve_model(RunConfig& config, const std::vector<std::pair<const ConfigKe
     if (hf && key->name != "vocab_pad_multiple" && key->write(config) != before)
       check.report(key->path(), str("disagrees with init.from's config.json (", key->name, " = ", before,
                                     " there); remove ", key->path(), ", the weights have that shape"));
-    if (key->trait == ConfigKey::Trait::rotary && !key->applies_to(config.model.traits()))
+    if (key->trait == ConfigKey::Trait::rotary && !key->applies_to(config.model))
       check.report(key->path(), str(model_family_name(config.model.family), " models have learned position embeddings,"
                                     " not rotary ones; remove ", key->path(), " or set model.family = \"llama\""));
   }
+  // Checked once every field is read: model.moe_experts may come after the keys it enables.
+  for (const auto& [key, node] : fields)
+    if (key->trait == ConfigKey::Trait::moe && key->name != "moe_experts" && !key->applies_to(config.model))
+      check.report(key->path(), str("describes a mixture of experts, and this model's MLPs are dense (model.moe_experts "
+                                    "= 0); remove ", key->path(), ", or give model.moe_experts (2 or more) and "
+                                    "model.moe_expert_hidden"));
   if (!complete) return false;
   FieldProblems model_problems;
   check_model_config(config.model, model_problems);

@@ -19,10 +19,12 @@ namespace {
 constexpr std::array kRecomputePolicies{Recompute::none, Recompute::selective, Recompute::full};
 constexpr std::array kDecays{LrDecay::cosine, LrDecay::linear, LrDecay::wsd};
 constexpr std::array kFamilies{ModelFamily::gpt2, ModelFamily::llama};
+constexpr std::array kMoeScores{kernels::MoeScore::softmax, kernels::MoeScore::sigmoid};
 
 std::string_view name_of(DType v) { return dtype_name(v); }
 std::string_view name_of(Recompute v) { return recompute_name(v); }
 std::string_view name_of(ModelFamily v) { return model_family_name(v); }
+std::string_view name_of(kernels::MoeScore v) { return v == kernels::MoeScore::softmax ? "softmax" : "sigmoid"; }
 std::string_view name_of(LrDecay v) {
   switch (v) {
     case LrDecay::cosine:
@@ -126,6 +128,7 @@ std::string read_value(const toml::node& node, DType& out) { return read_enum(no
 std::string read_value(const toml::node& node, Recompute& out) { return read_enum(node, out, kRecomputePolicies); }
 std::string read_value(const toml::node& node, LrDecay& out) { return read_enum(node, out, kDecays); }
 std::string read_value(const toml::node& node, ModelFamily& out) { return read_enum(node, out, kFamilies); }
+std::string read_value(const toml::node& node, kernels::MoeScore& out) { return read_enum(node, out, kMoeScores); }
 
 std::string write_value(bool v) { return v ? "true" : "false"; }
 std::string write_value(int v) { return std::to_string(v); }
@@ -195,6 +198,20 @@ std::vector<ConfigKey> make_keys() {
       trait_key(ConfigKey::Trait::rotary, "model", "rope_high_freq_factor", &C::model, &M::rope_high_freq_factor),
       trait_key(ConfigKey::Trait::rotary, "model", "rope_original_max_seq_len", &C::model, &M::rope_original_max_seq_len),
       key("model", "vocab_pad_multiple", &C::model, &M::vocab_pad_multiple),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_experts", &C::model, &M::moe, &MoeConfig::experts),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_expert_hidden", &C::model, &M::moe, &MoeConfig::expert_hidden),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_top_k", &C::model, &M::moe, &MoeConfig::routing,
+                &kernels::MoeRouting::top_k),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_score", &C::model, &M::moe, &MoeConfig::routing,
+                &kernels::MoeRouting::score),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_renormalize", &C::model, &M::moe, &MoeConfig::routing,
+                &kernels::MoeRouting::renormalize),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_route_scale", &C::model, &M::moe, &MoeConfig::routing,
+                &kernels::MoeRouting::route_scale),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_shared_hidden", &C::model, &M::moe, &MoeConfig::shared_hidden),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_shared_gate", &C::model, &M::moe, &MoeConfig::shared_gate),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_first_dense_layers", &C::model, &M::moe,
+                &MoeConfig::first_dense_layers),
 
       key("init", "from", &C::init, &C::Init::from),
       key("init", "seed", &C::init, &C::Init::seed),

@@ -21,12 +21,22 @@ namespace dt::run_config {
 
 struct ConfigKey {
   std::string_view section, name;
-  // The family trait a key describes: written only for a family that has it (rotary keys are
-  // rejected for one without rotary positions).
-  enum class Trait { none, grouped_query, rotary } trait = Trait::none;
-  bool applies_to(const FamilyTraits& traits) const {
-    return trait == Trait::none || (trait == Trait::grouped_query ? traits.grouped_query
-                                                                    : traits.positions == PositionKind::rotary);
+  // What the key describes, when not every model has it: a family trait (rotary keys are rejected
+  // for a family without rotary positions) or a mixture of experts (its keys are rejected for a
+  // dense model). Written only for a model that has it.
+  enum class Trait { none, grouped_query, rotary, moe } trait = Trait::none;
+  bool applies_to(const ModelConfig& model) const {
+    switch (trait) {
+      case Trait::none:
+        return true;
+      case Trait::grouped_query:
+        return model.traits().grouped_query;
+      case Trait::rotary:
+        return model.traits().positions == PositionKind::rotary;
+      case Trait::moe:
+        return model.moe.experts > 0;
+    }
+    return true;
   }
   // Reads `node` into config; returns "" or what is wrong ("expected an integer, got a string").
   std::function<std::string(const toml::node& node, RunConfig& config)> read;

@@ -26,10 +26,10 @@ namespace {
 using namespace run_config;
 
 // Whether resolved_toml writes the key: model.preset only when there is one, a trait's keys only
-// for a family with it.
+// for a model with it.
 bool written(const ConfigKey& k, const RunConfig& config) {
   if (k.section == "model" && k.name == "preset") return !config.model_preset.empty();
-  return k.applies_to(config.model.traits());
+  return k.applies_to(config.model);
 }
 
 // 124439808 -> "124,439,808".

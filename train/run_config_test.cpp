@@ -207,6 +207,29 @@ TEST(RunConfig, AFamilyThatDisagreesWithThePresetIsNamed) {
   EXPECT_NE(e.find("model.rope_theta = 10000.0: gpt2 models have learned position embeddings"), std::string::npos) << e;
 }
 
+// The moe_ keys describe a mixture of experts: taken on one (a preset's, or one the file makes
+// with moe_experts), refused on a dense model, and written back only for a model with experts.
+TEST(RunConfig, ExpertKeysApplyToAMixtureOfExpertsOnly) {
+  testing::TempDir dir;
+  const auto e = load_error(write_config(dir, "[model]\npreset = \"llama-tiny\"\nmoe_top_k = 4\n[data]\nseq_len = 64\n"));
+  EXPECT_NE(e.find("run.toml:3: model.moe_top_k = 4: describes a mixture of experts, and this model's MLPs are dense"),
+            std::string::npos)
+      << e;
+  const RunConfig moe = load_run_config(
+      write_config(dir, "[model]\npreset = \"moe-tiny\"\nmoe_top_k = 1\nmoe_shared_hidden = 16\n[data]\nseq_len = 64\n"));
+  EXPECT_EQ(moe.model.moe.routing.top_k, 1);
+  EXPECT_EQ(moe.model.moe.shared_hidden, 16);
+  EXPECT_NE(resolved_toml(moe).find("moe_top_k                 = 1\n"), std::string::npos);
+  const RunConfig made = load_run_config(write_config(
+      dir, "[model]\npreset = \"llama-tiny\"\nmoe_expert_hidden = 32\nmoe_experts = 8\n[data]\nseq_len = 64\n"));
+  EXPECT_EQ(made.model.moe.experts, 8);  // moe_experts may come after the keys it enables
+  const RunConfig dense = load_run_config(write_config(dir, "[model]\npreset = \"llama-tiny\"\n[data]\nseq_len = 64\n"));
+  EXPECT_EQ(resolved_toml(dense).find("moe_"), std::string::npos);
+  EXPECT_NE(load_error(write_config(dir, "[model]\npreset = \"moe-tiny\"\nmoe_top_k = 5\n[data]\nseq_len = 64\n"))
+                .find("model.moe_top_k = 5: must be in [1, moe_experts = 4]"),
+            std::string::npos);
+}
+
 TEST(RunConfig, AModelNeedsAPresetOrEverySize) {
   testing::TempDir dir;
   const auto e = load_error(write_config(dir, "[model]\nfamily = \"gpt2\"\nn_layer = 2\n"));
