@@ -9,12 +9,15 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/buffer.h"
 #include "core/rng.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/onednn_matmul.h"
+#include "kernels/grouped_linear.h"
+#include "kernels/linear.h"
 #include "model/block_declaration.h"
 
 namespace dt {
@@ -47,6 +50,56 @@ double median_seconds(int reps, const std::function<void()>& run) {
   return times[times.size() / 2];
 }
 
+// Fills a buffer's f32 elements with N(0, 1) values.
+void fill(const Buffer& b, const char* stream) {
+  fill_normal(static_cast<float*>(b.data()), static_cast<int64_t>(b.bytes() / sizeof(float)), 0, ElementRng(1, stream), 0,
+              1);
+}
+
+// The experts' layers, each pass as one grouped call (kernels/grouped_linear.h: a linear call per
+// expert on its rows) against one linear call over the same rows with one weight: the same FLOPs
+// in one product. The N · top_k rows are routed evenly, N · top_k / E per expert.
+void time_expert_layers(const ModelConfig& c, int64_t N, int reps) {
+  const int64_t E = c.moe.experts, R = N * c.moe.routing.top_k;
+  std::vector<int64_t> offsets(static_cast<size_t>(E) + 1);
+  for (int64_t e = 0; e <= E; ++e) offsets[static_cast<size_t>(e)] = R * e / E;
+  std::printf("# experts: %lld rows (%lld tokens x top %lld) over %lld experts, %lld to %lld each; f32, the training "
+              "kernels\n",
+              static_cast<long long>(R), static_cast<long long>(N), static_cast<long long>(c.moe.routing.top_k),
+              static_cast<long long>(E), static_cast<long long>(R / E), static_cast<long long>((R + E - 1) / E));
+  std::printf("#%-26s %6s %6s %14s %14s %14s\n", "product", "in", "out", "grouped", "one_linear", "grouped/one");
+  double grouped_total = 0, dense_total = 0, flops_total = 0;
+  for (const BlockDeclaration* block : block_declarations(c))
+    for (const LinearDeclaration* linear : block->linears()) {
+      if (!linear->per_expert) continue;
+      const int64_t in = linear->in_features(c), out = linear->out_features(c);
+      const Buffer x(static_cast<size_t>(R * in) * sizeof(float), MemTag::workspace),
+          y(static_cast<size_t>(R * out) * sizeof(float), MemTag::workspace),
+          w(static_cast<size_t>(E * out * in) * sizeof(float), MemTag::workspace),
+          dw(static_cast<size_t>(E * out * in) * sizeof(float), MemTag::workspace);
+      fill(x, "experts.x"), fill(y, "experts.y"), fill(w, "experts.w"), fill(dw, "experts.dw");
+      const Tensor xt = x.view(DType::f32, {R, in}), yt = y.view(DType::f32, {R, out});
+      const Tensor wt = w.view(DType::f32, {E, out, in}), dwt = dw.view(DType::f32, {E, out, in});
+      const Tensor w0 = w.view(DType::f32, {out, in}), dw0 = dw.view(DType::f32, {out, in});
+      const double flops = 2.0 * R * in * out;
+      const std::vector<std::tuple<const char*, std::function<void()>, std::function<void()>>> passes = {
+          {"forward", [&] { kernels::grouped_linear_forward(yt, xt, wt, offsets); },
+           [&] { kernels::linear_forward(yt, xt, w0, Tensor{}); }},
+          {"d_input", [&] { kernels::grouped_linear_backward_input(xt, yt, wt, offsets); },
+           [&] { kernels::linear_backward_input(xt, yt, w0); }},
+          {"d_weight", [&] { kernels::grouped_linear_backward_weight(dwt, yt, xt, offsets); },
+           [&] { kernels::linear_backward_weight(dw0, Tensor{}, yt, xt); }}};
+      for (const auto& [pass, grouped, dense] : passes) {
+        const double g = median_seconds(reps, grouped), d = median_seconds(reps, dense);
+        grouped_total += g, dense_total += d, flops_total += flops;
+        std::printf(" %-26s %6lld %6lld %9.0f GF/s %9.0f GF/s %13.2f\n", str(linear->name, " ", pass).c_str(),
+                    static_cast<long long>(in), static_cast<long long>(out), flops / g / 1e9, flops / d / 1e9, d / g);
+      }
+    }
+  std::printf("result experts_grouped_gflop_per_s=%.1f experts_one_linear_gflop_per_s=%.1f grouped_over_one=%.3f\n",
+              flops_total / grouped_total / 1e9, flops_total / dense_total / 1e9, dense_total / grouped_total);
+}
+
 }  // namespace
 
 void run_gemm_bench(const GemmBenchOptions& o) {
@@ -57,9 +110,10 @@ void run_gemm_bench(const GemmBenchOptions& o) {
   const ModelConfig& c = o.model;
   const int64_t N = static_cast<int64_t>(o.batch_size) * o.seq_len;
   std::vector<Product> products;
+  // Every distinct block's linear layers; the experts' are timed as grouped products, after.
   for (const BlockDeclaration* block : block_declarations(c))
     for (const LinearDeclaration* linear : block->linears())
-      add_linear(products, linear->name, N, linear->in_features(c), linear->out_features(c));
+      if (!linear->per_expert) add_linear(products, linear->name, N, linear->in_features(c), linear->out_features(c));
   add_linear(products, "classifier", N, c.d_model, c.padded_vocab_size());
 
   int64_t largest = 0;
@@ -111,6 +165,7 @@ void run_gemm_bench(const GemmBenchOptions& o) {
               total_blas * 1e3, total_dnnl * 1e3, total_bf16 * 1e3, total_blas / total_bf16);
   std::printf("result openblas_f32_gflop_per_s=%.1f onednn_f32_gflop_per_s=%.1f onednn_bf16_gflop_per_s=%.1f\n",
               total_flops / total_blas / 1e9, total_flops / total_dnnl / 1e9, total_flops / total_bf16 / 1e9);
+  if (c.moe.experts > 0) time_expert_layers(c, N, o.reps);
 }
 
 }  // namespace dt
