@@ -93,8 +93,8 @@ bool Args::get_bool(const std::string& name) const {
 }
 
 std::string Args::usage() const {
-  std::string out = str("usage: dtrain ", command_, order_.empty() ? "" : " [flags]", positional_name_.empty() ? "" : " " + positional_name_,
-                        "\n  ", summary_, "\n");
+  std::string out = str("usage: dtrain ", command_, order_.empty() ? "" : " [flags]",
+                        positional_name_.empty() ? "" : " " + positional_name_, "\n  ", summary_, "\n");
   if (!positional_name_.empty()) out += str("  ", positional_name_, "  ", positional_help_, "\n");
   if (!order_.empty()) out += "flags:\n";
   for (const auto& name : order_) {

@@ -34,7 +34,8 @@ INSTANTIATE_TEST_SUITE_P(
     Cli, CliMistake,
     ::testing::Values(
         Mistake{"unknown_command", "frobnicate", 2, "unknown command 'frobnicate'"},
-        Mistake{"misspelt_command", "dat prepare --out x", 2, "unknown command 'dat prepare' (did you mean 'dtrain data prepare'?)"},
+        Mistake{"misspelt_command", "dat prepare --out x", 2,
+                "unknown command 'dat prepare' (did you mean 'dtrain data prepare'?)"},
         Mistake{"misspelt_flag", "bench step --modle gpt2-tiny", 1, "unknown flag --modle (did you mean --model?)"},
         Mistake{"flag_without_value", "bench step --steps", 1, "flag --steps needs a value"},
         Mistake{"non_integer_value", "bench step --steps abc", 1, "--steps = 'abc' is not an integer"},

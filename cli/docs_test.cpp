@@ -393,7 +393,8 @@ TEST(DocsCommands, EveryOutputShownIsWhatTheCommandPrintsNow) {
     const std::vector<ShownRun> runs = shown_runs(doc);
     for (auto run = runs.rbegin(); run != runs.rend(); ++run) {  // from the end: lines move
       shown[doc.name].insert(run->args);
-      const auto result = testing::run_command(str("cd '", kSource.string(), "' && ", DTRAIN_BINARY_DIR, "/dtrain ", run->args));
+      const auto result =
+          testing::run_command(str("cd '", kSource.string(), "' && ", DTRAIN_BINARY_DIR, "/dtrain ", run->args));
       EXPECT_EQ(result.status, 0) << doc.name << ":" << run->prompt + 1 << ": `dtrain " << run->args << "` fails:\n"
                                   << result.output;
       const std::vector<std::string> printed = output_lines(result.output);
@@ -461,7 +462,8 @@ TEST(DocsCommands, TheCheapCommandLinesRun) {
       std::string word = w[i];
       if (i > 0 && w[i - 1] == "--svg")
         word = (dir.path() / "drawn.svg").string();
-      else if (i >= words && !word.starts_with("-") && word.find('=') == std::string::npos && fs::exists(kSource / word))
+      else if (i >= words && !word.starts_with("-") && word.find('=') == std::string::npos &&
+               fs::exists(kSource / word))
         word = (kSource / word).string();
       args += str(args.empty() ? "" : " ", "'", word, "'");
     }
@@ -485,7 +487,8 @@ TEST(DocsReadme, NamesEveryDirectoryAndEveryPage) {
   std::vector<std::string> ignored;  // "/build*/" -> "build*"
   std::ifstream gitignore(kSource / ".gitignore");
   for (std::string line; std::getline(gitignore, line);)
-    if (line.size() > 2 && line.front() == '/' && line.back() == '/') ignored.push_back(line.substr(1, line.size() - 2));
+    if (line.size() > 2 && line.front() == '/' && line.back() == '/')
+      ignored.push_back(line.substr(1, line.size() - 2));
   std::set<std::string> directories;
   for (const auto& entry : fs::directory_iterator(kSource)) {
     const std::string name = entry.path().filename().string();

@@ -1,9 +1,9 @@
 // dtrain: the command-line entry point. Every dt::Error is caught here, printed, and turned
 // into a non-zero exit status.
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
-#include <cstdio>
 #include <optional>
 #include <string>
 #include <thread>
@@ -63,7 +63,8 @@ constexpr Command kCommands[] = {
 constexpr size_t kFromTextToModel = 7;
 
 std::string usage() {
-  std::string out = "usage: dtrain <command> [flags]   (dtrain <command> --help for its flags)\nfrom text to a model:\n";
+  std::string out =
+      "usage: dtrain <command> [flags]   (dtrain <command> --help for its flags)\nfrom text to a model:\n";
   for (size_t i = 0; i < std::size(kCommands); ++i) {
     if (i == kFromTextToModel) out += "inspecting and measuring:\n";
     out += dt::str("  ", kCommands[i].name, std::string(18 - std::strlen(kCommands[i].name), ' '),

@@ -70,13 +70,18 @@ void moe_permute_forward(Tensor permuted, Tensor x, Tensor row_of) {
     if (rows[i] >= 0) std::memcpy(dst + static_cast<size_t>(rows[i]) * row_bytes, src + (i / k) * row_bytes, row_bytes);
 }
 
-void moe_permute_backward(Tensor dx, Tensor dpermuted, Tensor row_of) {
-  dispatch_storage(dx.dtype, [&]<typename S>() {
+namespace {
+
+// out[n] = sum over token n's kept slots j of w[n, j] * src[row_of[n, j]] (w null: weight 1), in
+// f32 in slot order as fused multiply-adds (fma(1, y, acc) is y + acc exactly), rounded once.
+void sum_rows(Tensor out, Tensor src, const Tensor* weights, Tensor row_of) {
+  dispatch_storage(out.dtype, [&]<typename S>() {
     using T = compute_t<S>;
-    const int64_t N = dx.dim(0), C = dx.dim(1), k = row_of.dim(1);
+    const int64_t N = out.dim(0), C = out.dim(1), k = row_of.dim(1);
     const int32_t* rows = row_of.ptr<int32_t>();
-    const S* dp = storage_ptr<S>(dpermuted);
-    S* d = storage_ptr<S>(dx);
+    const T* w = weights ? weights->ptr<T>() : nullptr;
+    const S* from = storage_ptr<S>(src);
+    S* to = storage_ptr<S>(out);
 #pragma omp parallel
     {
       std::vector<T> acc(static_cast<size_t>(C));
@@ -85,42 +90,22 @@ void moe_permute_backward(Tensor dx, Tensor dpermuted, Tensor row_of) {
         std::fill(acc.begin(), acc.end(), T{0});
         for (int64_t j = 0; j < k; ++j) {
           if (rows[n * k + j] < 0) continue;
-          const S* src = dp + rows[n * k + j] * C;
+          const S* row = from + rows[n * k + j] * C;
+          const T wt = w ? w[n * k + j] : T{1};
 #pragma omp simd
-          for (int64_t c = 0; c < C; ++c) acc[c] += load(src[c]);
+          for (int64_t c = 0; c < C; ++c) acc[c] = std::fma(wt, load(row[c]), acc[c]);
         }
-        store_row(d + n * C, acc.data(), C);
+        store_row(to + n * C, acc.data(), C);
       }
     }
   });
 }
 
-void moe_unpermute_forward(Tensor out, Tensor y, Tensor weights, Tensor row_of) {
-  dispatch_storage(out.dtype, [&]<typename S>() {
-    using T = compute_t<S>;
-    const int64_t N = out.dim(0), C = out.dim(1), k = row_of.dim(1);
-    const int32_t* rows = row_of.ptr<int32_t>();
-    const T* w = weights.ptr<T>();
-    const S* yp = storage_ptr<S>(y);
-    S* o = storage_ptr<S>(out);
-#pragma omp parallel
-    {
-      std::vector<T> acc(static_cast<size_t>(C));
-#pragma omp for schedule(static)
-      for (int64_t n = 0; n < N; ++n) {
-        std::fill(acc.begin(), acc.end(), T{0});
-        for (int64_t j = 0; j < k; ++j) {
-          if (rows[n * k + j] < 0) continue;
-          const S* src = yp + rows[n * k + j] * C;
-          const T wt = w[n * k + j];
-#pragma omp simd
-          for (int64_t c = 0; c < C; ++c) acc[c] = std::fma(wt, load(src[c]), acc[c]);
-        }
-        store_row(o + n * C, acc.data(), C);
-      }
-    }
-  });
-}
+}  // namespace
+
+void moe_permute_backward(Tensor dx, Tensor dpermuted, Tensor row_of) { sum_rows(dx, dpermuted, nullptr, row_of); }
+
+void moe_unpermute_forward(Tensor out, Tensor y, Tensor weights, Tensor row_of) { sum_rows(out, y, &weights, row_of); }
 
 void moe_unpermute_backward(Tensor dy, Tensor dweights, Tensor dout, Tensor y, Tensor weights, Tensor row_of) {
   dispatch_storage(y.dtype, [&]<typename S>() {
