@@ -96,6 +96,30 @@ int64_t ActivationDeclaration::width_of(const ModelConfig& config, const ShardDi
       return dims.ffn_in_width(config);
     case ActivationWidth::ffn:
       return dims.ffn_hidden();
+    case ActivationWidth::experts:
+      return dims.experts;
+    case ActivationWidth::top_k:
+      return config.moe.routing.top_k;
+    case ActivationWidth::expert_ffn_in:
+      return 2 * dims.expert_hidden;
+    case ActivationWidth::expert_ffn:
+      return dims.expert_hidden;
+    case ActivationWidth::shared_ffn_in:
+      return 2 * dims.shared_ffn.size();
+    case ActivationWidth::shared_ffn:
+      return dims.shared_ffn.size();
+  }
+  return 0;
+}
+
+int64_t ActivationDeclaration::rows_of(const ModelConfig& config, int64_t all_rows, int64_t local_rows) const {
+  switch (rows) {
+    case ActivationRows::all:
+      return all_rows;
+    case ActivationRows::local:
+      return local_rows;
+    case ActivationRows::assignments:
+      return local_rows * config.moe.routing.top_k;
   }
   return 0;
 }
@@ -115,7 +139,10 @@ std::vector<const LinearDeclaration*> BlockDeclaration::linears() const {
 }
 
 const ActivationDeclaration& BlockDeclaration::activation(BlockActivation id) const {
-  return activations.at(static_cast<size_t>(id));
+  for (const ActivationDeclaration& a : activations)
+    if (a.id == id) return a;
+  check_failed("activation declared", str("no activation ", static_cast<int>(id), " in the block's declaration"),
+               __func__, __FILE__, __LINE__);
 }
 
 namespace {
@@ -123,19 +150,41 @@ namespace {
 // Every family's activations: the norms' outputs and statistics and the residual stream on this
 // rank's rows, the linear layers' outputs and attention's on all of them. Full recomputation
 // reruns the block up to the MLP's activation; selective, the attention core (its output and
-// log-sum-exp). A block's output is the next one's input: always kept.
-std::vector<ActivationDeclaration> block_activations() {
+// log-sum-exp). A block's output is the next one's input: always kept. An expert block routes
+// this rank's rows (under tensor parallelism each rank its own part, as sequence parallelism
+// splits them) and keeps its experts' outputs, which the combine's backward reads, as a dense
+// block keeps nothing its output projection makes.
+std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, bool gated) {
   using A = BlockActivation;
   using W = ActivationWidth;
-  constexpr ActivationRows all = ActivationRows::all, part = ActivationRows::local;
+  constexpr ActivationRows all = ActivationRows::all, part = ActivationRows::local,
+                           assigned = ActivationRows::assignments;
+  constexpr ActivationType P = ActivationType::precision, F = ActivationType::f32, I = ActivationType::i32;
   constexpr Recompute full = Recompute::full, core = Recompute::selective;
-  return {{A::ln1, W::model, part, false, full},      {A::ln1_mean, W::norm_mean, part, true, full},
-          {A::ln1_rstd, W::one, part, true, full},    {A::qkv, W::qkv, all, false, full},
-          {A::atty, W::attention, all, false, core},  {A::lse, W::heads, all, true, core},
-          {A::res2, W::model, part, false, full},     {A::ln2, W::model, part, false, full},
-          {A::ln2_mean, W::norm_mean, part, true, full}, {A::ln2_rstd, W::one, part, true, full},
-          {A::fch, W::ffn_in, all, false, full},      {A::fch_act, W::ffn, all, false, full},
-          {A::res3, W::model, part, false, Recompute::none}};
+  std::vector<ActivationDeclaration> a = {
+      {A::ln1, W::model, part, P, full},       {A::ln1_mean, W::norm_mean, part, F, full},
+      {A::ln1_rstd, W::one, part, F, full},    {A::qkv, W::qkv, all, P, full},
+      {A::atty, W::attention, all, P, core},   {A::lse, W::heads, all, F, core},
+      {A::res2, W::model, part, P, full},      {A::ln2, W::model, part, P, full},
+      {A::ln2_mean, W::norm_mean, part, F, full}, {A::ln2_rstd, W::one, part, F, full}};
+  if (!experts) {
+    a.push_back({A::fch, W::ffn_in, all, P, full});
+    a.push_back({A::fch_act, W::ffn, all, P, full});
+  }
+  a.push_back({A::res3, W::model, part, P, Recompute::none});
+  if (!experts) return a;
+  for (const ActivationDeclaration& d : std::initializer_list<ActivationDeclaration>{
+           {A::route_scores, W::experts, part, F, full},  {A::route_experts, W::top_k, part, I, full},
+           {A::route_weights, W::top_k, part, F, full},   {A::route_rows, W::top_k, part, I, full},
+           {A::expert_in, W::model, assigned, P, full},   {A::expert_fch, W::expert_ffn_in, assigned, P, full},
+           {A::expert_act, W::expert_ffn, assigned, P, full}, {A::expert_out, W::model, assigned, P, Recompute::none}})
+    a.push_back(d);
+  if (shared) {
+    a.push_back({A::shared_fch, W::shared_ffn_in, all, P, full});
+    a.push_back({A::shared_act, W::shared_ffn, all, P, full});
+  }
+  if (gated) a.push_back({A::shared_gate, W::one, part, F, full});
+  return a;
 }
 
 // What a block's MLP is: dense, or experts with optionally a shared expert, optionally gated.
@@ -176,7 +225,10 @@ BlockDeclaration declare(ModelFamily family, MlpShape shape) {
   const bool gpt2 = family == ModelFamily::gpt2;
   const bool swiglu = traits.mlp == MlpKind::swiglu;
   using S = Span;
-  BlockDeclaration b{.layers = {}, .activations = block_activations(), .hf = {}};
+  BlockDeclaration b{.layers = {},
+                     .activations = block_activations(shape != MlpShape::dense, shape >= MlpShape::experts_shared,
+                                                      shape == MlpShape::experts_shared_gated),
+                     .hf = {}};
   // GPT-2's Conv1D layers are one tensor each; Llama's fused ones are several: q, k and v
   // stacked by rows in attn.qkv, gate over up in mlp.fc.
   const std::vector<HfTensor> qkv = gpt2 ? std::vector<HfTensor>{{"attn.c_attn", 3}}

@@ -79,29 +79,49 @@ struct NormDeclaration {
 };
 
 // A block's activations, each a region per block and micro-batch of a stage's store unless a
-// recomputation policy rebuilds it in backward.
-enum class BlockActivation { ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3 };
-constexpr int kBlockActivations = static_cast<int>(BlockActivation::res3) + 1;
+// recomputation policy rebuilds it in backward. A dense block has those up to res3; an expert
+// block has the router's (scores, chosen experts, their weights, each assignment's row), the
+// experts' rows (their input, fc output, activation and output) and a shared expert's, in place
+// of fch and fch_act.
+enum class BlockActivation {
+  ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3,
+  route_scores, route_experts, route_weights, route_rows, expert_in, expert_fch, expert_act, expert_out,
+  shared_fch, shared_act, shared_gate
+};
+constexpr int kBlockActivations = static_cast<int>(BlockActivation::shared_gate) + 1;
 
 // An activation's width, from this rank's sizes: the model width C, a norm's per-row mean
 // (1 for LayerNorm, none for RMSNorm), one per row, the attention's qkv (this rank's heads),
-// its output, one per head, the MLP's first projection's output and its activation's.
-enum class ActivationWidth { model, norm_mean, one, qkv, attention, heads, ffn_in, ffn };
-// Its rows: all N of the micro-batch, or this rank's part of them under sequence parallelism.
-enum class ActivationRows { all, local };
+// its output, one per head, the MLP's first projection's output and its activation's; the
+// experts (E) and the chosen ones (top_k); an expert's first projection's output (2 F_e) and its
+// activation's (F_e); a shared expert's (this rank's share).
+enum class ActivationWidth {
+  model, norm_mean, one, qkv, attention, heads, ffn_in, ffn,
+  experts, top_k, expert_ffn_in, expert_ffn, shared_ffn_in, shared_ffn
+};
+// Its rows: all N of the micro-batch, this rank's part of them under sequence parallelism, or
+// top_k per row of that part: the experts' rows when none is dropped (the most there can be).
+enum class ActivationRows { all, local, assignments };
+// What it holds: values in the run's precision, f32 (per-row statistics, the router's scores and
+// weights) or i32 indices.
+enum class ActivationType { precision, f32, i32 };
 
 struct ActivationDeclaration {
   BlockActivation id;
   ActivationWidth width;
   ActivationRows rows;
-  bool statistics;  // per-row statistics, in f32; else in the run's precision
+  ActivationType type;
   // The least recomputation policy that rebuilds it in backward instead of keeping it
   // (Recompute::none: always kept).
   Recompute rebuilt_from;
 
   bool kept(Recompute policy) const { return rebuilt_from == Recompute::none || policy < rebuilt_from; }
   int64_t width_of(const ModelConfig& config, const ShardDims& dims) const;
-  DType dtype(DType precision) const { return statistics ? DType::f32 : precision; }
+  // Its rows, of a micro-batch's N on a rank holding `local` of them.
+  int64_t rows_of(const ModelConfig& config, int64_t all_rows, int64_t local_rows) const;
+  DType dtype(DType precision) const {
+    return type == ActivationType::f32 ? DType::f32 : type == ActivationType::i32 ? DType::i32 : precision;
+  }
 };
 
 // The Hugging Face names of the tensors outside the blocks, and the blocks' prefix ("h.<l>."
@@ -115,13 +135,14 @@ struct HfNames {
 struct BlockDeclaration {
   // The parameterised layers in the order their parameters are laid out.
   std::vector<std::variant<NormDeclaration, LinearDeclaration>> layers;
-  // The activations, in the order their regions are laid out.
+  // The activations, in the order their regions are laid out (increasing ids).
   std::vector<ActivationDeclaration> activations;
   HfNames hf;
 
   const LinearDeclaration& linear(std::string_view name) const;
   // The linear layers in forward order.
   std::vector<const LinearDeclaration*> linears() const;
+  // Throws dt::Error for one the block does not have.
   const ActivationDeclaration& activation(BlockActivation id) const;
 };
 

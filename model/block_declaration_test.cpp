@@ -6,6 +6,7 @@
 
 #include "ckpt/hf_checkpoint.h"
 #include "model/flops.h"
+#include "model/tensor_shard.h"
 #include "model/parameters.h"
 
 namespace dt {
@@ -51,8 +52,8 @@ TEST(BlockDeclaration, TheLayoutHoldsExactlyTheDeclaredLayersOnEveryRank) {
 TEST(BlockDeclaration, RecomputationPoliciesRebuildWhatTheyDeclare) {
   const ModelConfig c = model_preset("llama-tiny");
   const BlockDeclaration& block = declare_block(c, 0);
-  ASSERT_EQ(block.activations.size(), static_cast<size_t>(kBlockActivations));
-  for (int i = 0; i < kBlockActivations; ++i) {
+  ASSERT_EQ(block.activations.size(), static_cast<size_t>(BlockActivation::res3) + 1);  // a dense block's
+  for (int i = 0; i <= static_cast<int>(BlockActivation::res3); ++i) {
     const ActivationDeclaration& a = block.activations[static_cast<size_t>(i)];
     EXPECT_EQ(static_cast<int>(a.id), i);  // listed in id order: the regions' order
     EXPECT_TRUE(a.kept(Recompute::none));
@@ -63,6 +64,40 @@ TEST(BlockDeclaration, RecomputationPoliciesRebuildWhatTheyDeclare) {
   EXPECT_EQ(declare_block(model_preset("gpt2-tiny"), 0).activation(BlockActivation::ln1_mean).width_of(
                 model_preset("gpt2-tiny"), shard_dims(model_preset("gpt2-tiny"), {})),
             1);
+}
+
+// An expert block keeps the router's choice and the experts' rows in place of fch and fch_act:
+// top_k rows per token (dropless, the most there can be), f32 scores and weights, i32 indices;
+// under full recomputation only the experts' output (which the combine's backward reads) and
+// the block's output stay.
+TEST(BlockDeclaration, ExpertBlocksDeclareTheRoutersAndTheExpertsActivations) {
+  ModelConfig c = model_preset("moe-tiny");  // 4 experts of hidden 32, top 2, d_model 48
+  c.moe.shared_hidden = 40;
+  const BlockDeclaration& block = declare_block(c, 0);
+  const ShardDims dims = shard_dims(c, {});
+  EXPECT_THROW(block.activation(BlockActivation::fch), Error);
+  using A = BlockActivation;
+  const auto expect = [&](A id, int64_t width, int64_t rows, DType dtype) {
+    const ActivationDeclaration& a = block.activation(id);
+    EXPECT_EQ(a.width_of(c, dims), width) << static_cast<int>(id);
+    EXPECT_EQ(a.rows_of(c, 10, 5), rows) << static_cast<int>(id);  // 10 rows, 5 of them this rank's
+    EXPECT_EQ(a.dtype(DType::bf16), dtype) << static_cast<int>(id);
+  };
+  expect(A::route_scores, 4, 5, DType::f32);
+  expect(A::route_experts, 2, 5, DType::i32);
+  expect(A::route_weights, 2, 5, DType::f32);
+  expect(A::route_rows, 2, 5, DType::i32);
+  expect(A::expert_in, 48, 10, DType::bf16);
+  expect(A::expert_fch, 64, 10, DType::bf16);
+  expect(A::expert_act, 32, 10, DType::bf16);
+  expect(A::expert_out, 48, 10, DType::bf16);
+  expect(A::shared_fch, 80, 10, DType::bf16);
+  expect(A::shared_act, 40, 10, DType::bf16);
+  EXPECT_THROW(block.activation(A::shared_gate), Error);  // no gate
+  for (const ActivationDeclaration& a : block.activations)
+    EXPECT_EQ(a.kept(Recompute::full), a.id == A::res3 || a.id == A::expert_out) << static_cast<int>(a.id);
+  for (size_t i = 1; i < block.activations.size(); ++i)
+    EXPECT_LT(block.activations[i - 1].id, block.activations[i].id);  // the regions' order
 }
 
 // The Hugging Face pieces of each block parameter cover its rows exactly once, in order (an

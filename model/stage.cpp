@@ -55,7 +55,7 @@ struct Stage::ActivationRegions {
     for (int l = units.first_block; l < units.end_block; ++l) {
       Block& b = blocks.emplace_back();
       for (const ActivationDeclaration& a : declare_block(c, l).activations) {
-        const int64_t width = a.width_of(c, d), rows = a.rows == ActivationRows::local ? rank_rows : max_rows;
+        const int64_t width = a.width_of(c, d), rows = a.rows_of(c, max_rows, rank_rows);
         std::optional<ActivationRegion>& shared_region = once[static_cast<size_t>(a.id)];
         if (!a.kept(recompute) && !shared_region) shared_region = shared.add(width, a.dtype(precision), rows);
         b.activations[static_cast<size_t>(a.id)] =
