@@ -152,8 +152,8 @@ namespace {
 // reruns the block up to the MLP's activation; selective, the attention core (its output and
 // log-sum-exp). A block's output is the next one's input: always kept. An expert block routes
 // this rank's rows (under tensor parallelism each rank its own part, as sequence parallelism
-// splits them) and keeps its experts' outputs, which the combine's backward reads, as a dense
-// block keeps nothing its output projection makes.
+// splits them). Its experts' outputs are kept under full recomputation too: the combine's
+// backward reads them, where a dense block's backward reads nothing its output projection makes.
 std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, bool gated) {
   using A = BlockActivation;
   using W = ActivationWidth;
