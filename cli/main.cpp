@@ -1,5 +1,6 @@
 // dtrain: the command-line entry point. Every dt::Error is caught here, printed, and turned
 // into a non-zero exit status.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -65,9 +66,11 @@ constexpr size_t kFromTextToModel = 7;
 std::string usage() {
   std::string out =
       "usage: dtrain <command> [flags]   (dtrain <command> --help for its flags)\nfrom text to a model:\n";
+  size_t width = 0;  // the longest name's, so the summaries line up
+  for (const Command& c : kCommands) width = std::max(width, std::strlen(c.name));
   for (size_t i = 0; i < std::size(kCommands); ++i) {
     if (i == kFromTextToModel) out += "inspecting and measuring:\n";
-    out += dt::str("  ", kCommands[i].name, std::string(18 - std::strlen(kCommands[i].name), ' '),
+    out += dt::str("  ", kCommands[i].name, std::string(width + 2 - std::strlen(kCommands[i].name), ' '),
                    kCommands[i].summary, "\n");
   }
   return out;

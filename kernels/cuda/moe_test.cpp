@@ -135,6 +135,8 @@ TEST(CudaMoeRoute, MatchesTheCpuAndRepeatsBitForBit) {
       ASSERT_GT(min_choice_gap(cpu, logits.t, bias.t, c.routing.top_k), 1e-5);
       const Routed gpu = route_on(Device::cuda, logits.t, bias.t, c.routing);
       EXPECT_TRUE(same_bits(gpu.experts.t, cpu.experts.t));
+      // A warp sums a row's softmax in a tree, the CPU in a loop: scores and weights (at most 1, of
+      // the largest) differ by a few ulps, under 1e-6 in f32 (8 ulps of 1) and 1e-13 in f64.
       const double forward_bound = dtype == DType::f32 ? 1e-6 : 1e-13;
       EXPECT_LE(max_error(gpu.scores.t, cpu.scores.t), forward_bound);
       EXPECT_LE(max_error(gpu.weights.t, cpu.weights.t), forward_bound);
@@ -145,6 +147,8 @@ TEST(CudaMoeRoute, MatchesTheCpuAndRepeatsBitForBit) {
         const Tensor extra = with_dscores ? dscores.t : Tensor{};
         const OwnedTensor cpu_d = route_backward_on(Device::cpu, dweights.t, extra, cpu, c.routing);
         const OwnedTensor gpu_d = route_backward_on(Device::cuda, dweights.t, extra, cpu, c.routing);
+        // The backward's dot product over E is reduced in another order too, on top of the same
+        // scores: twice the forward's f32 bound (moe_route_test.cpp allows the CPU as much).
         EXPECT_LE(max_error(gpu_d.t, cpu_d.t), dtype == DType::f32 ? 2e-6 : 1e-13) << with_dscores;
         const OwnedTensor again = route_backward_on(Device::cuda, dweights.t, extra, cpu, c.routing);
         EXPECT_TRUE(same_bits(again.t, gpu_d.t));
@@ -278,6 +282,8 @@ TEST(CudaMoePermute, MatchesTheCpuBitForBitAndRepeats) {
           });
           EXPECT_TRUE(same_bits(dy.t, dy_cpu.t)) << "dy";
           const OwnedTensor dweights = to_host(g_dweights.t);
+          // dweights is a dot product over C (at most 64 terms) that the GPU splits across threads
+          // (kernels/moe_permute.h): a few ulps of the largest, under 1e-6 in f32, 1e-13 in f64.
           EXPECT_LE(max_error(dweights.t, dweights_cpu.t), wtype == DType::f64 ? 1e-13 : 1e-6);
           // Again on the GPU: the same bits.
           moe_unpermute_backward(to_gpu(zeros(dtype, {R, C}).t).t, g_dweights.t, g_dout.t, g_y.t, g_w.t, g_row_of.t);
