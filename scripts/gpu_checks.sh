@@ -7,7 +7,8 @@
 # Steps: doctor (dtrain doctor, nvidia-smi), tests (every test that needs a GPU: ctest, in
 # parallel), bench (bench/step_vs_pytorch_gpu.sh; BENCH_FLAGS passes it flags), profile (one timed
 # step of gpt2-124m and llama3.2-1b under ncu: the largest kernel shares), comm (dtrain bench comm
-# --device cuda, one rank and two through MPI). The machine needs the NVIDIA driver, CUDA's
+# --device cuda: NCCL at one rank, MPI's staged CUDA buffers at two up to 64 MiB, and NCCL's
+# refusal of two ranks on one GPU where there is one). The machine needs the NVIDIA driver, CUDA's
 # libraries (the CUDA toolkit's, or those PyTorch's wheels carry) and, for bench, PyTorch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,8 +69,12 @@ for step in "$@"; do
       profile gpt2-124m --model gpt2-124m --seq 1024 --batch 32 --precision bf16 2>&1 | tee "$logs/profile.log"
       profile llama3.2-1b --model llama3.2-1b --seq 2048 --batch 8 --precision bf16 2>&1 | tee -a "$logs/profile.log" ;;
     comm)
-      { build/dtrain bench comm --device cuda
-        mpiexec --allow-run-as-root -n 2 build/dtrain bench comm --device cuda; } > "$logs/comm.log" 2>&1
+      gpus=$(nvidia-smi -L | wc -l)
+      { mpiexec --allow-run-as-root -n 1 build/dtrain bench comm --device cuda --backend nccl
+        mpiexec --allow-run-as-root -n 2 build/dtrain bench comm --device cuda --max-bytes 64M
+        if [ "$gpus" -lt 2 ]; then
+          mpiexec --allow-run-as-root -n 2 build/dtrain bench comm --device cuda --backend nccl --max-bytes 1K
+        fi; } > "$logs/comm.log" 2>&1
       tail -30 "$logs/comm.log" ;;
     *) echo "gpu_checks.sh: unknown step $step (steps: doctor tests bench profile comm)" >&2; exit 2 ;;
   esac
