@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bench/rank_figures.h"
 #include "comm/world.h"
@@ -60,15 +61,17 @@ void run_context_bench(const ContextBenchOptions& o) {
                 cp, c.n_head, c.kv_heads(), c.head_size(), static_cast<long long>(B), o.seq_len,
                 std::string(dtype_name(storage)).c_str(), std::string(device_name(o.device)).c_str());
 #ifdef DTRAIN_WITH_CUDA
-    if (o.device == Device::cuda) {
-      // The blocks of the first layout below: chunks of seq / (2 cp) tokens, one sequence each.
-      const int64_t chunk = o.seq_len / (2 * cp);
-      const Tensor q{.dtype = storage, .shape = {1, chunk, W}, .device = Device::cuda};
-      const Tensor kv{.dtype = storage, .shape = {1, chunk, W - A}, .device = Device::cuda};
-      for (const kernels::BlockMask mask : {kernels::BlockMask::causal, kernels::BlockMask::full})
-        std::printf("# attention blocks (%s): %s\n", mask == kernels::BlockMask::causal ? "causal" : "full",
+    // The blocks of both layouts below, one sequence's chunk each: plain's cp chunks, zig-zag's 2 cp.
+    const std::vector<int> chunk_counts = o.device == Device::cuda ? std::vector<int>{cp, 2 * cp} : std::vector<int>{};
+    for (const int chunks : chunk_counts)
+      for (const kernels::BlockMask mask : {kernels::BlockMask::causal, kernels::BlockMask::full}) {
+        const int64_t chunk = o.seq_len / (2 * cp) * 2 * cp / chunks;
+        const Tensor q{.dtype = storage, .shape = {1, chunk, W}, .device = Device::cuda};
+        const Tensor kv{.dtype = storage, .shape = {1, chunk, W - A}, .device = Device::cuda};
+        std::printf("# attention blocks of %lld tokens, %s: %s\n", static_cast<long long>(chunk),
+                    mask == kernels::BlockMask::causal ? "causal" : "full",
                     kernels::cuda::attention_block_kernels(q, kv, heads, mask).c_str());
-    }
+      }
 #endif
     std::printf("#%8s %30s %10s %10s %14s %14s %10s\n", "chunks", "attention ms per rank", "imbalance", "pass ms",
                 "sent MiB", "ring's count", "hidden");
@@ -108,7 +111,8 @@ void run_context_bench(const ContextBenchOptions& o) {
       sent = ring.bytes_sent() - before;
     }
     trace::enable(false);
-    const std::vector<double> ms = gathered_from_ranks(*world, median(compute)), shares = gathered_from_ranks(*world, median(hidden));
+    const std::vector<double> ms = gathered_from_ranks(*world, median(compute));
+    const std::vector<double> shares = gathered_from_ranks(*world, median(hidden));
     const std::vector<double> passes = gathered_from_ranks(*world, median(pass));
     // The ring's count: (cp − 1) blocks of B·T/cp rows of the key/value heads forward and again
     // backward, in the storage dtype, and cp of their f32 gradients.

@@ -246,6 +246,10 @@ TEST_P(CudnnAttentionBlock, MatchesThePerRowKernelsAndTheCpuWithinItsRounding) {
   EXPECT_LT(error_over(cudnn.lse.t, cpu.lse.t, lse_scale), 1e-5);
   EXPECT_LT(dq_error, grad_bound);
   EXPECT_LT(dkv_error, grad_bound);
+  // Against the per-row kernels directly: both bounds together (each is held to the CPU's).
+  EXPECT_LT(error_over(cudnn.out.t, per_row.out.t, out_scale), out_bound + 1e-4);
+  EXPECT_LT(error_over(cudnn.dq.t, per_row.dq.t, grad_scale), grad_bound + 1e-4);
+  EXPECT_LT(error_over(cudnn.dkv.t, per_row.dkv.t, grad_scale), grad_bound + 1e-4);
   std::printf("%s: cuDNN blocks against the CPU's: out %.3g (bound %.3g), dq %.3g dkv %.3g (bound %.3g); the CPU's "
               "whole bf16 attention: out %.3g dqkv %.3g (of the largest element)\n",
               c.name, out_error, out_bound, dq_error, dkv_error, grad_bound, cpu_out, cpu_dqkv);
