@@ -9,12 +9,12 @@
 // Everything else (f32, f64, head sizes cuDNN does not take, a tensor-parallel rank's heads,
 // unaligned buffers) runs the plain per-row kernels, with the CPU's math
 // (kernels/cpu/attention_block.cpp), which also stay the reference cuDNN is tested against
-// (kernels/cuda/attention_block_test.cpp): forward is one thread per (sequence, query head, query row) with an online
-// softmax over the block's keys; backward computes each row's D = rowsum(dout * out) first,
-// then dq with one thread per query row and dk, dv with one thread per (sequence, key/value
-// head, key row), which walks the query heads that read it and the rows that attend to it. No
-// two threads write one element: deterministic, without atomics. The tiled form is the step
-// after correctness. Head sizes up to 256, as the attention kernels (kernels/cuda/attention.cu).
+// (kernels/cuda/attention_block_test.cpp): forward is one thread per (sequence, query head,
+// query row) with an online softmax over the block's keys; backward computes each row's
+// D = rowsum(dout * out) first, then dq with one thread per query row and dk, dv with one thread
+// per (sequence, key/value head, key row), which walks the query heads that read it and the rows
+// that attend to it. No two threads write one element: deterministic, without atomics. Head
+// sizes up to 256, as the attention kernels (kernels/cuda/attention.cu).
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -148,10 +148,10 @@ BlockDims dims_of(const Tensor& q, const Tensor& kv, const AttentionHeads& h, Bl
           .causal = mask == BlockMask::causal};
 }
 
-// Folds a block's own attention (out_b (B, Tq, NH*HS) in the storage dtype, lse_b (B, NH, Tq)) into
-// the accumulators (out, lse) as the header's merge does, or with `first` sets them. One warp per
-// (position, head) row, whose lanes walk its HS columns: every lane reads the row's old lse
-// before lane 0 writes the new one.
+// Folds a block's own attention (out_b (B, Tq, NH*HS) in the storage dtype, lse_b (B, NH, Tq))
+// into the accumulators (out, lse) as the header's merge does, or with `first` sets them. One
+// warp per (position, head) row, whose lanes walk its HS columns: every lane reads the row's old
+// lse before lane 0 writes the new one.
 template <typename S>
 __global__ void merge_kernel(BlockDims d, float* out, float* lse, const S* out_b, const float* lse_b, bool first) {
   constexpr int kWarp = 32;
@@ -178,7 +178,11 @@ __global__ void add_widened_kernel(float* acc, const S* part, int64_t n) {
     acc[i] += load(part[i]);
 }
 
-size_t bytes_of(DType dtype, int64_t n) { return static_cast<size_t>(n) * dtype_size(dtype); }
+// GPU scratch of like's shape in `dtype`, freed to the stream-ordered cache when it goes.
+Buffer scratch_like(const Tensor& like, DType dtype) {
+  return Buffer(static_cast<size_t>(like.numel()) * dtype_size(dtype), MemTag::workspace, Device::cuda,
+                /*zero=*/false);
+}
 
 // Calls fn.template operator()<S>() for bf16 or f16, the dtypes cuDNN takes.
 template <typename Fn>
@@ -191,8 +195,7 @@ void dispatch_16bit(DType dtype, Fn&& fn) {
 void cudnn_block_forward(Tensor out, Tensor lse, Tensor q, Tensor kv, AttentionHeads heads, BlockMask mask,
                          bool first) {
   const BlockDims d = dims_of(q, kv, heads, mask);
-  const Buffer out_b(bytes_of(q.dtype, d.B * d.Tq * d.out_row), MemTag::workspace, Device::cuda, /*zero=*/false);
-  const Buffer lse_b(bytes_of(DType::f32, d.B * d.NH * d.Tq), MemTag::workspace, Device::cuda, /*zero=*/false);
+  const Buffer out_b = scratch_like(out, q.dtype), lse_b = scratch_like(lse, DType::f32);
   cudnn_attention_block_forward(out_b.view(q.dtype, out.shape), lse_b.view(DType::f32, lse.shape), q, kv, heads,
                                 mask);
   dispatch_16bit(q.dtype, [&]<typename S>() {
@@ -206,8 +209,7 @@ void cudnn_block_forward(Tensor out, Tensor lse, Tensor q, Tensor kv, AttentionH
 
 void cudnn_block_backward(Tensor dq, Tensor dkv, Tensor dout, Tensor q, Tensor kv, Tensor out, Tensor lse,
                           AttentionHeads heads, BlockMask mask) {
-  const Buffer dq_b(bytes_of(q.dtype, dq.numel()), MemTag::workspace, Device::cuda, /*zero=*/false);
-  const Buffer dkv_b(bytes_of(q.dtype, dkv.numel()), MemTag::workspace, Device::cuda, /*zero=*/false);
+  const Buffer dq_b = scratch_like(dq, q.dtype), dkv_b = scratch_like(dkv, q.dtype);
   cudnn_attention_block_backward(dq_b.view(q.dtype, dq.shape), dkv_b.view(q.dtype, dkv.shape), dout, q, kv, out, lse,
                                  heads, mask);
   dispatch_16bit(q.dtype, [&]<typename S>() {
