@@ -264,6 +264,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionBlock,
                                            Case{"mqa_four_chunks", 4, 37, 4, 1, 64}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+void expect_same_bits(const Blocks& a, const Blocks& b) {
+  EXPECT_TRUE(testing::same_bits(a.out.t, b.out.t));
+  EXPECT_TRUE(testing::same_bits(a.lse.t, b.lse.t));
+  EXPECT_TRUE(testing::same_bits(a.dq.t, b.dq.t));
+  EXPECT_TRUE(testing::same_bits(a.dkv.t, b.dkv.t));
+}
+
 // Two runs of cuDNN's blocks give the same bits: its deterministic backward, and merges and adds
 // of one thread per element.
 TEST(CudnnAttentionBlockDeterminism, SameBitsAcrossRuns) {
@@ -272,12 +279,8 @@ TEST(CudnnAttentionBlockDeterminism, SameBitsAcrossRuns) {
   const OwnedTensor qkv = testing::random_storage(DType::bf16, {1, c.T(), c.W()}, 83);
   const OwnedTensor dout = testing::random_storage(DType::bf16, {1, c.T(), c.A()}, 84);
   const OwnedTensor kv = key_values(c, qkv.t);
-  const Blocks first = run_blocks(c, qkv.t, kv.t, dout.t, Device::cuda, Kernels::dispatched);
-  const Blocks second = run_blocks(c, qkv.t, kv.t, dout.t, Device::cuda, Kernels::dispatched);
-  EXPECT_TRUE(testing::same_bits(first.out.t, second.out.t));
-  EXPECT_TRUE(testing::same_bits(first.lse.t, second.lse.t));
-  EXPECT_TRUE(testing::same_bits(first.dq.t, second.dq.t));
-  EXPECT_TRUE(testing::same_bits(first.dkv.t, second.dkv.t));
+  expect_same_bits(run_blocks(c, qkv.t, kv.t, dout.t, Device::cuda, Kernels::dispatched),
+                   run_blocks(c, qkv.t, kv.t, dout.t, Device::cuda, Kernels::dispatched));
 }
 
 // What cuDNN cannot express is refused, naming why, before anything touches a GPU (these run
@@ -303,12 +306,8 @@ TEST(CudnnAttentionBlock, RefusedShapesRunOnThePerRowKernels) {
   const OwnedTensor qkv = testing::random_storage(DType::bf16, {1, c.T(), c.W()}, 85);
   const OwnedTensor dout = testing::random_storage(DType::bf16, {1, c.T(), c.A()}, 86);
   const OwnedTensor kv = key_values(c, qkv.t);
-  const Blocks dispatched = run_blocks(c, qkv.t, kv.t, dout.t, Device::cuda, Kernels::dispatched);
-  const Blocks per_row = run_blocks(c, qkv.t, kv.t, dout.t, Device::cuda, Kernels::per_row);
-  EXPECT_TRUE(testing::same_bits(dispatched.out.t, per_row.out.t));
-  EXPECT_TRUE(testing::same_bits(dispatched.lse.t, per_row.lse.t));
-  EXPECT_TRUE(testing::same_bits(dispatched.dq.t, per_row.dq.t));
-  EXPECT_TRUE(testing::same_bits(dispatched.dkv.t, per_row.dkv.t));
+  expect_same_bits(run_blocks(c, qkv.t, kv.t, dout.t, Device::cuda, Kernels::dispatched),
+                   run_blocks(c, qkv.t, kv.t, dout.t, Device::cuda, Kernels::per_row));
   const std::string named = cuda::attention_block_kernels(chunk_rows(qkv.t, 0, c.chunk), chunk_rows(kv.t, 0, c.chunk),
                                                           AttentionHeads(c.NH, c.NKV), BlockMask::full);
   EXPECT_NE(named.find("dtrain's per-row kernels (cuDNN: head size 20"), std::string::npos) << named;

@@ -18,10 +18,10 @@
 // Backward: dinp += is per row, but dweight and dbias are sums over all N rows. No atomics (the
 // result must repeat bit for bit): the rows are cut into G = min(N, 1024) contiguous ranges, a
 // number fixed by N alone, and block k walks its range in row order, adding each row's terms
-// into per-column partials in registers (each thread owns its columns). The partials go to a workspace; a second kernel adds them into dweight
-// and dbias in a fixed order (kernels/cuda/column_partials.cuh, shared with rmsnorm.cu). 1024
-// ranges keep every SM busy on the first kernel while the partials (8 KiB per column) stay small
-// next to the rows themselves.
+// into per-column partials in registers (each thread owns its columns). The partials go to a
+// workspace; a second kernel adds them into dweight and dbias in a fixed order
+// (kernels/cuda/column_partials.cuh, shared with rmsnorm.cu). 1024 ranges keep every SM busy on
+// the first kernel while the partials (8 KiB per column) stay small next to the rows themselves.
 #include <cstdint>
 
 #include "core/buffer.h"
@@ -42,9 +42,9 @@ __device__ __forceinline__ double rsqrt_of(double x) { return 1.0 / sqrt(x); }
 // One block per row n: sets out[n, :], mean[n], rstd[n] of inp[n, :], or with inp2 sets
 // res[n, :] = inp[n, :] + inp2[n, :] and normalizes that. Each thread holds P packs.
 template <typename S, int V, int P>
-__global__ void __launch_bounds__(kMaxRowThreads) forward_kernel(S* out, compute_t<S>* mean, compute_t<S>* rstd, S* res, const S* inp,
-                               const S* inp2, bool inputs_aligned, const S* weight, const S* bias, int64_t C,
-                               float eps) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    forward_kernel(S* out, compute_t<S>* mean, compute_t<S>* rstd, S* res, const S* inp, const S* inp2,
+                   bool inputs_aligned, const S* weight, const S* bias, int64_t C, float eps) {
   using T = compute_t<S>;
   __shared__ T warp_sums[32];
   const int64_t n = blockIdx.x, packs = C / V;
@@ -93,8 +93,9 @@ __global__ void __launch_bounds__(kMaxRowThreads) forward_kernel(S* out, compute
 // holds P packs of the weight, of the row and of its partials.
 //   dxhat = dout * w;  dinp += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
 template <typename S, int V, int P>
-__global__ void __launch_bounds__(kMaxRowThreads) backward_kernel(compute_t<S>* partials, S* dinp, const S* dout, const S* inp, const S* weight,
-                                const compute_t<S>* mean, const compute_t<S>* rstd, int64_t N, int64_t C) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    backward_kernel(compute_t<S>* partials, S* dinp, const S* dout, const S* inp, const S* weight,
+                    const compute_t<S>* mean, const compute_t<S>* rstd, int64_t N, int64_t C) {
   using T = compute_t<S>;
   __shared__ T warp_sums[32];
   const int64_t packs = C / V;
@@ -156,17 +157,12 @@ void forward(Tensor out, Tensor mean, Tensor rstd, Tensor res, Tensor x, Tensor 
     T *m = static_cast<T*>(mean.data), *s = static_cast<T*>(rstd.data);
     const auto grid = static_cast<unsigned>(N);
     // Packs as layernorm_forward would choose them for the row it normalizes (res when fused).
-    const auto launch = [&]<int V>(bool inputs_aligned) {
-      with_packs_per_thread(C / V, C, "layernorm_forward", [&](auto packs_per_thread) {
-        constexpr int P = decltype(packs_per_thread)::value;
-        forward_kernel<S, V, P><<<grid, row_threads(C / V), 0, compute_stream()>>>(o, m, s, r, a, b, inputs_aligned,
-                                                                                    w, bi, C, eps);
-      });
-    };
-    if (can_pack<S>(C, {o, b != nullptr ? r : a, w, bi}))
-      launch.template operator()<kPackWidth<S>>(b == nullptr || (aligned_16(a) && aligned_16(b)));
-    else
-      launch.template operator()<1>(true);
+    const bool packed = can_pack<S>(C, {o, b != nullptr ? r : a, w, bi});
+    with_row_layout<S>(C, packed, "layernorm_forward", [&]<int V, int P>() {
+      const bool inputs_aligned = V == 1 || b == nullptr || (aligned_16(a) && aligned_16(b));
+      forward_kernel<S, V, P><<<grid, row_threads(C / V), 0, compute_stream()>>>(o, m, s, r, a, b, inputs_aligned,
+                                                                                  w, bi, C, eps);
+    });
     DT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -196,17 +192,10 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
                           /*zero=*/false);
     T* partials = static_cast<T*>(partial_buffer.data());
     const auto grid = static_cast<unsigned>(blocks);
-    const auto launch = [&]<int V>() {
-      with_packs_per_thread(C / V, C, "layernorm_backward", [&](auto packs_per_thread) {
-        constexpr int P = decltype(packs_per_thread)::value;
-        backward_kernel<S, V, P><<<grid, row_threads(C / V), 0, compute_stream()>>>(partials, dx, dy, x, w, m, s, N,
-                                                                                     C);
-      });
-    };
-    if (can_pack<S>(C, {dx, dy, x, w}))
-      launch.template operator()<kPackWidth<S>>();
-    else
-      launch.template operator()<1>();
+    with_row_layout<S>(C, can_pack<S>(C, {dx, dy, x, w}), "layernorm_backward", [&]<int V, int P>() {
+      backward_kernel<S, V, P><<<grid, row_threads(C / V), 0, compute_stream()>>>(partials, dx, dy, x, w, m, s, N,
+                                                                                   C);
+    });
     DT_CUDA_CHECK_LAUNCH();
     add_column_partials(static_cast<T*>(dweight.data), partials, blocks, C, 2 * C);
     add_column_partials(static_cast<T*>(dbias.data), partials + C, blocks, C, 2 * C);

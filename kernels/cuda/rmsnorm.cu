@@ -39,8 +39,9 @@ __device__ __forceinline__ double rsqrt_of(double x) { return 1.0 / sqrt(x); }
 // One block per row n: sets out[n, :] and rstd[n] of inp[n, :], or with inp2 sets
 // res[n, :] = inp[n, :] + inp2[n, :] and normalizes that. Each thread holds P packs.
 template <typename S, int V, int P>
-__global__ void __launch_bounds__(kMaxRowThreads) forward_kernel(S* out, compute_t<S>* rstd, S* res, const S* inp, const S* inp2, bool inputs_aligned,
-                               const S* weight, int64_t C, float eps) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    forward_kernel(S* out, compute_t<S>* rstd, S* res, const S* inp, const S* inp2, bool inputs_aligned,
+                   const S* weight, int64_t C, float eps) {
   using T = compute_t<S>;
   __shared__ T warp_sums[32];
   const int64_t n = blockIdx.x, packs = C / V;
@@ -79,8 +80,9 @@ __global__ void __launch_bounds__(kMaxRowThreads) forward_kernel(S* out, compute
 // the row and of its dweight partial.
 //   xhat = x * rstd, dxhat = dout * w;  dinp += rstd * (dxhat - xhat * mean(dxhat * xhat))
 template <typename S, int V, int P>
-__global__ void __launch_bounds__(kMaxRowThreads) backward_kernel(compute_t<S>* partials, S* dinp, const S* dout, const S* inp, const S* weight,
-                                const compute_t<S>* rstd, int64_t N, int64_t C) {
+__global__ void __launch_bounds__(kMaxRowThreads)
+    backward_kernel(compute_t<S>* partials, S* dinp, const S* dout, const S* inp, const S* weight,
+                    const compute_t<S>* rstd, int64_t N, int64_t C) {
   using T = compute_t<S>;
   __shared__ T warp_sums[32];
   const int64_t packs = C / V;
@@ -136,17 +138,12 @@ void forward(Tensor out, Tensor rstd, Tensor res, Tensor x, Tensor y, Tensor wei
     T* s = static_cast<T*>(rstd.data);
     const auto grid = static_cast<unsigned>(N);
     // Packs as rmsnorm_forward would choose them for the row it normalizes (res when fused).
-    const auto launch = [&]<int V>(bool inputs_aligned) {
-      with_packs_per_thread(C / V, C, "rmsnorm_forward", [&](auto packs_per_thread) {
-        constexpr int P = decltype(packs_per_thread)::value;
-        forward_kernel<S, V, P><<<grid, row_threads(C / V), 0, compute_stream()>>>(o, s, r, a, b, inputs_aligned, w,
-                                                                                    C, eps);
-      });
-    };
-    if (can_pack<S>(C, {o, b != nullptr ? r : a, w}))
-      launch.template operator()<kPackWidth<S>>(b == nullptr || (aligned_16(a) && aligned_16(b)));
-    else
-      launch.template operator()<1>(true);
+    const bool packed = can_pack<S>(C, {o, b != nullptr ? r : a, w});
+    with_row_layout<S>(C, packed, "rmsnorm_forward", [&]<int V, int P>() {
+      const bool inputs_aligned = V == 1 || b == nullptr || (aligned_16(a) && aligned_16(b));
+      forward_kernel<S, V, P><<<grid, row_threads(C / V), 0, compute_stream()>>>(o, s, r, a, b, inputs_aligned, w,
+                                                                                  C, eps);
+    });
     DT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -174,16 +171,9 @@ void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tens
                           /*zero=*/false);
     T* partials = static_cast<T*>(partial_buffer.data());
     const auto grid = static_cast<unsigned>(blocks);
-    const auto launch = [&]<int V>() {
-      with_packs_per_thread(C / V, C, "rmsnorm_backward", [&](auto packs_per_thread) {
-        constexpr int P = decltype(packs_per_thread)::value;
-        backward_kernel<S, V, P><<<grid, row_threads(C / V), 0, compute_stream()>>>(partials, dx, dy, x, w, s, N, C);
-      });
-    };
-    if (can_pack<S>(C, {dx, dy, x, w}))
-      launch.template operator()<kPackWidth<S>>();
-    else
-      launch.template operator()<1>();
+    with_row_layout<S>(C, can_pack<S>(C, {dx, dy, x, w}), "rmsnorm_backward", [&]<int V, int P>() {
+      backward_kernel<S, V, P><<<grid, row_threads(C / V), 0, compute_stream()>>>(partials, dx, dy, x, w, s, N, C);
+    });
     DT_CUDA_CHECK_LAUNCH();
     add_column_partials(static_cast<T*>(dweight.data), partials, blocks, C, C);
     // partial_buffer goes back to the caching allocator here, while the kernels may still run:

@@ -12,9 +12,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "core/error.h"
+#include "kernels/cuda/storage.cuh"
 
 namespace dt::kernels::cuda {
 
@@ -35,19 +35,25 @@ constexpr int kMaxPacksPerThread = 8;
 // Pack i of this thread's P: its index in the row.
 __device__ __forceinline__ int64_t owned_pack(int i) { return threadIdx.x + int64_t{i} * blockDim.x; }
 
-// Calls fn(std::integral_constant<int, P>{}) with P the packs each of row_threads(packs)
-// threads holds (1, 2, 4 or 8); a row wider than that is refused, naming `op`.
-template <typename Fn>
-void with_packs_per_thread(int64_t packs, int64_t C, const char* op, Fn&& fn) {
-  const int64_t threads = row_threads(packs), needed = (packs + threads - 1) / threads;
+// Calls fn.template operator()<V, P>() with V the elements of S a pack holds (kPackWidth<S>
+// where `packed`, else 1) and P the packs each of row_threads(C / V) threads holds for rows of
+// C (1, 2, 4 or 8); a row wider than that is refused, naming `op`.
+template <typename S, typename Fn>
+void with_row_layout(int64_t C, bool packed, const char* op, Fn&& fn) {
+  const int V = packed ? kPackWidth<S> : 1;
+  const int64_t packs = C / V, threads = row_threads(packs), needed = (packs + threads - 1) / threads;
   if (needed > kMaxPacksPerThread)
     throw Error(str(op, ": rows of C = ", C, " columns are wider than the ", kMaxPacksPerThread * threads,
-                    " packs of ", packs == C ? "1 element" : "16 bytes",
+                    " packs of ", V == 1 ? "1 element" : "16 bytes",
                     " a block of the norm kernels holds; use a model width of at most that many packs"));
-  if (needed <= 1) return fn(std::integral_constant<int, 1>{});
-  if (needed <= 2) return fn(std::integral_constant<int, 2>{});
-  if (needed <= 4) return fn(std::integral_constant<int, 4>{});
-  return fn(std::integral_constant<int, 8>{});
+  const auto with_v = [&]<int P>() {
+    if (packed) return fn.template operator()<kPackWidth<S>, P>();
+    fn.template operator()<1, P>();
+  };
+  if (needed <= 1) return with_v.template operator()<1>();
+  if (needed <= 2) return with_v.template operator()<2>();
+  if (needed <= 4) return with_v.template operator()<4>();
+  with_v.template operator()<8>();
 }
 
 }  // namespace dt::kernels::cuda
