@@ -282,11 +282,7 @@ std::string attention_block_kernels(const Tensor& q, const Tensor& kv, Attention
   const std::string forward = cudnn_attention_block_refusal(q, kv, heads, mask, false, {q.data, kv.data});
   const std::string backward =
       forward.empty() ? cudnn_attention_block_refusal(q, kv, heads, mask, true, {q.data, kv.data}) : forward;
-  const int v = cudnn_version();
-  const std::string cudnn = str("cuDNN ", v / 10000, ".", v / 100 % 100, ".", v % 100, " fused attention");
-  if (forward.empty() && backward.empty()) return cudnn;
-  if (forward.empty()) return str(cudnn, " forward, dtrain's per-row kernels backward (cuDNN: ", backward, ")");
-  return str("dtrain's per-row kernels (cuDNN: ", forward, ")");
+  return attention_kernels_chosen(forward, backward, "dtrain's per-row kernels");
 }
 
 }  // namespace dt::kernels::cuda

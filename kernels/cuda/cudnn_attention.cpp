@@ -260,6 +260,14 @@ void run_backward(const Key& key, std::unordered_map<int64_t, void*> pack, Tenso
 
 int cudnn_version() { return loaded_cudnn().version; }
 
+std::string attention_kernels_chosen(const std::string& forward_refusal, const std::string& backward_refusal,
+                                     const std::string& ours) {
+  const std::string cudnn = str("cuDNN ", version_text(), " fused attention");
+  if (forward_refusal.empty() && backward_refusal.empty()) return cudnn;
+  if (forward_refusal.empty()) return str(cudnn, " forward, ", ours, " backward (cuDNN: ", backward_refusal, ")");
+  return str(ours, " (cuDNN: ", forward_refusal, ")");
+}
+
 std::string cudnn_attention_refusal(const Tensor& qkv, AttentionHeads heads, bool backward,
                                     std::initializer_list<const void*> buffers) {
   return refusal_of(whole_key(qkv, heads, backward), heads, buffers);

@@ -56,4 +56,9 @@ void cudnn_attention_block_backward(Tensor dq_b, Tensor dkv_b, Tensor dout, Tens
 // The cuDNN library's version as cuDNN writes it (91900 for 9.19.0).
 int cudnn_version();
 
+// Which kernels take a call, for a benchmark's header: cuDNN's (with its version) where it takes
+// the forward and the backward, else `ours` for what it refused, with cuDNN's reason.
+std::string attention_kernels_chosen(const std::string& forward_refusal, const std::string& backward_refusal,
+                                     const std::string& ours);
+
 }  // namespace dt::kernels::cuda
