@@ -104,8 +104,7 @@ bool PipelineRank::advance() {
   const size_t before = next_;
   while (!done()) {
     const Action& a = schedule_.actions[rank_][next_];
-    const bool compute = a.op == Op::forward || a.op == Op::backward || a.op == Op::backward_input ||
-                         a.op == Op::backward_weight;
+    const bool compute = !is_transfer(a.op);
     // Compute is a span of the trace (core/trace.h), named as the schedule's picture names it.
     std::optional<trace::ComputeScope> span;
     if (compute) span.emplace(str(op_name(a.op), " stage ", a.stage, " micro-batch ", a.micro_batch));

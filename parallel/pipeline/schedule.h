@@ -16,11 +16,10 @@
 // (input) and recv_backward(s − 1, k) before stage s − 1's. Sends do not block (the executor
 // posts them and waits at the end); receives block until their data is there. In the schedules
 // that say so (Schedule::exchanges) a send directly followed by a receive on its rank's list goes
-// out with it, in one exchange: under NCCL a send above the eager size waits for its receive, and a
-// rank's sends and receives run one after another, so two ranks that each send to the other before
-// receiving would wait for ever; in one exchange a send cannot hold up the receive beside it.
-// Messages between
-// two ranks are matched in the order they are sent (as NCCL and MPI with one tag match them), so
+// out with it, in one exchange: under NCCL a send above the eager size waits for its receive, and
+// a rank's sends and receives run one after another, so two ranks that each send to the other
+// before receiving would wait for ever; in one exchange a send cannot hold up the receive beside
+// it. Messages between two ranks are matched in the order they are sent (as NCCL and MPI with one tag match them), so
 // a receive is moved earlier where its peer sent it before another this rank needs first. A schedule is
 // written as each rank's order of compute actions; the communication is inserted by one rule
 // (with_communication), the same for every schedule.
@@ -54,6 +53,12 @@ enum class Op {
   send_backward,
   recv_backward,
 };
+
+// Whether an op moves a tensor between ranks (a send or a receive) rather than computing.
+inline bool is_transfer(Op op) {
+  return op == Op::send_forward || op == Op::recv_forward || op == Op::send_backward || op == Op::recv_backward;
+}
+
 std::string_view op_name(Op op);
 
 struct Action {

@@ -43,14 +43,9 @@ Action other_end(const Action& a) {
 // Runs the lists' communication as NCCL runs it: each rank's sends and receives one after another
 // in its list's order, a send done only once its receive runs (NCCL's above its eager size; MPI's
 // Isend is freer), a send and the receive after it in one exchange (Schedule::exchanges) running
-// together. The compute
-// between them waits only for its rank's earlier actions, so it is left out. Returns the first
-// transfer of a rank that waits for ever, or an empty string.
+// together. The compute between them waits only for its rank's earlier actions, so it is left
+// out. Returns the first transfer of a rank that waits for ever, or an empty string.
 std::string nccl_deadlock(const Schedule& s) {
-  const auto transfer = [](const Action& a) {
-    return a.op == Op::send_forward || a.op == Op::recv_forward || a.op == Op::send_backward ||
-           a.op == Op::recv_backward;
-  };
   // Each rank's transfers in the order it starts them: one at a time, or an exchange of two; and
   // where each transfer is (rank, index of its start).
   std::vector<std::vector<std::vector<Action>>> starts(static_cast<size_t>(s.ranks));
@@ -58,7 +53,7 @@ std::string nccl_deadlock(const Schedule& s) {
   for (int r = 0; r < s.ranks; ++r) {
     const std::vector<Action>& list = s.actions[r];
     for (size_t i = 0; i < list.size(); ++i) {
-      if (!transfer(list[i])) continue;
+      if (!is_transfer(list[i].op)) continue;
       if (i == 0 || !exchanged_with_next(s, r, i - 1)) starts[r].emplace_back();
       starts[r].back().push_back(list[i]);
       where[{list[i].op, list[i].stage, list[i].micro_batch}] = {r, starts[r].size() - 1};
