@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/buffer.h"
+#include "core/device.h"
 
 namespace dt {
 
@@ -14,11 +15,15 @@ double median(std::vector<double> values) {
 
 std::vector<double> gathered_from_ranks(Communicator& world, double value) {
   const int R = world.size();
-  Buffer b(static_cast<size_t>(R) * sizeof(double), MemTag::workspace);
-  const Tensor all = b.view(DType::f64, {R});
-  all.ptr<double>()[world.rank()] = value;
-  world.all_gather(all, all.slice_rows(world.rank(), 1)).wait();
-  return {all.ptr<double>(), all.ptr<double>() + R};
+  std::vector<double> all(static_cast<size_t>(R));
+  all[static_cast<size_t>(world.rank())] = value;
+  // Through a buffer on the communicator's device: one that moves CUDA buffers takes no other.
+  const Buffer b(all.size() * sizeof(double), MemTag::workspace, world.device());
+  copy_bytes(b.data(), world.device(), all.data(), Device::cpu, b.bytes());
+  const Tensor t = b.view(DType::f64, {R});
+  world.all_gather(t, t.slice_rows(world.rank(), 1)).wait();
+  copy_bytes(all.data(), Device::cpu, b.data(), world.device(), b.bytes());
+  return all;
 }
 
 }  // namespace dt

@@ -29,6 +29,13 @@ int command_plan_schedule(int argc, char** argv, int first) {
               "respected, every send matched, no deadlock\n",
               schedule.name.c_str(), schedule.ranks, schedule.micro_batches, schedule.virtual_stages,
               schedule.virtual_stages == 1 ? "" : "s");
+  // NCCL's rule is stricter than the checker's (parallel/pipeline/schedule_check.h).
+  if (check.nccl_deadlock.empty())
+    std::printf("under NCCL (a send waits until its receive runs): runs too\n");
+  else
+    std::printf("under NCCL (a send waits until its receive runs): %s; a run over NCCL refuses it, "
+                "parallel.backend = \"mpi\" runs it\n",
+                check.nccl_deadlock.c_str());
   std::printf("bubble (idle over busy, the worst rank; forward, input and weight passes one unit each): %.4f, "
               "theory %.4f\n",
               check.bubble(), pipeline::theoretical_bubble(schedule));

@@ -22,6 +22,7 @@ TEST(PlanSchedule, PrintsACheckedTimelineAndWritesThePicture) {
   for (const char* line : {"zb-h1: 4 ranks, 8 micro-batches, 1 virtual stage per rank; checked: complete",
                            "bubble (idle over busy, the worst rank; forward, input and weight passes one unit each): "
                            "0.1250, theory 0.1250",
+                           "under NCCL (a send waits until its receive runs): runs too",
                            "rank 3 | .  .  . F0 I0 F1 I1"})
     EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << result.output;
   std::ifstream in(svg);
@@ -29,6 +30,17 @@ TEST(PlanSchedule, PrintsACheckedTimelineAndWritesThePicture) {
   text << in.rdbuf();
   EXPECT_NE(text.str().find("<svg"), std::string::npos);
   EXPECT_NE(text.str().find(">rank 3</text>"), std::string::npos);
+}
+
+TEST(PlanSchedule, SaysWhereNcclWouldWaitForEver) {
+  const auto v = run_dtrain("plan schedule --pp 2 --microbatches 4 --schedule zb-v --svg \"\"");
+  ASSERT_EQ(v.status, 0) << v.output;
+  EXPECT_NE(v.output.find("under NCCL (a send waits until its receive runs): zb-v (p 2, m 4, v 2): "),
+            std::string::npos)
+      << v.output;
+  EXPECT_NE(v.output.find("waits for ever under NCCL; a run over NCCL refuses it, parallel.backend = \"mpi\" runs it"),
+            std::string::npos)
+      << v.output;
 }
 
 TEST(PlanSchedule, AnUnknownScheduleOrAnUnusableCountSaysWhatWorks) {

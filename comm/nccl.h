@@ -8,8 +8,10 @@
 // on the CPU), and each rank first selects the GPU of its local rank on the node.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -21,6 +23,11 @@ std::string nccl_version();
 // The communicator of every rank of `bootstrap` (a collective over it) for CUDA buffers, named
 // "world". Throws dt::Error naming the fix when the build has no CUDA backend or no GPU can be used.
 std::unique_ptr<Communicator> nccl_world(Communicator& bootstrap);
+
+// Why NCCL cannot give every rank a GPU of its own when rank r runs on the node named hosts[r]
+// (any id of the node) and each node has `gpus` GPUs; empty when it can. NCCL itself would put
+// two ranks on one GPU and fail in its own words, or wait; every rank computes the same answer.
+std::string ranks_per_node_refusal(const std::vector<uint64_t>& hosts, int gpus);
 
 namespace cuda {
 std::string nccl_version();

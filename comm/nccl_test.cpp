@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "comm/mpi.h"
 #include "comm/single_process.h"
 #include "tests/collective_checks.h"
@@ -16,6 +18,18 @@ namespace dt {
 namespace {
 
 TEST(Nccl, TheVersionIsNamedOrWhyThereIsNone) { EXPECT_FALSE(nccl_version().empty()); }
+
+TEST(Nccl, MoreRanksOnANodeThanGpusAreRefusedNamingTheCounts) {
+  EXPECT_EQ(ranks_per_node_refusal({7, 7, 9, 9}, 2), "");
+  EXPECT_EQ(ranks_per_node_refusal({7}, 1), "");
+  const std::string message = ranks_per_node_refusal({7, 9, 7, 7}, 2);
+  EXPECT_NE(message.find("a node of this job runs 3 ranks on 2 GPUs: start at most 2 ranks per node"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(ranks_per_node_refusal({5, 5}, 1).find("runs 2 ranks on 1 GPU: start at most 1 rank per node, or use "
+                                                   "parallel.backend = \"mpi\""),
+            std::string::npos);
+}
 
 TEST(Nccl, OneRankCollectivesGiveTheirDefinedResults) {
   DT_SKIP_WITHOUT_CUDA();

@@ -13,11 +13,15 @@ std::unique_ptr<Communicator> make_world(Device device, std::string_view backend
   if (backend != "mpi" && backend != "nccl" && backend != "auto")
     throw Error(str("unknown communication backend '", backend, "'; valid backends are auto, mpi, nccl"));
   if (!launched_by_mpi()) return std::make_unique<SingleProcessCommunicator>(device, std::move(name));
-  if (backend == "nccl" || (backend == "auto" && device == Device::cuda)) {
+  if (uses_nccl(device, backend)) {
     DT_CHECK(control != nullptr, "an NCCL world needs a host world to send its unique id over");
     return nccl_world(*control);
   }
   return mpi_world(device, std::move(name));
+}
+
+bool uses_nccl(Device device, std::string_view backend) {
+  return backend == "nccl" || (backend == "auto" && device == Device::cuda);
 }
 
 std::optional<int> launcher_rank() {

@@ -19,6 +19,10 @@ namespace dt {
 std::unique_ptr<Communicator> make_world(Device device, std::string_view backend = "mpi",
                                          Communicator* control = nullptr, std::string name = "world");
 
+// Whether a job's ranks talk through NCCL with this device and backend ("nccl", or "auto" for
+// CUDA buffers), as make_world decides under a launcher.
+bool uses_nccl(Device device, std::string_view backend);
+
 // This process's rank in the job as its launcher numbers it, read from the launcher's
 // environment before any communicator exists; nullopt without a launcher.
 std::optional<int> launcher_rank();

@@ -23,7 +23,17 @@
 // Summed over the blocks, these are attention_backward's gradients. Everything inside is in the
 // accumulation dtype; 16-bit q, kv, out and dout are widened where read. Deterministic: each
 // (sequence, key/value head) is one thread's, with its query heads, in a fixed order.
+//
+// On a GPU, 16-bit blocks run on cuDNN's fused attention where it takes them
+// (kernels/cuda/cudnn_attention.h), which rounds where the CPU and the per-row GPU kernels do
+// not: P to the storage type before P.v and dS before its products (as the whole sequence's
+// 16-bit attention does, kernels/attention.h), and each block's own out_b and dq, dk, dv once to
+// the storage type before they are merged or added: in bf16 half an ulp, up to 2^-9 of each
+// element of a block's share (2^-12 in f16), once per block. The merge, lse and the accumulators
+// stay f32. Deterministic as well: cuDNN's backward is its deterministic algorithm.
 #pragma once
+
+#include <string>
 
 #include "core/tensor.h"
 #include "kernels/attention.h"
@@ -53,10 +63,21 @@ BlockScratchBytes attention_block_scratch_bytes(int64_t queries, int head_size, 
 }  // namespace cpu
 
 namespace cuda {
+// cuDNN's fused attention where it takes the block, else the per-row kernels.
 void attention_block_forward(Tensor out, Tensor lse, Tensor q, Tensor kv, AttentionHeads heads, BlockMask mask,
                              bool first);
 void attention_block_backward(Tensor dq, Tensor dkv, Tensor dout, Tensor q, Tensor kv, Tensor out, Tensor lse,
                               AttentionHeads heads, BlockMask mask);
+// The per-row kernels alone (kernels/cuda/attention_block.cu): every dtype, head size up to 256
+// and head grouping, and the reference cuDNN's blocks are tested against.
+void per_row_attention_block_forward(Tensor out, Tensor lse, Tensor q, Tensor kv, AttentionHeads heads,
+                                     BlockMask mask, bool first);
+void per_row_attention_block_backward(Tensor dq, Tensor dkv, Tensor dout, Tensor q, Tensor kv, Tensor out,
+                                      Tensor lse, AttentionHeads heads, BlockMask mask);
+// Which kernels take a forward and backward of this block's shape, dtype, heads and mask: "cuDNN
+// <version> fused attention", or "dtrain's per-row kernels (cuDNN: <why not>)". q and kv need no
+// data; a null pointer counts as aligned.
+std::string attention_block_kernels(const Tensor& q, const Tensor& kv, AttentionHeads heads, BlockMask mask);
 }  // namespace cuda
 
 }  // namespace dt::kernels

@@ -7,7 +7,10 @@
 # Steps: doctor (dtrain doctor, nvidia-smi), tests (every test that needs a GPU: ctest, in
 # parallel), bench (bench/step_vs_pytorch_gpu.sh; BENCH_FLAGS passes it flags), profile (one timed
 # step of gpt2-124m and llama3.2-1b under ncu: the largest kernel shares), comm (dtrain bench comm
-# --device cuda, one rank and two through MPI). The machine needs the NVIDIA driver, CUDA's
+# --device cuda: NCCL at one rank, MPI's staged CUDA buffers at two up to 64 MiB, and NCCL's
+# refusal of two ranks on one GPU where there is one), busy (a llama3.2-1b step benchmark with the
+# GPU's SM clock, power and utilization sampled every 100 ms: whether the time a step spends
+# beyond its kernels' sum is idle or slower clocks). The machine needs the NVIDIA driver, CUDA's
 # libraries (the CUDA toolkit's, or those PyTorch's wheels carry) and, for bench, PyTorch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,10 +71,29 @@ for step in "$@"; do
       profile gpt2-124m --model gpt2-124m --seq 1024 --batch 32 --precision bf16 2>&1 | tee "$logs/profile.log"
       profile llama3.2-1b --model llama3.2-1b --seq 2048 --batch 8 --precision bf16 2>&1 | tee -a "$logs/profile.log" ;;
     comm)
-      { build/dtrain bench comm --device cuda
-        mpiexec --allow-run-as-root -n 2 build/dtrain bench comm --device cuda; } > "$logs/comm.log" 2>&1
+      gpus=$(nvidia-smi -L | wc -l)
+      { mpiexec --allow-run-as-root -n 1 build/dtrain bench comm --device cuda --backend nccl
+        mpiexec --allow-run-as-root -n 2 build/dtrain bench comm --device cuda --max-bytes 64M --seconds 0.05
+        if [ "$gpus" -lt 2 ]; then
+          mpiexec --allow-run-as-root -n 2 build/dtrain bench comm --device cuda --backend nccl --max-bytes 1K
+        fi; } > "$logs/comm.log" 2>&1
       tail -30 "$logs/comm.log" ;;
-    *) echo "gpu_checks.sh: unknown step $step (steps: doctor tests bench profile comm)" >&2; exit 2 ;;
+    busy)
+      nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,utilization.gpu --format=csv -lms 100 > "$logs/busy.csv" &
+      sampler=$!
+      build/dtrain bench step --device cuda --model llama3.2-1b --seq 2048 --batch 8 --precision bf16 --steps 10 \
+        --warmup 3 2>&1 | tee "$logs/busy.log"
+      kill $sampler
+      python3 - "$logs/busy.csv" <<'PY'
+import csv, statistics, sys
+rows = [r for r in csv.reader(open(sys.argv[1]))][1:]
+busy = [r for r in rows if len(r) == 4 and float(r[3].split()[0]) > 50]
+for name, i in (("SM clock MHz", 1), ("power W", 2), ("utilization %", 3)):
+    v = [float(r[i].split()[0]) for r in busy]
+    print(f"{name}: median {statistics.median(v):.0f}, min {min(v):.0f}, max {max(v):.0f} over {len(v)} busy samples")
+PY
+      ;;
+    *) echo "gpu_checks.sh: unknown step $step (steps: doctor tests bench profile comm busy)" >&2; exit 2 ;;
   esac
 done
 echo "=== done $(date +%T)"

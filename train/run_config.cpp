@@ -15,11 +15,13 @@
 #include <tuple>
 
 #include "ckpt/hf_config.h"
+#include "comm/world.h"
 #include "core/error.h"
 #include "core/suggest.h"
 #include "model/tensor_shard.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/schedule_check.h"
 #include "train/run_config_keys.h"
 
 namespace dt {
@@ -413,6 +415,14 @@ void check_pipeline(const RunConfig& config, bool model_complete, Checker& check
                             "train.micro_batch_size ", config.train.micro_batch_size, " x parallel.dp ", p.dp,
                             ") = ", micro_batches, " micro-batches per step)"));
   }
+  const Device device = config.train.device == "cuda" ? Device::cuda : Device::cpu;
+  if (uses_nccl(device, p.backend))
+    if (const std::string waits = pipeline::check_schedule(*schedule).nccl_deadlock; !waits.empty())
+      check.report("parallel.pp_schedule",
+                   str("under NCCL (parallel.backend = \"", p.backend, "\" with train.device = \"",
+                       config.train.device, "\"), a send waits until its receive runs once messages pass NCCL's "
+                       "eager size, and this schedule's lists then wait for ever: ", waits, "; use parallel."
+                       "pp_schedule = \"1f1b\" or \"zb-h1\", or parallel.backend = \"mpi\""));
   try {
     if (model_complete) pipeline::partition_stages(config.model, schedule->stages(), config.data.seq_len);
   } catch (const ConfigError& e) {

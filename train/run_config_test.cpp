@@ -302,6 +302,21 @@ TEST(RunConfig, PipelineLayoutsTheScheduleCannotRunNameWhatWorks) {
                         "per step)"),
             std::string::npos)
       << counts;
+  // Interleaved and zb-v lists wait for ever under NCCL (Schedule.AdjacentSendsAndReceives...).
+  const std::vector<std::string> interleaved = {"model.n_layer=4", "parallel.pp=2", "parallel.pp_schedule=\"interleaved\"",
+                                                "parallel.pp_virtual=2", "train.device=\"cuda\""};
+  const auto nccl = load_error(write_config(dir, tiny), interleaved);
+  EXPECT_NE(nccl.find("parallel.pp_schedule = \"interleaved\": under NCCL (parallel.backend = \"auto\" with "
+                      "train.device = \"cuda\"), a send waits until its receive runs"),
+            std::string::npos)
+      << nccl;
+  EXPECT_NE(nccl.find("waits for ever under NCCL; use parallel.pp_schedule = \"1f1b\" or \"zb-h1\", or "
+                      "parallel.backend = \"mpi\""),
+            std::string::npos)
+      << nccl;
+  std::vector<std::string> over_mpi = interleaved;
+  over_mpi.push_back("parallel.backend=\"mpi\"");
+  EXPECT_EQ(load_error(write_config(dir, tiny), over_mpi).find("under NCCL"), std::string::npos);
   const auto unknown = load_error(write_config(dir, tiny), {"parallel.pp=2", "parallel.pp_schedule=\"zb-h2\""});
   EXPECT_NE(unknown.find("afab, 1f1b, interleaved, zb-h1, zb-v"), std::string::npos) << unknown;
   const auto virtual_stages = load_error(write_config(dir, tiny), {"parallel.pp=2", "parallel.pp_virtual=2"});

@@ -9,14 +9,18 @@
 // barrier is an all-reduce of one float. NCCL errors become dt::Error with the call, the error
 // string and NCCL's last error message.
 #include <nccl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/mpi.h"
@@ -83,7 +87,10 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }
 
 // The GPU of this rank: its local rank on the node (from the launcher), modulo the GPUs there.
-void select_local_gpu() {
+// Before that, a node running more ranks than it has GPUs is refused on every rank
+// (ranks_per_node_refusal), the ranks per node counted over the bootstrap from each rank's host
+// name, whatever the launcher.
+void select_local_gpu(Communicator& bootstrap) {
   int local = 0;
   for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
     if (const char* value = std::getenv(variable)) {
@@ -92,6 +99,13 @@ void select_local_gpu() {
     }
   int count = 0;
   DT_CUDA_CHECK(cudaGetDeviceCount(&count));
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::vector<uint64_t> hosts(static_cast<size_t>(bootstrap.size()));
+  uint64_t mine = std::hash<std::string_view>{}(host);
+  bootstrap.all_gather({.data = hosts.data(), .dtype = DType::u32, .shape = {2 * bootstrap.size()}},
+                       {.data = &mine, .dtype = DType::u32, .shape = {2}}).wait();
+  if (const std::string refusal = ranks_per_node_refusal(hosts, count); !refusal.empty()) throw Error(refusal);
   DT_CUDA_CHECK(cudaSetDevice(local % count));
 }
 
@@ -280,7 +294,7 @@ std::string nccl_version() {
 
 std::unique_ptr<Communicator> nccl_world(Communicator& bootstrap) {
   DT_CHECK(bootstrap.device() == Device::cpu, "the NCCL id goes over a CPU communicator");
-  select_local_gpu();
+  select_local_gpu(bootstrap);
   ncclUniqueId id{};
   if (bootstrap.rank() == 0) {
     const ncclResult_t result = ncclGetUniqueId(&id);

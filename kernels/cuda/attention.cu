@@ -592,11 +592,7 @@ void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor
 std::string attention_kernels(const Tensor& qkv, AttentionHeads heads) {
   const std::string forward = cudnn_attention_refusal(qkv, heads, false, {qkv.data});
   const std::string backward = forward.empty() ? cudnn_attention_refusal(qkv, heads, true, {qkv.data}) : forward;
-  const int v = cudnn_version();
-  const std::string cudnn = str("cuDNN ", v / 10000, ".", v / 100 % 100, ".", v % 100, " fused flash attention");
-  if (forward.empty() && backward.empty()) return cudnn;
-  if (forward.empty()) return str(cudnn, " forward, dtrain's SIMT flash attention backward (cuDNN: ", backward, ")");
-  return str("dtrain's SIMT flash attention (cuDNN: ", forward, ")");
+  return attention_kernels_chosen(forward, backward, "dtrain's SIMT flash attention");
 }
 
 }  // namespace dt::kernels::cuda

@@ -1,15 +1,27 @@
-// attention_block_forward and attention_block_backward (kernels/attention_block.h) on the GPU,
-// as plain per-row kernels with the CPU's math (kernels/cpu/attention_block.cpp), for
-// correctness first: forward is one thread per (sequence, query head, query row) with an online
-// softmax over the block's keys; backward computes each row's D = rowsum(dout * out) first,
-// then dq with one thread per query row and dk, dv with one thread per (sequence, key/value
-// head, key row), which walks the query heads that read it and the rows that attend to it. No
-// two threads write one element: deterministic, without atomics. The tiled form is the step
-// after correctness. Head sizes up to 256, as the attention kernels (kernels/cuda/attention.cu).
+// attention_block_forward and attention_block_backward (kernels/attention_block.h) on the GPU.
+//
+// 16-bit blocks run on cuDNN's fused attention (kernels/cuda/cudnn_attention.h) where it takes
+// them: the forward writes the block's own (out_b, lse_b), out_b in the storage dtype, and
+// merge_kernel folds it into the f32 (out, lse); the backward writes the block's dq, dk, dv in
+// the storage dtype and add_widened_kernel adds them into the f32 dq and dkv. Both small kernels
+// touch each element once, in one thread: deterministic, as cuDNN's backward is asked to be.
+//
+// Everything else (f32, f64, head sizes cuDNN does not take, a tensor-parallel rank's heads,
+// unaligned buffers) runs the plain per-row kernels, with the CPU's math
+// (kernels/cpu/attention_block.cpp), which also stay the reference cuDNN is tested against
+// (kernels/cuda/attention_block_test.cpp): forward is one thread per (sequence, query head,
+// query row) with an online softmax over the block's keys; backward computes each row's
+// D = rowsum(dout * out) first, then dq with one thread per query row and dk, dv with one thread
+// per (sequence, key/value head, key row), which walks the query heads that read it and the rows
+// that attend to it. No two threads write one element: deterministic, without atomics. Head
+// sizes up to 256, as the attention kernels (kernels/cuda/attention.cu).
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "core/buffer.h"
 #include "kernels/attention_block.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/storage.cuh"
 
@@ -136,10 +148,83 @@ BlockDims dims_of(const Tensor& q, const Tensor& kv, const AttentionHeads& h, Bl
           .causal = mask == BlockMask::causal};
 }
 
+// Folds a block's own attention (out_b (B, Tq, NH*HS) in the storage dtype, lse_b (B, NH, Tq))
+// into the accumulators (out, lse) as the header's merge does, or with `first` sets them. One
+// warp per (position, head) row, whose lanes walk its HS columns: every lane reads the row's old
+// lse before lane 0 writes the new one.
+template <typename S>
+__global__ void merge_kernel(BlockDims d, float* out, float* lse, const S* out_b, const float* lse_b, bool first) {
+  constexpr int kWarp = 32;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;  // (b, i, h)
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  if (row >= d.B * d.Tq * d.NH) return;  // the whole warp
+  const int64_t h = row % d.NH, i = row / d.NH % d.Tq, b = row / d.NH / d.Tq;
+  const int64_t at = (b * d.NH + h) * d.Tq + i;
+  const float block_lse = lse_b[at];
+  const float merged = first ? block_lse : fmaxf(lse[at], block_lse) + log1pf(expf(-fabsf(lse[at] - block_lse)));
+  const float keep = first ? 0.0f : expf(lse[at] - merged), add = expf(block_lse - merged);
+  float* o = out + row * d.HS;
+  const S* ob = out_b + row * d.HS;
+  for (int64_t c = lane; c < d.HS; c += kWarp) o[c] = (first ? 0.0f : o[c] * keep) + load(ob[c]) * add;
+  __syncwarp();
+  if (lane == 0) lse[at] = merged;
+}
+
+// acc[i] += part[i], part widened from the storage dtype.
+template <typename S>
+__global__ void add_widened_kernel(float* acc, const S* part, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    acc[i] += load(part[i]);
+}
+
+// GPU scratch of like's shape in `dtype`, freed to the stream-ordered cache when it goes.
+Buffer scratch_like(const Tensor& like, DType dtype) {
+  return Buffer(static_cast<size_t>(like.numel()) * dtype_size(dtype), MemTag::workspace, Device::cuda,
+                /*zero=*/false);
+}
+
+// Calls fn.template operator()<S>() for bf16 or f16, the dtypes cuDNN takes.
+template <typename Fn>
+void dispatch_16bit(DType dtype, Fn&& fn) {
+  if (dtype == DType::bf16) return fn.template operator()<bf16>();
+  DT_CHECK(dtype == DType::f16, "attention blocks on cuDNN take bf16 and f16, not ", dtype_name(dtype));
+  fn.template operator()<f16>();
+}
+
+void cudnn_block_forward(Tensor out, Tensor lse, Tensor q, Tensor kv, AttentionHeads heads, BlockMask mask,
+                         bool first) {
+  const BlockDims d = dims_of(q, kv, heads, mask);
+  const Buffer out_b = scratch_like(out, q.dtype), lse_b = scratch_like(lse, DType::f32);
+  cudnn_attention_block_forward(out_b.view(q.dtype, out.shape), lse_b.view(DType::f32, lse.shape), q, kv, heads,
+                                mask);
+  dispatch_16bit(q.dtype, [&]<typename S>() {
+    constexpr int kRowsPerBlock = kElementwiseThreads / 32;
+    merge_kernel<S><<<blocks_for(d.B * d.Tq * d.NH, kRowsPerBlock), kElementwiseThreads, 0, compute_stream()>>>(
+        d, static_cast<float*>(out.data), static_cast<float*>(lse.data), static_cast<const S*>(out_b.data()),
+        static_cast<const float*>(lse_b.data()), first);
+    DT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void cudnn_block_backward(Tensor dq, Tensor dkv, Tensor dout, Tensor q, Tensor kv, Tensor out, Tensor lse,
+                          AttentionHeads heads, BlockMask mask) {
+  const Buffer dq_b = scratch_like(dq, q.dtype), dkv_b = scratch_like(dkv, q.dtype);
+  cudnn_attention_block_backward(dq_b.view(q.dtype, dq.shape), dkv_b.view(q.dtype, dkv.shape), dout, q, kv, out, lse,
+                                 heads, mask);
+  dispatch_16bit(q.dtype, [&]<typename S>() {
+    for (const auto& [acc, part] : {std::pair{dq, &dq_b}, std::pair{dkv, &dkv_b}}) {
+      add_widened_kernel<S><<<one_wave_grid(acc.numel()), kElementwiseThreads, 0, compute_stream()>>>(
+          static_cast<float*>(acc.data), static_cast<const S*>(part->data()), acc.numel());
+      DT_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
 }  // namespace
 
-void attention_block_forward(Tensor out, Tensor lse, Tensor q, Tensor kv, AttentionHeads heads, BlockMask mask,
-                             bool first) {
+void per_row_attention_block_forward(Tensor out, Tensor lse, Tensor q, Tensor kv, AttentionHeads heads,
+                                     BlockMask mask, bool first) {
   const BlockDims d = dims_of(q, kv, heads, mask);
   if (d.B * d.NH * d.Tq == 0) return;
   dispatch_storage(q.dtype, [&]<typename S>() {
@@ -151,8 +236,8 @@ void attention_block_forward(Tensor out, Tensor lse, Tensor q, Tensor kv, Attent
   });
 }
 
-void attention_block_backward(Tensor dq, Tensor dkv, Tensor dout, Tensor q, Tensor kv, Tensor out, Tensor lse,
-                              AttentionHeads heads, BlockMask mask) {
+void per_row_attention_block_backward(Tensor dq, Tensor dkv, Tensor dout, Tensor q, Tensor kv, Tensor out,
+                                      Tensor lse, AttentionHeads heads, BlockMask mask) {
   const BlockDims d = dims_of(q, kv, heads, mask);
   if (d.B * d.NH * d.Tq == 0) return;
   dispatch_storage(q.dtype, [&]<typename S>() {
@@ -171,6 +256,33 @@ void attention_block_backward(Tensor dq, Tensor dkv, Tensor dout, Tensor q, Tens
         static_cast<const T*>(lse.data));
     DT_CUDA_CHECK_LAUNCH();
   });
+}
+
+// cuDNN where it takes the block, as kernels/cuda/attention.cu dispatches the whole sequence's
+// attention; the per-row kernels for the rest.
+void attention_block_forward(Tensor out, Tensor lse, Tensor q, Tensor kv, AttentionHeads heads, BlockMask mask,
+                             bool first) {
+  if (q.dim(0) * q.dim(1) == 0) return;
+  if (cudnn_attention_block_refusal(q, kv, heads, mask, /*backward=*/false, {q.data, kv.data}).empty())
+    return cudnn_block_forward(out, lse, q, kv, heads, mask, first);
+  per_row_attention_block_forward(out, lse, q, kv, heads, mask, first);
+}
+
+void attention_block_backward(Tensor dq, Tensor dkv, Tensor dout, Tensor q, Tensor kv, Tensor out, Tensor lse,
+                              AttentionHeads heads, BlockMask mask) {
+  if (q.dim(0) * q.dim(1) == 0) return;
+  if (cudnn_attention_block_refusal(q, kv, heads, mask, /*backward=*/true,
+                                    {q.data, kv.data, dout.data, out.data, lse.data})
+          .empty())
+    return cudnn_block_backward(dq, dkv, dout, q, kv, out, lse, heads, mask);
+  per_row_attention_block_backward(dq, dkv, dout, q, kv, out, lse, heads, mask);
+}
+
+std::string attention_block_kernels(const Tensor& q, const Tensor& kv, AttentionHeads heads, BlockMask mask) {
+  const std::string forward = cudnn_attention_block_refusal(q, kv, heads, mask, false, {q.data, kv.data});
+  const std::string backward =
+      forward.empty() ? cudnn_attention_block_refusal(q, kv, heads, mask, true, {q.data, kv.data}) : forward;
+  return attention_kernels_chosen(forward, backward, "dtrain's per-row kernels");
 }
 
 }  // namespace dt::kernels::cuda

@@ -5,9 +5,6 @@
 // order is the one sum_of_squares documents, so it stays there.
 #pragma once
 
-#include <algorithm>
-#include <cstdint>
-
 namespace dt::kernels::cuda {
 
 // The sum of v over the block (a multiple of 32 threads), the same value in every thread:
@@ -22,12 +19,6 @@ __device__ T block_sum(T v, T* warp_sums) {
   for (unsigned w = 0; w < blockDim.x / 32; ++w) total += warp_sums[w];
   __syncthreads();  // the slots are reused by the next call
   return total;
-}
-
-// Threads for rows of `packs` packs: a multiple of 32 (as block_sum needs), at most 512 (each
-// thread then loops).
-inline unsigned row_threads(int64_t packs) {
-  return static_cast<unsigned>(std::clamp<int64_t>((packs + 31) / 32 * 32, 32, 512));
 }
 
 }  // namespace dt::kernels::cuda

@@ -2,23 +2,24 @@
 // repeats bit for bit: the layernorm and rmsnorm weight (and bias) gradients, and the column
 // sums of linear.cu's bias gradient.
 //
-// The norm backwards walk their rows once per block and keep per-column partials in shared
-// memory (layernorm.cu's header says why):
+// The norm backwards walk their rows once per block and keep per-column partials in registers
+// (kernels/cuda/row_packs.cuh says why; layernorm.cu's header why the rows are cut so):
 //
 //   kernel, block k of G = row_blocks(N):
-//     zero_column_partials<Count, V>(shared, C);          // shared: (Count, C), e.g. dweight, dbias
-//     for (n in block_row_range(N)) shared[a * C + c] += ... for the thread's own columns c;
-//     store_column_partials<Count, V>(partials, shared, C);  // partials: (G, Count, C)
+//     T part[Count][P][V] = {};                          // e.g. dweight, dbias
+//     for (n in block_row_range(N)) part[a][i][j] += ... for the thread's own pack i, column j;
+//     store_column_partials(partials, part, C);          // partials: (G, Count, C)
 //   host, per gradient a:
 //     add_column_partials(dweight, partials + a * C, G, C, Count * C);   // dweight += sum over k
 //
-// A thread owns columns [c, c + V) for c = V * (threadIdx.x + i * blockDim.x): the columns of
-// its packs, so no two threads touch one partial and no barrier is needed around them.
+// A thread owns the V columns of each of its packs (row_packs.cuh), so no two threads touch one
+// partial.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/row_packs.cuh"
 #include "kernels/cuda/storage.cuh"
 
 namespace dt::kernels::cuda {
@@ -41,21 +42,20 @@ __device__ __forceinline__ RowRange block_row_range(int64_t N) {
   return {begin, begin + base + (k < extra ? 1 : 0)};
 }
 
-// Zeroes this thread's columns of the block's (Count, C) partials.
-template <int Count, int V, typename T>
-__device__ __forceinline__ void zero_column_partials(T* shared, int64_t C) {
-  for (int64_t c = threadIdx.x * int64_t{V}; c < C; c += blockDim.x * int64_t{V})
-    for (int j = 0; j < V; ++j)
-      for (int a = 0; a < Count; ++a) shared[a * C + c + j] = 0;
-}
-
-// partials[blockIdx.x] (Count, C) = this thread's columns of the block's shared partials.
-template <int Count, int V, typename T>
-__device__ __forceinline__ void store_column_partials(T* partials, const T* shared, int64_t C) {
+// partials[blockIdx.x] (Count, C) = this thread's partials: part[a][i] holds gradient a's
+// columns of the thread's pack i.
+template <int Count, int P, int V, typename T>
+__device__ __forceinline__ void store_column_partials(T* partials, const T (&part)[Count][P][V], int64_t C) {
   T* out = partials + blockIdx.x * int64_t{Count} * C;
-  for (int64_t c = threadIdx.x * int64_t{V}; c < C; c += blockDim.x * int64_t{V})
-    for (int j = 0; j < V; ++j)
-      for (int a = 0; a < Count; ++a) out[a * C + c + j] = shared[a * C + c + j];
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int64_t c = owned_pack(i) * V;
+    if (c >= C) break;
+#pragma unroll
+    for (int a = 0; a < Count; ++a)
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[a * C + c + j] = part[a][i][j];
+  }
 }
 
 // A (kColumnSumColumns, kColumnSumLanes) block sums 32 columns over a range of rows.
@@ -95,24 +95,6 @@ void add_column_partials(T* out, const T* partials, int64_t blocks, int64_t widt
   const auto grid = static_cast<unsigned>((width + kColumnSumColumns - 1) / kColumnSumColumns);
   add_column_partials_kernel<T><<<grid, threads, 0, compute_stream()>>>(out, partials, blocks, width, stride);
   DT_CUDA_CHECK_LAUNCH();
-}
-
-// Lets `kernel` use `bytes` of dynamic shared memory for the partials of C columns, past the
-// default 48 KiB where the device allows it; a clear error, naming `op`, where it does not. The
-// limits apply to static and dynamic shared memory together (the kernel's own warp sums count).
-template <typename Kernel>
-void allow_column_partials_bytes(Kernel kernel, size_t bytes, int64_t C, const char* op) {
-  cudaFuncAttributes attributes{};
-  DT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-  const size_t total = bytes + attributes.sharedSizeBytes;
-  if (total <= 48 * 1024) return;
-  int device = 0, limit = 0;
-  DT_CUDA_CHECK(cudaGetDevice(&device));
-  DT_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (total > static_cast<size_t>(limit))
-    throw Error(str(op, ": C = ", C, " needs ", total, " bytes of shared memory per block for the ",
-                    "weight-gradient partials; this GPU allows ", limit, ". Use a smaller model width."));
-  DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 }  // namespace dt::kernels::cuda

@@ -26,7 +26,9 @@
 // element by element).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -37,6 +39,7 @@
 #include "kernels/rmsnorm.h"
 #include "tests/cuda_testing.h"
 #include "tests/storage_testing.h"
+#include "tests/testing.h"
 
 namespace dt::kernels {
 namespace {
@@ -64,8 +67,10 @@ double bound_for(DType d) {
 }
 
 // (N, C): C = 37 fits no pack width; N = 2100 rows give the backward's 1024 row ranges two or
-// three rows each; C = 1000 whole packs of every width, several per thread for f64.
-const std::vector<Shape> kNormShapes = {{9, 37}, {2100, 40}, {3, 1000}};
+// three rows each; C = 1000 whole packs of every width; C = 2052 more packs than a block's 512
+// threads, so threads hold 2 to 5 of them in registers (f32 513 packs, f64 1026, bf16/f16 and
+// every offset view one element each) and some threads one fewer than others.
+const std::vector<Shape> kNormShapes = {{9, 37}, {2100, 40}, {3, 1000}, {3, 2052}};
 
 TEST(CudaLayerNorm, ForwardAndBackwardMatchTheCpuAndRepeatBitForBit) {
   DT_SKIP_WITHOUT_CUDA();
@@ -267,6 +272,25 @@ TEST(CudaNorms, EmptyInputsAreNoOps) {
   EXPECT_NO_THROW(add_rmsnorm_forward(x, out, stats, x, x, w.t, 1e-5f));
   synchronize(Device::cuda);
   EXPECT_TRUE(same_bits(to_host(dw.t).t, zero.t));  // the weight gradients are left as they were
+}
+
+// A thread holds at most 8 packs of a row (kernels/cuda/row_packs.cuh): C = 4097 columns fit no
+// pack width, so they are 4,097 packs of one element, past the 4,096 of 512 threads.
+TEST(CudaNorms, RowsWiderThanABlockHoldsAreRefusedNamingTheWidth) {
+  DT_SKIP_WITHOUT_CUDA();
+  constexpr int64_t C = 4097;
+  const OwnedTensor x = to_gpu(random_values(DType::bf16, {2, C}, 1).t), w = to_gpu(testing::zeros(DType::bf16, {C}).t);
+  const OwnedTensor out = to_gpu(testing::zeros(DType::bf16, {2, C}).t), dw = to_gpu(testing::zeros(DType::f32, {C}).t);
+  const OwnedTensor stats = to_gpu(testing::zeros(DType::f32, {2}).t);
+  for (const auto& [op, call] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"layernorm_forward", [&] { layernorm_forward(out.t, stats.t, stats.t, x.t, w.t, w.t); }},
+           {"layernorm_backward", [&] { layernorm_backward(out.t, dw.t, dw.t, x.t, x.t, w.t, stats.t, stats.t); }},
+           {"rmsnorm_forward", [&] { rmsnorm_forward(out.t, stats.t, x.t, w.t, 1e-5f); }},
+           {"rmsnorm_backward", [&] { rmsnorm_backward(out.t, dw.t, x.t, x.t, w.t, stats.t); }}}) {
+    const std::string message = testing::error_of(call);
+    EXPECT_NE(message.find(op + ": rows of C = 4097 columns are wider than the 4096 packs"), std::string::npos)
+        << message;
+  }
 }
 
 // N ids into a (Vp) table: id 0 at every third position (a run of 100, longer than the 32 ids a

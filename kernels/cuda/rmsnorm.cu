@@ -1,30 +1,31 @@
 // rmsnorm_forward, add_rmsnorm_forward and rmsnorm_backward (kernels/rmsnorm.h) on the GPU,
 // laid out as kernels/cuda/layernorm.cu.
 //
-// Forward: one block per row, read twice (sum of squares, then the output; the second read hits
-// L1/L2). Each thread owns the same 16-byte packs of columns in both passes (4 f32, 2 f64, 8
-// bf16/f16; single elements when C or a pointer does not allow packs), and the row sum goes
-// through warp shuffles and then the warps' sums in warp order, so the bits depend only on C.
-// The fused add_rmsnorm_forward is the same kernel with a second input, as in layernorm.cu: the
-// first pass stores res = a + b and sums the stored values' squares, the second reads res back
-// (each thread only its own packs, so no barrier, and res may be a or b), with the pack width
-// the plain forward would pick for res, so the bits are those of add_forward followed by
-// rmsnorm_forward.
+// Forward: one block per row, read once into registers (kernels/cuda/row_packs.cuh: each thread
+// owns the same 16-byte packs of columns in both passes, 4 f32, 2 f64, 8 bf16/f16, or single
+// elements when C or a pointer does not allow packs), the sum of squares, then the output. The
+// row sum goes through warp shuffles and then the warps' sums in warp order, so the bits depend
+// only on C. The fused add_rmsnorm_forward is the same kernel with a second input, as in
+// layernorm.cu: the first pass stores res = a + b, keeps the stored values and sums their
+// squares, with the pack width the plain forward would pick for res, so the bits are those of
+// add_forward followed by rmsnorm_forward (res may be a or b: each pack is read before the one
+// thread that owns it overwrites it).
 //
 // Backward: dinp += is per row, but dweight is a sum over all N rows. No atomics (the result
 // must repeat bit for bit): the rows are cut into G = min(N, 1024) contiguous ranges, a number
 // fixed by N alone, and block k walks its range in row order, adding each row's terms into
-// per-column partials in shared memory (each thread owns its columns, so no two threads touch
-// one partial). The partials go to a workspace; a second kernel adds them into dweight in a
-// fixed order (kernels/cuda/column_partials.cuh, shared with layernorm.cu). 1024 ranges keep
-// every SM busy on the first kernel while the partials (4 KiB per column) stay small next to the
-// rows themselves.
+// per-column partials in registers (each thread owns its columns). The partials go to a
+// workspace; a second kernel adds them into dweight in a fixed order
+// (kernels/cuda/column_partials.cuh, shared with layernorm.cu). 1024 ranges keep every SM busy
+// on the first kernel while the partials (4 KiB per column) stay small next to the rows
+// themselves.
 #include <cstdint>
 
 #include "core/buffer.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/column_partials.cuh"
 #include "kernels/cuda/residual_rows.cuh"
+#include "kernels/cuda/row_packs.cuh"
 #include "kernels/cuda/storage.cuh"
 #include "kernels/rmsnorm.h"
 
@@ -36,79 +37,94 @@ __device__ __forceinline__ float rsqrt_of(float x) { return 1.0f / sqrtf(x); }
 __device__ __forceinline__ double rsqrt_of(double x) { return 1.0 / sqrt(x); }
 
 // One block per row n: sets out[n, :] and rstd[n] of inp[n, :], or with inp2 sets
-// res[n, :] = inp[n, :] + inp2[n, :] and normalizes that.
-template <typename S, int V>
-__global__ void forward_kernel(S* out, compute_t<S>* rstd, S* res, const S* inp, const S* inp2, bool inputs_aligned,
-                               const S* weight, int64_t C, float eps) {
+// res[n, :] = inp[n, :] + inp2[n, :] and normalizes that. Each thread holds P packs.
+template <typename S, int V, int P>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    forward_kernel(S* out, compute_t<S>* rstd, S* res, const S* inp, const S* inp2, bool inputs_aligned,
+                   const S* weight, int64_t C, float eps) {
   using T = compute_t<S>;
   __shared__ T warp_sums[32];
   const int64_t n = blockIdx.x, packs = C / V;
   const bool fused = inp2 != nullptr;
   S* r = fused ? res + n * C : nullptr;
   const S* y = fused ? inp2 + n * C : nullptr;
-  const S* x = fused ? r : inp + n * C;  // the row the second pass reads
+  Pack<S, V> xp[P];
   T sq = 0;
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    const Pack<S, V> xp = input_pack<S, V>(r, inp + n * C, y, p, inputs_aligned);
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (owned_pack(i) >= packs) break;
+    xp[i] = input_pack<S, V>(r, inp + n * C, y, owned_pack(i), inputs_aligned);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const T v = load(xp.v[k]);
+      const T v = load(xp[i].v[k]);
       sq += v * v;
     }
   }
   const T s = rsqrt_of(block_sum(sq, warp_sums) / static_cast<T>(C) + static_cast<T>(eps));
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    const Pack<S, V> xp = load_pack<S, V>(x, p), wp = load_pack<S, V>(weight, p);
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int64_t p = owned_pack(i);
+    if (p >= packs) break;
+    const Pack<S, V> wp = load_pack<S, V>(weight, p);
     Pack<S, V> o;
     // (x * rstd) * weight, in Hugging Face's LlamaRMSNorm order (and the CPU's).
 #pragma unroll
-    for (int k = 0; k < V; ++k) store(&o.v[k], load(xp.v[k]) * s * load(wp.v[k]));
+    for (int k = 0; k < V; ++k) store(&o.v[k], load(xp[i].v[k]) * s * load(wp.v[k]));
     reinterpret_cast<Pack<S, V>*>(out + n * C)[p] = o;
   }
   if (threadIdx.x == 0) rstd[n] = s;
 }
 
 // Block k of G walks rows [begin, end) of its range: dinp += per row, and the rows' dweight
-// terms summed in row order into partials[k] (C).
+// terms summed in row order into partials[k] (C). Each thread holds P packs of the weight, of
+// the row and of its dweight partial.
 //   xhat = x * rstd, dxhat = dout * w;  dinp += rstd * (dxhat - xhat * mean(dxhat * xhat))
-template <typename S, int V>
-__global__ void backward_kernel(compute_t<S>* partials, S* dinp, const S* dout, const S* inp, const S* weight,
-                                const compute_t<S>* rstd, int64_t N, int64_t C) {
+template <typename S, int V, int P>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    backward_kernel(compute_t<S>* partials, S* dinp, const S* dout, const S* inp, const S* weight,
+                    const compute_t<S>* rstd, int64_t N, int64_t C) {
   using T = compute_t<S>;
   __shared__ T warp_sums[32];
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  T* pw = reinterpret_cast<T*>(shared_bytes);  // (C) this block's dweight partial
   const int64_t packs = C / V;
-  zero_column_partials<1, V>(pw, C);
+  Pack<S, V> wp[P], xp[P], dyp[P];
+  T pw[1][P][V] = {};  // this thread's columns of the block's dweight partial
+#pragma unroll
+  for (int i = 0; i < P; ++i)
+    if (owned_pack(i) < packs) wp[i] = load_pack<S, V>(weight, owned_pack(i));
   const RowRange rows = block_row_range(N);
   for (int64_t n = rows.begin; n < rows.end; ++n) {
     const S *x = inp + n * C, *dy = dout + n * C;
     const T s = rstd[n];
     T sum_dxhat_xhat = 0;
-    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-      const Pack<S, V> xp = load_pack<S, V>(x, p), dyp = load_pack<S, V>(dy, p), wp = load_pack<S, V>(weight, p);
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int64_t p = owned_pack(i);
+      if (p >= packs) break;
+      xp[i] = load_pack<S, V>(x, p);
+      dyp[i] = load_pack<S, V>(dy, p);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const T xhat = load(xp.v[j]) * s, g = load(dyp.v[j]);
-        sum_dxhat_xhat += g * load(wp.v[j]) * xhat;
-        pw[p * V + j] += g * xhat;
+        const T xhat = load(xp[i].v[j]) * s, g = load(dyp[i].v[j]);
+        sum_dxhat_xhat += g * load(wp[i].v[j]) * xhat;
+        pw[0][i][j] += g * xhat;
       }
     }
     const T mean_dxhat_xhat = block_sum(sum_dxhat_xhat, warp_sums) / static_cast<T>(C);
     S* dx = dinp + n * C;
-    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-      const Pack<S, V> xp = load_pack<S, V>(x, p), dyp = load_pack<S, V>(dy, p), wp = load_pack<S, V>(weight, p);
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int64_t p = owned_pack(i);
+      if (p >= packs) break;
       Pack<S, V> dxp = load_pack<S, V>(dx, p);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const T d = s * (load(dyp.v[j]) * load(wp.v[j]) - load(xp.v[j]) * s * mean_dxhat_xhat);
+        const T d = s * (load(dyp[i].v[j]) * load(wp[i].v[j]) - load(xp[i].v[j]) * s * mean_dxhat_xhat);
         store(&dxp.v[j], load(dxp.v[j]) + d);
       }
       reinterpret_cast<Pack<S, V>*>(dx)[p] = dxp;
     }
   }
-  // Each thread wrote only its own columns of pw, so no barrier is needed before this.
-  store_column_partials<1, V>(partials, pw, C);
+  store_column_partials(partials, pw, C);
 }
 
 // Both forwards: rmsnorm of x's rows, or with y defined, of res = x + y.
@@ -122,14 +138,12 @@ void forward(Tensor out, Tensor rstd, Tensor res, Tensor x, Tensor y, Tensor wei
     T* s = static_cast<T*>(rstd.data);
     const auto grid = static_cast<unsigned>(N);
     // Packs as rmsnorm_forward would choose them for the row it normalizes (res when fused).
-    if (can_pack<S>(C, {o, b != nullptr ? r : a, w})) {
-      constexpr int V = kPackWidth<S>;
-      const bool inputs_aligned = b == nullptr || (aligned_16(a) && aligned_16(b));
-      forward_kernel<S, V><<<grid, row_threads(C / V), 0, compute_stream()>>>(o, s, r, a, b, inputs_aligned, w, C,
-                                                                               eps);
-    } else {
-      forward_kernel<S, 1><<<grid, row_threads(C), 0, compute_stream()>>>(o, s, r, a, b, true, w, C, eps);
-    }
+    const bool packed = can_pack<S>(C, {o, b != nullptr ? r : a, w});
+    with_row_layout<S>(C, packed, "rmsnorm_forward", [&]<int V, int P>() {
+      const bool inputs_aligned = V == 1 || b == nullptr || (aligned_16(a) && aligned_16(b));
+      forward_kernel<S, V, P><<<grid, row_threads(C / V), 0, compute_stream()>>>(o, s, r, a, b, inputs_aligned, w,
+                                                                                  C, eps);
+    });
     DT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -156,18 +170,10 @@ void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tens
     Buffer partial_buffer(static_cast<size_t>(blocks * C) * sizeof(T), MemTag::workspace, Device::cuda,
                           /*zero=*/false);
     T* partials = static_cast<T*>(partial_buffer.data());
-    const size_t shared_bytes = static_cast<size_t>(C) * sizeof(T);
     const auto grid = static_cast<unsigned>(blocks);
-    if (can_pack<S>(C, {dx, dy, x, w})) {
-      constexpr int V = kPackWidth<S>;
-      allow_column_partials_bytes(backward_kernel<S, V>, shared_bytes, C, "rmsnorm_backward");
-      backward_kernel<S, V><<<grid, row_threads(C / V), shared_bytes, compute_stream()>>>(partials, dx, dy, x, w, s,
-                                                                                          N, C);
-    } else {
-      allow_column_partials_bytes(backward_kernel<S, 1>, shared_bytes, C, "rmsnorm_backward");
-      backward_kernel<S, 1><<<grid, row_threads(C), shared_bytes, compute_stream()>>>(partials, dx, dy, x, w, s, N,
-                                                                                      C);
-    }
+    with_row_layout<S>(C, can_pack<S>(C, {dx, dy, x, w}), "rmsnorm_backward", [&]<int V, int P>() {
+      backward_kernel<S, V, P><<<grid, row_threads(C / V), 0, compute_stream()>>>(partials, dx, dy, x, w, s, N, C);
+    });
     DT_CUDA_CHECK_LAUNCH();
     add_column_partials(static_cast<T*>(dweight.data), partials, blocks, C, C);
     // partial_buffer goes back to the caching allocator here, while the kernels may still run:

@@ -45,8 +45,9 @@ class RingAttention final : public TrainingAttention {
   // key/value blocks in hand and arriving, and their f32 gradients (backward's); workspace, the
   // rotary rows of this rank's chunks (with `rope`), and beside them forward's f32 output with
   // 16-bit storage, or backward's f32 query gradient and then with 16-bit storage the rounded
-  // gradients; the block kernels' scratch (`kernels`: the CPU's for one chunk's queries; none on
-  // a GPU) during the blocks.
+  // gradients; the block kernels' scratch (`kernels`: the CPU's for one chunk's queries) during
+  // the blocks. On a GPU, not counted: cuDNN's blocks' own output or gradients in the storage
+  // dtype (kernels/cuda/attention_block.cu; one chunk's, a few MiB) and cuDNN's workspace.
   struct CallBytes {
     size_t activations = 0, workspace = 0;
   };

@@ -23,7 +23,9 @@ Buffer copy_of(Tensor t) {
 
 }  // namespace
 
-void InProcessTransport::send(Op op, int from, int k, Tensor t) { sent_[{op, receiver(op, from), k}] = copy_of(t); }
+void InProcessTransport::send(Op op, int from, int k, Tensor t, Pairing /*pairing*/) {
+  sent_[{op, receiver(op, from), k}] = copy_of(t);
+}
 
 bool InProcessTransport::try_recv(Op op, int to, int k, Tensor t) {
   const Op sent = op == Op::recv_forward ? Op::send_forward : Op::send_backward;
@@ -35,11 +37,17 @@ bool InProcessTransport::try_recv(Op op, int to, int k, Tensor t) {
   return true;
 }
 
-void CommunicatorTransport::send(Op op, int from, int k, Tensor t) {
+void CommunicatorTransport::send(Op op, int from, int k, Tensor t, Pairing pairing) {
   // Messages between two ranks are matched in order (the schedule sends and receives in one).
+  DT_CHECK(!held_, "a send of stage ", from, " micro-batch ", k, " while another waits for its receive");
   Buffer copy = copy_of(t);
-  CollectiveHandle h = group_.send(copy.view(t.dtype, t.shape), stage_rank_[receiver(op, from)]);
-  sending_.emplace(std::tuple{op, from, k}, Sending{std::move(copy), std::move(h)});
+  const Tensor view = copy.view(t.dtype, t.shape);
+  const int to = stage_rank_[receiver(op, from)];
+  Sending& sending = sending_.emplace(std::tuple{op, from, k}, Sending{std::move(copy), {}}).first->second;
+  if (pairing == Pairing::with_next_receive)
+    held_ = Held{view, to, &sending.handle};
+  else
+    sending.handle = group_.send(view, to);
 }
 
 void CommunicatorTransport::release(Op op, int from, int k) {
@@ -50,11 +58,20 @@ void CommunicatorTransport::release(Op op, int from, int k) {
 }
 
 bool CommunicatorTransport::try_recv(Op op, int to, int /*k*/, Tensor t) {
-  group_.recv(t, stage_rank_[op == Op::recv_forward ? to - 1 : to + 1]).wait();
+  const int from = stage_rank_[op == Op::recv_forward ? to - 1 : to + 1];
+  if (!held_) {
+    group_.recv(t, from).wait();
+    return true;
+  }
+  // The held send's handle is the exchange's: its release waits for the receive too, done by then.
+  *held_->handle = group_.exchange(held_->copy, held_->to, t, from);
+  held_->handle->wait();
+  held_.reset();
   return true;
 }
 
 void CommunicatorTransport::finish() {
+  DT_CHECK(!held_, "the step ended with a send waiting for a receive");
   for (auto& [message, sending] : sending_) sending.handle.wait();
   sending_.clear();
 }
@@ -87,8 +104,7 @@ bool PipelineRank::advance() {
   const size_t before = next_;
   while (!done()) {
     const Action& a = schedule_.actions[rank_][next_];
-    const bool compute = a.op == Op::forward || a.op == Op::backward || a.op == Op::backward_input ||
-                         a.op == Op::backward_weight;
+    const bool compute = !is_transfer(a.op);
     // Compute is a span of the trace (core/trace.h), named as the schedule's picture names it.
     std::optional<trace::ComputeScope> span;
     if (compute) span.emplace(str(op_name(a.op), " stage ", a.stage, " micro-batch ", a.micro_batch));
@@ -121,17 +137,19 @@ bool PipelineRank::run(const Action& a) {
     return b.view(weights_.dtype(), boundary);
   };
   const Tensor tokens = s == 0 ? data.tokens : Tensor{};
+  const Pairing pairing =
+      exchanged_with_next(schedule_, rank_, next_) ? Pairing::with_next_receive : Pairing::alone;
   switch (a.op) {
     case Op::recv_forward: return transport_.try_recv(a.op, s, k, activation(inputs_));
     case Op::recv_backward: return transport_.try_recv(a.op, s, k, activation(gradients_));
     case Op::send_forward:
-      transport_.send(a.op, s, k, outputs_.at({s, k}));
+      transport_.send(a.op, s, k, outputs_.at({s, k}), pairing);
       outputs_.erase({s, k});
       if (!training_) stage->release(k);  // sent from a copy
       return true;
     case Op::send_backward: {
       const Buffer& din = input_gradients_.at({s, k});
-      transport_.send(a.op, s, k, din.view(weights_.dtype(), boundary));
+      transport_.send(a.op, s, k, din.view(weights_.dtype(), boundary), pairing);
       input_gradients_.erase({s, k});
       return true;
     }

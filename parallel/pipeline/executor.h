@@ -11,6 +11,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -23,12 +24,17 @@
 
 namespace dt::pipeline {
 
+// How a send goes out: at once, or with the receive right after it on the rank's list, in one
+// exchange (exchanged_with_next in schedule.h), so that under NCCL neither waits behind the other.
+enum class Pairing { alone, with_next_receive };
+
 // Where a sent tensor waits for its receive.
 class Transport {
  public:
   virtual ~Transport() = default;
-  // Sends `t` (activations forward, or their gradient backward) of micro-batch k from stage `from`.
-  virtual void send(Op op, int from, int k, Tensor t) = 0;
+  // Sends `t` (activations forward, or their gradient backward) of micro-batch k from stage `from`;
+  // with_next_receive: it may go out only with the next try_recv.
+  virtual void send(Op op, int from, int k, Tensor t, Pairing pairing) = 0;
   // Receives into `t` what `send` of the matching op sent to stage `to`; false while it has not
   // been sent.
   virtual bool try_recv(Op op, int to, int k, Tensor t) = 0;
@@ -45,10 +51,10 @@ struct SendRelease {
 };
 std::vector<SendRelease> send_releases(const Schedule& schedule, int rank);
 
-// Every rank in one process: a sent tensor is copied aside until received.
+// Every rank in one process: a sent tensor is copied aside until received (at once, paired or not).
 class InProcessTransport final : public Transport {
  public:
-  void send(Op op, int from, int k, Tensor t) override;
+  void send(Op op, int from, int k, Tensor t, Pairing pairing) override;
   bool try_recv(Op op, int to, int k, Tensor t) override;
 
  private:
@@ -56,13 +62,14 @@ class InProcessTransport final : public Transport {
 };
 
 // Ranks in their own processes, over a communicator whose ranks are the schedule's: a send
-// starts at once from a copy, freed when the schedule proves it received (release) or when the
-// step ends (finish()); a receive waits for its data.
+// starts from a copy, freed when the schedule proves it received (release) or when the step ends
+// (finish()): at once, or paired with the next receive in one exchange (Communicator::exchange);
+// a receive waits for its data (and a paired send for its receive).
 class CommunicatorTransport final : public Transport {
  public:
   CommunicatorTransport(Communicator& group, std::vector<int> stage_rank)
       : group_(group), stage_rank_(std::move(stage_rank)) {}
-  void send(Op op, int from, int k, Tensor t) override;
+  void send(Op op, int from, int k, Tensor t, Pairing pairing) override;
   bool try_recv(Op op, int to, int k, Tensor t) override;
   void release(Op op, int from, int k) override;
   // Waits for every send started.
@@ -71,11 +78,18 @@ class CommunicatorTransport final : public Transport {
  private:
   struct Sending {
     Buffer copy;
-    CollectiveHandle handle;
+    CollectiveHandle handle;  // none while held for the next receive
+  };
+  // A send held for the next receive: its copy, its peer and where its handle goes.
+  struct Held {
+    Tensor copy;
+    int to;
+    CollectiveHandle* handle;
   };
   Communicator& group_;
   std::vector<int> stage_rank_;
   std::map<std::tuple<Op, int, int>, Sending> sending_;  // by (op, sending stage, micro-batch)
+  std::optional<Held> held_;
 };
 
 // One rank of a pipeline: its stages (by stage index: stages[s] for the stages the schedule puts
@@ -99,7 +113,7 @@ class PipelineRank {
   const std::map<Op, Busy>& busy() const { return busy_; }
 
  private:
-  bool run(const Action& a);  // false: a receive waits
+  bool run(const Action& a);  // a: the list's action next_; false: a receive waits
 
   const Schedule& schedule_;
   int rank_;

@@ -36,6 +36,13 @@ int stage_in_flight(const Schedule& schedule, int s) {
   return most;
 }
 
+bool exchanged_with_next(const Schedule& schedule, int rank, size_t i) {
+  const std::vector<Action>& list = schedule.actions[static_cast<size_t>(rank)];
+  const auto is = [&](size_t j, Op a, Op b) { return j < list.size() && (list[j].op == a || list[j].op == b); };
+  return schedule.exchanges && is(i, Op::send_forward, Op::send_backward) &&
+         is(i + 1, Op::recv_forward, Op::recv_backward);
+}
+
 std::vector<std::string> schedule_names() { return {"afab", "1f1b", "interleaved", "zb-h1", "zb-v"}; }
 
 std::vector<std::vector<Action>> with_communication(const std::vector<std::vector<Action>>& compute,
@@ -115,6 +122,7 @@ Schedule afab(int p, int m) {
     s.promised_in_flight[r] = m;
   }
   s.actions = with_communication(compute, s.stage_rank);
+  s.exchanges = true;
   return s;
 }
 
@@ -141,6 +149,9 @@ Schedule one_f_one_b(std::string name, int p, int m, int v) {
     s.promised_in_flight[r] = std::min(warmup + 1, M);
   }
   s.actions = with_communication(compute, s.stage_rank);
+  // Interleaved, over several virtual stages, can have a rank send twice before receiving what its
+  // peer sent before receiving the first (schedule_check.h): pairs would not undo that.
+  s.exchanges = v == 1;
   return s;
 }
 
@@ -225,7 +236,9 @@ Schedule zero_bubble(std::string name, int p, int m, std::vector<int> stage_rank
 Schedule zb_h1(int p, int m) {
   std::vector<int> placement, forwards, weights(static_cast<size_t>(p), p);
   for (int r = 0; r < p; ++r) placement.push_back(r), forwards.push_back(p - r);
-  return zero_bubble("zb-h1", p, m, placement, forwards, weights);
+  Schedule s = zero_bubble("zb-h1", p, m, placement, forwards, weights);
+  s.exchanges = true;
+  return s;
 }
 
 // ZB-V: two stages per rank in a V — stage r and stage 2p − 1 − r on rank r, so that the first

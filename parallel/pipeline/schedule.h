@@ -14,8 +14,12 @@
 // them: send_forward(s, k) after forward(s, k) on stage s's rank and recv_forward(s + 1, k)
 // before forward(s + 1, k) on the next stage's; send_backward(s, k) after stage s's backward
 // (input) and recv_backward(s − 1, k) before stage s − 1's. Sends do not block (the executor
-// posts them and waits at the end); receives block until their data is there. Messages between
-// two ranks are matched in the order they are sent (as NCCL and MPI with one tag match them), so
+// posts them and waits at the end); receives block until their data is there. In the schedules
+// that say so (Schedule::exchanges) a send directly followed by a receive on its rank's list goes
+// out with it, in one exchange: under NCCL a send above the eager size waits for its receive, and
+// a rank's sends and receives run one after another, so two ranks that each send to the other
+// before receiving would wait for ever; in one exchange a send cannot hold up the receive beside
+// it. Messages between two ranks are matched in the order they are sent (as NCCL and MPI with one tag match them), so
 // a receive is moved earlier where its peer sent it before another this rank needs first. A schedule is
 // written as each rank's order of compute actions; the communication is inserted by one rule
 // (with_communication), the same for every schedule.
@@ -49,6 +53,12 @@ enum class Op {
   send_backward,
   recv_backward,
 };
+
+// Whether an op moves a tensor between ranks (a send or a receive) rather than computing.
+inline bool is_transfer(Op op) {
+  return op == Op::send_forward || op == Op::recv_forward || op == Op::send_backward || op == Op::recv_backward;
+}
+
 std::string_view op_name(Op op);
 
 struct Action {
@@ -67,6 +77,11 @@ struct Schedule {
   // holds a stage's activations from its forward to its last backward action): what the schedule
   // promises, per rank.
   std::vector<int> promised_in_flight;
+  // Whether a send directly followed by a receive on a rank's list goes out with it in one exchange
+  // (exchanged_with_next): set where that makes the lists run under NCCL, which the checker proves
+  // (schedule_check.h). Only there: the exchange is waited for whole, so on MPI too a paired send
+  // waits for its receive, where a lone one never holds its rank up before its release.
+  bool exchanges = false;
 
   int stages() const { return static_cast<int>(stage_rank.size()); }
 };
@@ -82,6 +97,11 @@ Schedule make_schedule(std::string_view name, int ranks, int micro_batches, int 
 // backward_input), where the executor releases it. A rank's stages' add up to at most its promise;
 // each stage's activation store grows to its own (plan/memory.h counts them).
 int stage_in_flight(const Schedule& schedule, int s);
+
+// Whether action i of rank `rank`'s list is a send that goes out in one exchange with the receive
+// right after it (Schedule::exchanges): a function of the schedule alone, so that every rank and
+// the checker see the same pairs.
+bool exchanged_with_next(const Schedule& schedule, int rank, size_t i);
 
 // Inserts the sends and receives into per-rank orders of compute actions (see above).
 std::vector<std::vector<Action>> with_communication(const std::vector<std::vector<Action>>& compute,

@@ -30,6 +30,54 @@ std::string describe(const Action& a, int rank) {
   return str(op_name(a.op), "(stage ", a.stage, ", micro-batch ", a.micro_batch, ") on rank ", rank);
 }
 
+// The other end of a transfer: a send's receive, a receive's send.
+Action other_end(const Action& a) {
+  switch (a.op) {
+    case Op::send_forward: return {Op::recv_forward, a.stage + 1, a.micro_batch};
+    case Op::recv_forward: return {Op::send_forward, a.stage - 1, a.micro_batch};
+    case Op::send_backward: return {Op::recv_backward, a.stage - 1, a.micro_batch};
+    default: return {Op::send_backward, a.stage + 1, a.micro_batch};  // recv_backward
+  }
+}
+
+// Runs the lists' communication as NCCL runs it: each rank's sends and receives one after another
+// in its list's order, a send done only once its receive runs (NCCL's above its eager size; MPI's
+// Isend is freer), a send and the receive after it in one exchange (Schedule::exchanges) running
+// together. The compute between them waits only for its rank's earlier actions, so it is left
+// out. Returns the first transfer of a rank that waits for ever, or an empty string.
+std::string nccl_deadlock(const Schedule& s) {
+  // Each rank's transfers in the order it starts them: one at a time, or an exchange of two; and
+  // where each transfer is (rank, index of its start).
+  std::vector<std::vector<std::vector<Action>>> starts(static_cast<size_t>(s.ranks));
+  std::map<std::tuple<Op, int, int>, std::pair<int, size_t>> where;
+  for (int r = 0; r < s.ranks; ++r) {
+    const std::vector<Action>& list = s.actions[r];
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!is_transfer(list[i].op)) continue;
+      if (i == 0 || !exchanged_with_next(s, r, i - 1)) starts[r].emplace_back();
+      starts[r].back().push_back(list[i]);
+      where[{list[i].op, list[i].stage, list[i].micro_batch}] = {r, starts[r].size() - 1};
+    }
+  }
+  // A start is done once every other end has been started (it runs until they meet).
+  std::vector<size_t> at(static_cast<size_t>(s.ranks), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < s.ranks; ++r)
+      for (; at[r] < starts[r].size(); ++at[r], progress = true) {
+        const bool met = std::ranges::all_of(starts[r][at[r]], [&](const Action& a) {
+          const Action b = other_end(a);
+          const auto [q, start] = where.at({b.op, b.stage, b.micro_batch});
+          return at[q] >= start;
+        });
+        if (!met) break;
+      }
+  }
+  for (int r = 0; r < s.ranks; ++r)
+    if (at[r] < starts[r].size()) return describe(starts[r][at[r]].front(), r);
+  return "";
+}
+
 }  // namespace
 
 ScheduleCheck check_schedule(const Schedule& s, const std::vector<PassTimes>& times) {
@@ -161,6 +209,12 @@ ScheduleCheck check_schedule(const Schedule& s, const std::vector<PassTimes>& ti
     if (next[r] < s.actions[r].size())
       return fail(str("deadlock: rank ", r, " waits at ", describe(s.actions[r][next[r]], r),
                       " and no rank can go on"));
+  if (const std::string waits = nccl_deadlock(s); !waits.empty()) {
+    // Paired sends wait for their receives on MPI too.
+    if (s.exchanges) return fail(str("with adjacent sends and receives paired, ", waits, " waits for ever"));
+    check.nccl_deadlock = str(s.name, " (p ", p, ", m ", m, ", v ", s.virtual_stages, "): ", waits,
+                              " waits for ever under NCCL");
+  }
   for (int r = 0; r < p; ++r) {
     check.makespan = std::max(check.makespan, clock[r]);
     if (check.peak_in_flight[r] > s.promised_in_flight[r])

@@ -15,6 +15,16 @@
 //                 the micro-batch's last backward action of that stage) than the schedule
 //                 promises.
 //
+// It also runs the lists as NCCL does, where a rank's sends and receives run one after another
+// and a send waits for its receive (above the eager size), but, in a schedule that pairs them
+// (Schedule::exchanges), a send directly followed by a receive runs together with it in one
+// exchange. A schedule that pairs must run so (a paired send waits for its receive on MPI too);
+// afab, 1f1b and zb-h1 do for every shape. Interleaved and zb-v can wait for ever there, paired or
+// not (interleaved over 2 ranks, 4 micro-batches, v 2: rank 0 sends a gradient to rank 1, then an
+// activation, and only then receives the gradient rank 1 sent it before receiving ours; a receive
+// would have to start before the compute ahead of it): they do not pair, and say so in
+// nccl_deadlock.
+//
 // The simulation also times the schedule, a forward, an input pass and a weight pass one unit
 // each (a whole backward two) unless given other times, transfers free: the bubble of each rank is its idle time over its
 // busy time, which theory puts at (p − 1)/m for 1F1B and all-forward-all-backward,
@@ -35,6 +45,7 @@ struct ScheduleCheck {
     double start = 0, end = 0;
   };
   std::string problem;           // empty when the schedule passes
+  std::string nccl_deadlock;     // empty when it runs under NCCL too (above); else who waits
   std::vector<std::vector<Timed>> timeline;  // each rank's compute, in order
   std::vector<int> peak_in_flight;  // per rank
   double makespan = 0;           // in units

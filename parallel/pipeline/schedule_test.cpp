@@ -153,6 +153,55 @@ TEST(Schedule, TheCheckerNamesWhatIsWrong) {
       << check_schedule(crossed).problem;
 }
 
+// Under NCCL a send waits for its receive and a rank's transfers run in its list's order. In
+// afab, 1f1b and zb-h1 a send and the receive right after it go out together, and that is enough
+// at every shape; 1f1b's steady state, where stage s sends an activation while stage s + 1 sends a
+// gradient back, is what needs it. Interleaved and zb-v wait for ever under NCCL even so, and do not
+// pair: a paired send waits for its receive on MPI too. A lone send still waits: here rank 0 sends
+// micro-batch 1's activation between two forwards and rank 1 the gradient of 0 before a weight
+// pass, each before receiving the other's, which MPI's sends survive and NCCL's do not.
+TEST(Schedule, AdjacentSendsAndReceivesGoOutTogetherWhereThatLetsNcclRunTheLists) {
+  for (const std::string name : {"afab", "1f1b", "zb-h1"})
+    for (int p = 1; p <= 8; ++p)
+      for (int m = 1; m <= 32; ++m) {
+        const Schedule s = make_schedule(name, p, m);
+        ASSERT_TRUE(s.exchanges) << name;
+        const ScheduleCheck check = check_schedule(s);
+        ASSERT_TRUE(check.nccl_deadlock.empty()) << check.nccl_deadlock;
+      }
+  // 1F1B over two ranks: each rank's send of the steady state goes out with its receive.
+  Schedule one_f_one_b = make_schedule("1f1b", 2, 4);
+  const auto expect_pair = [&](int rank, Action send, Action receive) {
+    const std::vector<Action>& list = one_f_one_b.actions[static_cast<size_t>(rank)];
+    const size_t i = static_cast<size_t>(std::find(list.begin(), list.end(), send) - list.begin());
+    EXPECT_TRUE(exchanged_with_next(one_f_one_b, rank, i)) << "rank " << rank;
+    EXPECT_EQ(list.at(i + 1), receive) << "rank " << rank;
+  };
+  expect_pair(0, {Op::send_forward, 0, 1}, {Op::recv_backward, 0, 0});
+  expect_pair(1, {Op::send_backward, 1, 0}, {Op::recv_forward, 1, 1});
+  one_f_one_b.exchanges = false;
+  EXPECT_EQ(check_schedule(one_f_one_b).nccl_deadlock,
+            "1f1b (p 2, m 4, v 1): send_forward(stage 0, micro-batch 1) on rank 0 waits for ever under NCCL");
+  for (const Schedule& s : {make_schedule("interleaved", 2, 4, 2), make_schedule("zb-v", 2, 4)}) {
+    const ScheduleCheck check = check_schedule(s);
+    EXPECT_TRUE(check.ok()) << check.problem;
+    EXPECT_FALSE(s.exchanges) << s.name;
+    EXPECT_NE(check.nccl_deadlock, "") << s.name;
+  }
+
+  Schedule lone{.name = "lone sends", .ranks = 2, .micro_batches = 3, .virtual_stages = 1, .stage_rank = {0, 1},
+                .actions = {}, .promised_in_flight = {3, 1}, .exchanges = true};
+  std::vector<std::vector<Action>> compute(2);
+  for (int k = 0; k < 3; ++k) compute[0].push_back({Op::forward, 0, k});
+  for (int k = 0; k < 3; ++k)
+    for (const Op op : {Op::backward_input, Op::backward_weight}) compute[0].push_back({op, 0, k});
+  for (int k = 0; k < 3; ++k)
+    for (const Op op : {Op::forward, Op::backward_input, Op::backward_weight}) compute[1].push_back({op, 1, k});
+  lone.actions = with_communication(compute, lone.stage_rank);
+  EXPECT_EQ(check_schedule(lone).problem, "lone sends (p 2, m 3, v 1): with adjacent sends and receives paired, "
+                                          "send_forward(stage 0, micro-batch 1) on rank 0 waits for ever");
+}
+
 TEST(Schedule, BadShapesAndNamesSayWhatWorks) {
   try {
     make_schedule("interleaved", 4, 6, 2);
