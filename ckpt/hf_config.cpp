@@ -143,6 +143,10 @@ ModelConfig model_config_from_hf(const std::filesystem::path& config_json) {
 
 json hf_config_json(const ModelConfig& c) {
   validate_model_config(c);
+  if (c.moe.experts > 0)
+    throw ConfigError(str("a mixture of experts (model.moe_experts = ", c.moe.experts, ") has no Hugging Face "
+                          "configuration in dtrain yet (Mixtral's and Qwen2-MoE's are to come); keep it as a dtrain "
+                          "checkpoint"));
   json j;
   if (c.family == ModelFamily::gpt2) {
     j = {{"model_type", "gpt2"},

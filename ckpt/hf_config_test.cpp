@@ -140,5 +140,18 @@ TEST(HfConfig, RejectsWhatWeWouldComputeDifferently) {
   expect_rejected(llama, "model_type = \"mistral\": dtrain reads \"gpt2\" and \"llama\" models");
 }
 
+// Written as a llama, a mixture of experts would be a model transformers loads wrongly.
+TEST(HfConfig, AMixtureOfExpertsIsNotWrittenAsADenseFamily) {
+  try {
+    ckpt::hf_config_json(model_preset("moe-tiny"));
+    FAIL() << "a mixture of experts written as a Hugging Face configuration";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("a mixture of experts (model.moe_experts = 4) has no Hugging Face "
+                                         "configuration"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dt

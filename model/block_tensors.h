@@ -8,6 +8,19 @@
 
 namespace dt {
 
+// A mixture of experts' activations (model/moe_mlp.h), P this rank's rows, k = top_k, E experts,
+// A = P·k assignments: the experts' tensors have a row per assignment kept, the first R of A
+// (all of them when none is dropped). Kept or rebuilt as declared: the router's scores (P, E),
+// chosen experts (P, k) i32, their weights (P, k) and each assignment's row (P, k) i32; the
+// experts' input (A, C), fc output (A, 2 F_e), activation (A, F_e) and output (A, C). Scratch,
+// used within a pass: the router's input and weight widened to f32 where the precision is 16-bit
+// (P, C) and (E, C), its logits (P, E) f32, and the routed rows' combined output (P, C).
+struct ExpertActivations {
+  Tensor scores, experts, weights, rows;
+  Tensor expert_in, expert_fch, expert_act, expert_out;
+  Tensor router_in, router_weight, logits, routed;
+};
+
 // One block's activations for N rows, (N, width) views, or (this rank's rows, width) for ln1, ln2,
 // res2, res3, their statistics and branch. The *_mean views are LayerNorm's only, lse is training's
 // only. res2 and res3 may be the block's input x itself (generation updates the residual stream
@@ -18,6 +31,16 @@ namespace dt {
 struct BlockActivations {
   Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, lse, proj_out, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
   Tensor branch, gathered;
+  ExpertActivations experts = {};  // an expert block's only (it has no fch and fch_act)
+};
+
+// A mixture of experts' backward, sizes as ExpertActivations': the gradients of the experts'
+// output (A, C) (the experts' input's share its memory), activation (A, F_e) and fc output
+// (A, 2 F_e), of the routing weights (P, k) and logits (P, E) (f32), and of the router's f32 input
+// (P, C). Working space, except what a deferred weight pass reads: dexpert_fch and dlogits,
+// which are then kept per block and micro-batch like dfch.
+struct ExpertGradients {
+  Tensor dexpert_out, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in;
 };
 
 // One block's gradients for N rows in backward. dout is the output's gradient (given); dres2 the
@@ -31,6 +54,7 @@ struct BlockActivations {
 // distinct and kept, with the activations, until then.
 struct BlockGradients {
   Tensor dout, dres2, din, dtmp, datty, dact, dfch, dqkv, dlocal;
+  ExpertGradients experts = {};  // an expert block's only
 };
 
 }  // namespace dt

@@ -57,6 +57,8 @@ InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
       output_(ColumnParallelLinear::output_projection(params.layout(), ParallelRegions::single_rank())) {
   const ModelConfig& c = config();
   const int64_t R = chunk_rows_, C = c.d_model, KV = 2 * int64_t{c.kv_heads()} * c.head_size();
+  const bool moe = c.moe.experts > 0;
+  const int64_t E = c.moe.experts, top_k = moe ? c.moe.routing.top_k : 0, A = R * top_k, F_e = c.moe.expert_hidden;
   cache_ = Buffer(static_cast<size_t>(int64_t{c.n_layer} * max_tokens * KV) * sizeof(float), MemTag::activations);
 
   // Every view starts on a cache line; one list both sizes and places them.
@@ -70,7 +72,12 @@ InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
       {&mean_, DType::f32, {R}},       {&rstd_, DType::f32, {R}},       {&qkv_, DType::f32, {R, c.qkv_width()}},
       {&q_, DType::f32, {R, C}},       {&atty_, DType::f32, {R, C}},    {&proj_out_, DType::f32, {R, C}},
       {&fch_, DType::f32, {R, c.ffn_in_width()}}, {&fch_act_, DType::f32, {R, c.ffn_hidden()}},
-      {&logits_, DType::f32, {1, c.padded_vocab_size()}}};
+      {&logits_, DType::f32, {1, c.padded_vocab_size()}},
+      {&experts_.scores, DType::f32, {R, E}},          {&experts_.experts, DType::i32, {R, top_k}},
+      {&experts_.weights, DType::f32, {R, top_k}},     {&experts_.rows, DType::i32, {R, top_k}},
+      {&experts_.expert_in, DType::f32, {A, C}},       {&experts_.expert_fch, DType::f32, {A, 2 * F_e}},
+      {&experts_.expert_act, DType::f32, {A, F_e}},    {&experts_.expert_out, DType::f32, {A, C}},
+      {&experts_.logits, DType::f32, {R, E}},          {&experts_.routed, DType::f32, {R, moe ? C : 0}}};
   auto bytes = [](const Region& r) {
     return (static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype) + 63) / 64 * 64;
   };
@@ -121,6 +128,8 @@ std::span<const float> InferenceSession::prefill(std::span<const int32_t> prompt
 void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
   const int64_t M = static_cast<int64_t>(tokens.size()), first = size_;
   auto rows = [M](Tensor t) { return t.slice_rows(0, M); };
+  const int64_t top_k = config().moe.experts > 0 ? config().moe.routing.top_k : 0;
+  auto assigned = [&](Tensor t) { return t.slice_rows(0, M * top_k); };
   std::copy(tokens.begin(), tokens.end(), ids_.ptr<int32_t>());
   const Tensor x = rows(x_);
   embedding_.forward(params_, x, rows(ids_).reshape({1, M}), first);
@@ -130,7 +139,15 @@ void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
                            .atty = rows(atty_), .lse = Tensor{}, .proj_out = rows(proj_out_), .res2 = x,
                            .ln2 = rows(ln_),
                            .ln2_mean = rows(mean_), .ln2_rstd = rows(rstd_), .fch = rows(fch_),
-                           .fch_act = rows(fch_act_), .res3 = x, .branch = Tensor{}, .gathered = Tensor{}};
+                           .fch_act = rows(fch_act_), .res3 = x, .branch = Tensor{}, .gathered = Tensor{},
+                           .experts = {.scores = rows(experts_.scores), .experts = rows(experts_.experts),
+                                       .weights = rows(experts_.weights), .rows = rows(experts_.rows),
+                                       .expert_in = assigned(experts_.expert_in),
+                                       .expert_fch = assigned(experts_.expert_fch),
+                                       .expert_act = assigned(experts_.expert_act),
+                                       .expert_out = assigned(experts_.expert_out), .router_in = Tensor{},
+                                       .router_weight = Tensor{}, .logits = rows(experts_.logits),
+                                       .routed = rows(experts_.routed)}};
   for (const Block& block : blocks_) {
     CachedAttention attention(*this, block.layer(), first, M);
     block.forward(params_, x, a, attention);

@@ -75,6 +75,9 @@ class InferenceSession {
   // Views of acts_: (chunk_rows_, width) each; the residual stream x is updated in place.
   Tensor ids_, x_, ln_, mean_, rstd_, qkv_, q_, atty_, proj_out_, fch_, fch_act_;
   Tensor logits_;  // (1, Vp) of the last position
+  // The expert blocks' (model/block_tensors.h), for R rows and R·top_k assignments; empty for a
+  // dense model.
+  ExpertActivations experts_;
   RopeTables rope_;  // llama only: positions [0, max_tokens)
 };
 

@@ -104,7 +104,10 @@ INSTANTIATE_TEST_SUITE_P(
                              c.n_kv_head = 1, c.tied_embeddings = true;
                              return c;
                            }(),
-                           1}),
+                           1},
+                      // Experts: a token's choice is its own, whether it comes in a prefill or alone.
+                      Case{"moe", sized("moe-tiny", 64), 9},
+                      Case{"moe_two_chunks", sized("moe-tiny", 300), 200}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // prefill appends: a prompt given in pieces gives the logits of the prompt given at once, up to

@@ -1,10 +1,10 @@
 // A block's MLP branch, from ln_2's output to the branch's output: the seam beside attention's
-// (model/attention_core.h) where a mixture of experts will go. A block reaches its MLP only
-// through this interface; the dense MLP,
+// (model/attention_core.h). A block reaches its MLP only through this interface, whose two
+// implementations are a mixture of experts (model/moe_mlp.h) and the dense MLP,
 //
 //   mlp.proj(act(mlp.fc(x)))     act: GELU, or SwiGLU of mlp.fc's gate and up halves
 //
-// is its one implementation today. Its views are the block's (model/block_tensors.h): it reads
+// whose views are the block's (model/block_tensors.h): it reads
 // a.ln2 (this rank's rows) and sets a.fch and a.fch_act; its output goes through a.proj_out (and
 // a.branch under sequence parallelism); backward reads d.dout and uses d.dact, d.dfch, d.dtmp,
 // d.dlocal and a.gathered as working space. Its linear layers communicate through the block's

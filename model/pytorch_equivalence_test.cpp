@@ -215,6 +215,14 @@ ModelConfig llama(int n_layer, int d_model, int n_head, int n_kv_head, int ffn_h
   return c;
 }
 
+// A Llama with a mixture of experts in blocks first_dense_layers and after.
+ModelConfig moe(int n_layer, int first_dense_layers, int experts, int expert_hidden, kernels::MoeRouting routing) {
+  ModelConfig c = llama(n_layer, 32, 4, 2, 64, 61, false, 10000, 0);
+  c.moe = {.experts = experts, .expert_hidden = expert_hidden, .routing = routing,
+           .first_dense_layers = first_dense_layers};
+  return c;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Configurations, ModelVsPyTorch,
     ::testing::Values(
@@ -231,7 +239,17 @@ INSTANTIATE_TEST_SUITE_P(
         // Multi-query attention (one KV head), tied embeddings, Llama 3's theta, batch 3.
         Case{"llama_mqa_tied_batch3", llama(2, 32, 4, 1, 80, 61, true, 500000, 0), 3, 24},
         // Plain multi-head, head size 10, three layers.
-        Case{"llama_mha_layers3_seq29", llama(3, 40, 4, 4, 96, 300, false, 10000, 0), 2, 29}),
+        Case{"llama_mha_layers3_seq29", llama(3, 40, 4, 4, 96, 300, false, 10000, 0), 2, 29},
+        // Mixtral's routing (top 2 of 4 softmax scores, renormalized) after a dense block.
+        Case{"moe_mixtral_top2of4_after_dense", moe(2, 1, 4, 24, {}), 2, 37},
+        // DeepSeek-V3's scoring (sigmoid, renormalized, scaled) with 3 of 6 experts, every block.
+        Case{"moe_sigmoid_top3of6_scaled",
+             moe(2, 0, 6, 16, {.score = kernels::MoeScore::sigmoid, .top_k = 3, .renormalize = true,
+                               .route_scale = 2.5f}),
+             2, 29},
+        // Qwen1.5-MoE's and OLMoE's (softmax, not renormalized), one expert per token, 3 blocks.
+        Case{"moe_softmax_top1of5_unnormalized",
+             moe(3, 0, 5, 20, {.score = kernels::MoeScore::softmax, .top_k = 1, .renormalize = false}), 3, 24}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

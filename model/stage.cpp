@@ -26,14 +26,23 @@ double sum_in_order(Tensor losses) {
 // (rank_rows of them at most); everything else holds all of them.
 struct Stage::ActivationRegions {
   struct Block {
+    bool experts = false;  // an expert block (ModelConfig::moe_block)
     std::array<ActivationRegion, kBlockActivations> activations;  // by BlockActivation
-    ActivationRegion dout, dres2, dfch, dqkv;  // kept for a deferred weight pass
+    // Kept for a deferred weight pass: an expert block's dexpert_fch and dlogits in place of dfch.
+    ActivationRegion dout, dres2, dfch, dqkv, dexpert_fch, dlogits;
     const ActivationRegion& operator[](BlockActivation a) const { return activations[static_cast<size_t>(a)]; }
+  };
+  // An expert block's working space (model/block_tensors.h), in scratch: none in a stage without
+  // one, the router's f32 copies none in f32.
+  struct ExpertScratch {
+    ActivationRegion router_in, router_weight, logits, routed;
+    ActivationRegion dexpert_out, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in;
   };
   ActivationRegion input;  // the embeddings' output, or the previous stage's output
   std::vector<Block> blocks;
   ActivationRegion lnf, lnf_mean, lnf_rstd, logits, losses;  // the head's
   ActivationRegion dres, dtmp, dqkv, dfch, dact;             // backward's, in scratch
+  ExpertScratch experts;
   // Sequence parallelism's, in scratch (no width without it): a column-parallel layer's whole
   // input, and this rank's rows for a row-parallel layer's output or its input's gradient.
   ActivationRegion gathered, local;
@@ -54,6 +63,7 @@ struct Stage::ActivationRegions {
     std::array<std::optional<ActivationRegion>, kBlockActivations> once;
     for (int l = units.first_block; l < units.end_block; ++l) {
       Block& b = blocks.emplace_back();
+      b.experts = c.moe_block(l);
       for (const ActivationDeclaration& a : declare_block(c, l).activations) {
         const int64_t width = a.width_of(c, d), rows = a.rows_of(c, max_rows, rank_rows);
         std::optional<ActivationRegion>& shared_region = once[static_cast<size_t>(a.id)];
@@ -64,10 +74,17 @@ struct Stage::ActivationRegions {
     }
     // What a deferred weight pass reads beside the activations: each block's output gradient and
     // x''s (this rank's rows), and its fc and qkv outputs' gradients.
+    const int64_t E = d.experts, top_k = c.moe.routing.top_k, F_e = d.expert_hidden;
+    const int64_t assignments = rank_rows * top_k;
     for (Block& b : blocks) {
       if (!deferred_weights) break;
       b.dout = kept.add(C, precision, rank_rows), b.dres2 = kept.add(C, precision, rank_rows);
-      b.dfch = kept.add(F_in, precision), b.dqkv = kept.add(QKV, precision);
+      b.dqkv = kept.add(QKV, precision);
+      if (!b.experts) {
+        b.dfch = kept.add(F_in, precision);
+        continue;
+      }
+      b.dexpert_fch = kept.add(2 * F_e, precision, assignments), b.dlogits = kept.add(E, DType::f32, rank_rows);
     }
     if (deferred_weights) dinput = kept.add(C, precision, rank_rows);
     if (units.head) {
@@ -80,6 +97,19 @@ struct Stage::ActivationRegions {
     dqkv = scratch.add(QKV, precision), dfch = scratch.add(F_in, precision), dact = scratch.add(F, precision);
     gathered = scratch.add(sequence_parallel ? C : 0, precision);
     local = scratch.add(sequence_parallel ? C : 0, precision, rank_rows);
+    if (std::ranges::any_of(blocks, &Block::experts)) {
+      const int64_t widened = precision == DType::f32 ? 0 : C;
+      experts = {.router_in = scratch.add(widened, DType::f32, rank_rows),
+                 .router_weight = scratch.add(widened, DType::f32, E),
+                 .logits = scratch.add(E, DType::f32, rank_rows),
+                 .routed = scratch.add(C, precision, rank_rows),
+                 .dexpert_out = scratch.add(C, precision, assignments),
+                 .dexpert_act = scratch.add(F_e, precision, assignments),
+                 .dexpert_fch = scratch.add(2 * F_e, precision, assignments),
+                 .dweights = scratch.add(top_k, DType::f32, rank_rows),
+                 .dlogits = scratch.add(E, DType::f32, rank_rows),
+                 .drouter_in = scratch.add(C, DType::f32, rank_rows)};
+    }
     bytes = {.kept = kept.bytes(), .shared = shared.bytes(), .scratch = scratch.bytes()};
   }
 };
@@ -153,12 +183,36 @@ BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
   const auto mine = [&](const ActivationRegion& r) { return region(k, r, P); };
   // The branch outputs go through dtmp (and local): free in forward, and in backward when full
   // recomputation reruns a block (the block above has consumed it; dres is kept).
-  return {.ln1 = mine(b[A::ln1]), .ln1_mean = rows(k, b[A::ln1_mean], P), .ln1_rstd = rows(k, b[A::ln1_rstd], P),
-          .qkv = all(b[A::qkv]), .atty = all(b[A::atty]), .lse = all(b[A::lse]),
-          .proj_out = all(activation_regions_->dtmp), .res2 = mine(b[A::res2]), .ln2 = mine(b[A::ln2]),
-          .ln2_mean = rows(k, b[A::ln2_mean], P), .ln2_rstd = rows(k, b[A::ln2_rstd], P), .fch = all(b[A::fch]),
-          .fch_act = all(b[A::fch_act]), .res3 = mine(b[A::res3]), .branch = mine(activation_regions_->local),
-          .gathered = all(activation_regions_->gathered)};
+  BlockActivations a{.ln1 = mine(b[A::ln1]), .ln1_mean = rows(k, b[A::ln1_mean], P),
+                     .ln1_rstd = rows(k, b[A::ln1_rstd], P), .qkv = all(b[A::qkv]), .atty = all(b[A::atty]),
+                     .lse = all(b[A::lse]), .proj_out = all(activation_regions_->dtmp), .res2 = mine(b[A::res2]),
+                     .ln2 = mine(b[A::ln2]), .ln2_mean = rows(k, b[A::ln2_mean], P),
+                     .ln2_rstd = rows(k, b[A::ln2_rstd], P),
+                     .fch = b.experts ? Tensor{} : all(b[A::fch]),
+                     .fch_act = b.experts ? Tensor{} : all(b[A::fch_act]), .res3 = mine(b[A::res3]),
+                     .branch = mine(activation_regions_->local), .gathered = all(activation_regions_->gathered)};
+  if (!b.experts) return a;
+  const ActivationRegions::ExpertScratch& s = activation_regions_->experts;
+  const auto assigned = [&](const ActivationRegion& r) { return region(k, r, P * config_.moe.routing.top_k); };
+  a.experts = {.scores = mine(b[A::route_scores]), .experts = mine(b[A::route_experts]),
+               .weights = mine(b[A::route_weights]), .rows = mine(b[A::route_rows]),
+               .expert_in = assigned(b[A::expert_in]), .expert_fch = assigned(b[A::expert_fch]),
+               .expert_act = assigned(b[A::expert_act]), .expert_out = assigned(b[A::expert_out]),
+               .router_in = mine(s.router_in), .router_weight = region(k, s.router_weight, dims_.experts),
+               .logits = mine(s.logits), .routed = mine(s.routed)};
+  return a;
+}
+
+ExpertGradients Stage::expert_gradients(int k, size_t i, int64_t N, bool deferred) const {
+  const ActivationRegions::Block& b = activation_regions_->blocks[i];
+  if (!b.experts) return {};
+  const ActivationRegions::ExpertScratch& s = activation_regions_->experts;
+  const int64_t P = parallel_.rows(N).size();
+  const auto mine = [&](const ActivationRegion& r) { return region(k, r, P); };
+  const auto assigned = [&](const ActivationRegion& r) { return region(k, r, P * config_.moe.routing.top_k); };
+  return {.dexpert_out = assigned(s.dexpert_out), .dexpert_act = assigned(s.dexpert_act),
+          .dexpert_fch = assigned(deferred ? b.dexpert_fch : s.dexpert_fch), .dweights = mine(s.dweights),
+          .dlogits = mine(deferred ? b.dlogits : s.dlogits), .drouter_in = mine(s.drouter_in)};
 }
 
 BlockGradients Stage::deferred_gradients(int k, size_t i, int64_t N) const {
@@ -172,7 +226,8 @@ BlockGradients Stage::deferred_gradients(int k, size_t i, int64_t N) const {
           .dtmp = dtmp,
           .datty = dtmp.reshape({dtmp.numel()}).slice_rows(0, N * dims_.attention_width()).reshape(
               {N, dims_.attention_width()}),
-          .dact = all(r.dact), .dfch = all(b.dfch), .dqkv = all(b.dqkv), .dlocal = mine(r.local)};
+          .dact = all(r.dact), .dfch = all(b.dfch), .dqkv = all(b.dqkv), .dlocal = mine(r.local),
+          .experts = expert_gradients(k, i, N, /*deferred=*/true)};
 }
 
 Tensor Stage::block_input(int k, size_t i, int64_t N) const {
@@ -351,9 +406,8 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
       {N, dims_.attention_width()});
   // At once, the residual stream's gradient is updated in place in dres; deferred, each block's
   // is kept apart (deferred_gradients), the last block's output gradient first.
-  const BlockGradients at_once{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .datty = datty,
-                               .dact = scratch(r.dact), .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv),
-                               .dlocal = dlocal};
+  BlockGradients at_once{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .datty = datty,
+                         .dact = scratch(r.dact), .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv), .dlocal = dlocal};
   const Tensor dinput = weights_now ? dres : store_.view(k, r.dinput, P);
   if (!weights_now) {
     const Tensor last = blocks_.empty() ? dinput : deferred_gradients(k, blocks_.size() - 1, N).dout;
@@ -363,6 +417,7 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
     const size_t u = blocks_[i].unit();
     weights_needed(u, order_.backward_next(u));
     gradients_needed(u);
+    at_once.experts = expert_gradients(k, i, N, /*deferred=*/false);
     blocks_[i].backward_input(weights, grads, block_input(k, i, N), block_activations(k, i, N),
                               weights_now ? at_once : deferred_gradients(k, i, N), *attention, weights_now);
     weights_done(u);

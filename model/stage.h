@@ -113,6 +113,9 @@ class Stage {
   BlockActivations block_activations(int k, size_t i, int64_t N) const;
   // Block i's gradients for a deferred weight pass, kept with micro-batch k.
   BlockGradients deferred_gradients(int k, size_t i, int64_t N) const;
+  // Block i's expert gradients (none for a dense block): working space, but for what a deferred
+  // weight pass reads, kept with micro-batch k.
+  ExpertGradients expert_gradients(int k, size_t i, int64_t N, bool deferred) const;
   Tensor block_input(int k, size_t i, int64_t N) const;
   Tensor region(int k, const ActivationRegion& r, int64_t N) const { return store_.view(k, r, N); }
   // Region r as per-row statistics (N), or none for a norm that keeps none (RMSNorm's mean).

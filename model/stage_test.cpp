@@ -196,6 +196,9 @@ TEST_P(StageTest, DeferredWeightPassesOfMicroBatchesHeldAtOnceGiveTheSameGradien
 // pipeline schedule runs it) gives the input's gradient and every parameter's gradient of the
 // backward that takes them at once.
 TEST_P(StageTest, DeferredWeightGradientsEqualTheImmediateOnes) {
+  if (config.moe_block(0))
+    GTEST_SKIP() << "a dense block's views, made here by hand; an expert block's deferred pass is compared through "
+                    "the stage's regions (DeferredWeightPassesOfMicroBatchesHeldAtOnceGiveTheSameGradients)";
   const int64_t N = B * T, C = config.d_model;
   const Block block(layout, 0, Recompute::none);
   auto act = [&](int64_t width) { return zeros(DType::f32, {N, width}); };
@@ -239,7 +242,7 @@ TEST_P(StageTest, DeferredWeightGradientsEqualTheImmediateOnes) {
   EXPECT_EQ(bytes_of(later_grads.all()), bytes_of(now_grads.all()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, StageTest, ::testing::Values("gpt2-tiny", "llama-tiny"),
+INSTANTIATE_TEST_SUITE_P(Families, StageTest, ::testing::Values("gpt2-tiny", "llama-tiny", "moe-tiny"),
                          [](const auto& info) {
                            const std::string preset = info.param;
                            return preset.substr(0, preset.find('-'));

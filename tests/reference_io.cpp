@@ -28,7 +28,14 @@ void set_model_metadata(ckpt::SafetensorsWriter& writer, const ModelConfig& c) {
                                 {"rope_scaling_factor", c.rope_scaling_factor},
                                 {"rope_low_freq_factor", c.rope_low_freq_factor},
                                 {"rope_high_freq_factor", c.rope_high_freq_factor},
-                                {"rope_original_max_seq_len", c.rope_original_max_seq_len}});
+                                {"rope_original_max_seq_len", c.rope_original_max_seq_len},
+                                {"moe_experts", c.moe.experts},
+                                {"moe_expert_hidden", c.moe.expert_hidden},
+                                {"moe_top_k", c.moe.routing.top_k},
+                                {"moe_sigmoid", c.moe.routing.score == kernels::MoeScore::sigmoid},
+                                {"moe_renormalize", c.moe.routing.renormalize},
+                                {"moe_route_scale", c.moe.routing.route_scale},
+                                {"moe_first_dense_layers", c.moe.first_dense_layers}});
   writer.set_metadata("family", std::string(model_family_name(c.family)));
 }
 

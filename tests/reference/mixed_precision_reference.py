@@ -26,9 +26,10 @@ differ from the f32 product rounded once): there, as for fp16, the model runs un
 PyTorch 1.13 has no CPU fp16 kernels ("addmm_impl_cpu_" not implemented for 'Half', and so on for
 layer_norm, softmax, gelu, silu), so the fp16 model always runs under RoundedKernels, which
 computes every op on 16-bit tensors in f32 and rounds its 16-bit results: what a GPU's kernels do. Where the model itself asks for f32 (the statistics of RMSNorm, the
-rotary products) both stay in f32. One difference from dtrain remains: the 16-bit model's weight
-gradients are rounded to 16 bits once per micro-batch before they reach the f32 accumulators,
-where dtrain's kernels accumulate them in f32.
+rotary products) both stay in f32, and so does a mixture of experts' router, as dtrain's. One
+difference from dtrain remains: the 16-bit model's weight gradients (but the routers') are rounded
+to 16 bits once per micro-batch before they reach the f32 accumulators, where dtrain's kernels
+accumulate them in f32.
 
 OUT, for every step i: s{i}.mb{k}.logits (B, T, V); s{i}.loss ();
 s{i}.loss_scale (), the scale the step's backward used; s{i}.applied () i32, 0 for a skipped step;
@@ -45,7 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 import safetensors_io
-from transformer_reference import IGNORE_INDEX, Description, Transformer, adamw, record_update
+from transformer_reference import IGNORE_INDEX, Description, MoeMlp, Transformer, adamw, record_update
 
 
 class RoundedKernels(TorchDispatchMode):
@@ -104,6 +105,12 @@ def main(in_path, out_path):
         for name, p in model.named_dtrain_parameters():
             master[name] = torch.nn.Parameter(inputs[name].clone())
     model = model.to(dtype)
+    # dtrain's router computes in f32 from its 16-bit weight widened, and takes that weight's
+    # gradient in f32 (model/moe_mlp.h): here the routers' weights are f32 holding the 16-bit
+    # rounding of the master, so that their gradients are not rounded to 16 bits either.
+    for module in model.modules():
+        if isinstance(module, MoeMlp):
+            module.router.float()
     weights = dict(model.named_dtrain_parameters())
     optimizer = adamw(master, m)
 
@@ -112,7 +119,7 @@ def main(in_path, out_path):
     for step in range(int(m["steps"])):
         with torch.no_grad():
             for name, w in weights.items():
-                w.copy_(master[name])  # rounds to nearest even
+                w.copy_(master[name].to(dtype))  # rounds to nearest even
         mbs = [(inputs[f"s{step}.mb{k}.tokens"].long(), inputs[f"s{step}.mb{k}.targets"].long())
                for k in range(int(m["micro_batches"]))]
         count = sum(int((t != IGNORE_INDEX).sum()) for _, t in mbs)

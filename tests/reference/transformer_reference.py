@@ -7,7 +7,9 @@ torch.nn.Linear; llama's mlp.fc stacks the gate rows over the up rows), the inpu
 `s{step}.mb{k}.tokens` / `.targets`, and in its metadata the model description (family,
 n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, norm_eps,
 rope_theta, rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
-rope_original_max_seq_len) and the optimizer settings. From those initial parameters the
+rope_original_max_seq_len, and a mixture of experts' moe_experts (0: dense), moe_expert_hidden,
+moe_top_k, moe_sigmoid, moe_renormalize, moe_route_scale, moe_first_dense_layers) and the optimizer
+settings. From those initial parameters the
 reference trains on its own; for each step it runs: forward of every micro-batch (logits and
 summed loss recorded), backward of the global-batch mean loss, global-norm clipping, one AdamW
 step; and writes everything to OUT:
@@ -108,17 +110,57 @@ class Mlp(nn.Module):
         return self.proj(F.gelu(h, approximate="tanh"))
 
 
+class ExpertWeights(nn.Module):
+    """One (E, out, in) weight: every expert's copy of a linear layer."""
+
+    def __init__(self, experts, out_features, in_features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(experts, out_features, in_features))
+
+
+class MoeMlp(nn.Module):
+    """A mixture of SwiGLU experts: the router in f32, the top k experts of each token by score
+    (softmax or sigmoid), their weights renormalized over the k or not and scaled; each expert
+    computed on its tokens, its output added with the token's weight."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+        self.router = nn.Linear(m.d_model, m.moe_experts, bias=False)
+        self.experts = nn.ModuleDict({"fc": ExpertWeights(m.moe_experts, 2 * m.moe_expert_hidden, m.d_model),
+                                      "proj": ExpertWeights(m.moe_experts, m.d_model, m.moe_expert_hidden)})
+
+    def forward(self, x):
+        m = self.m
+        u = x.reshape(-1, x.shape[-1])
+        logits = F.linear(u.float(), self.router.weight.float())
+        scores = torch.sigmoid(logits) if m.moe_sigmoid else F.softmax(logits, dim=-1)
+        weights, chosen = torch.topk(scores, m.moe_top_k, dim=-1)
+        if m.moe_renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights = weights * m.moe_route_scale
+        # Each token's weighted sum in f32, rounded once to a 16-bit model's type (as dtrain's
+        # combine, kernels/moe_permute.h; Hugging Face's Mixtral rounds after each expert).
+        out = torch.zeros(u.shape, dtype=torch.float32)
+        for e in range(m.moe_experts):
+            token, slot = (chosen == e).nonzero(as_tuple=True)
+            gate, up = (u[token] @ self.experts["fc"].weight[e].t()).chunk(2, dim=-1)
+            y = (F.silu(gate) * up) @ self.experts["proj"].weight[e].t()
+            out = out.index_add(0, token, y.float() * weights[token, slot, None])
+        return out.to(u.dtype).view(x.shape)
+
+
 def make_norm(m):
     return nn.LayerNorm(m.d_model, eps=m.norm_eps) if m.family == "gpt2" else RMSNorm(m.d_model, m.norm_eps)
 
 
 class Block(nn.Module):
-    def __init__(self, m):
+    def __init__(self, m, layer):
         super().__init__()
         self.ln_1 = make_norm(m)
         self.attn = Attention(m)
         self.ln_2 = make_norm(m)
-        self.mlp = Mlp(m)
+        self.mlp = MoeMlp(m) if m.moe_experts > 0 and layer >= m.moe_first_dense_layers else Mlp(m)
 
     def forward(self, x, rope):
         x = x + self.attn(self.ln_1(x), rope)
@@ -132,7 +174,7 @@ class Transformer(nn.Module):
         self.wte = nn.Embedding(m.vocab_size, m.d_model)
         if m.family == "gpt2":
             self.wpe = nn.Embedding(m.max_seq_len, m.d_model)
-        self.h = nn.ModuleList(Block(m) for _ in range(m.n_layer))
+        self.h = nn.ModuleList(Block(m, layer) for layer in range(m.n_layer))
         self.ln_f = make_norm(m)
         if not m.tied:
             self.lm_head = nn.Linear(m.d_model, m.vocab_size, bias=False)
@@ -168,19 +210,24 @@ class Description:
     def __init__(self, meta):
         self.family = meta["family"]
         for key in ("n_layer", "d_model", "n_head", "n_kv_head", "ffn_hidden", "vocab_size", "max_seq_len",
-                    "rope_original_max_seq_len"):
+                    "rope_original_max_seq_len", "moe_experts", "moe_expert_hidden", "moe_top_k",
+                    "moe_first_dense_layers"):
             setattr(self, key, int(meta[key]))
-        for key in ("norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor"):
+        for key in ("norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                    "moe_route_scale"):
             setattr(self, key, float(meta[key]))
         self.tied = meta["tied"] == "1"
+        self.moe_sigmoid = meta["moe_sigmoid"] == "1"
+        self.moe_renormalize = meta["moe_renormalize"] == "1"
 
 
 def adamw(params, m):
-    """torch's AdamW over {dtrain name: parameter} with dtrain's weight decay: matrices only, not
-    the embeddings (optim/adamw.h); lr, betas, eps and weight_decay from the metadata m."""
+    """torch's AdamW over {dtrain name: parameter} with dtrain's weight decay: matrices (the experts'
+    (E, out, in) too) only, not the embeddings (optim/adamw.h); lr, betas, eps and weight_decay
+    from the metadata m."""
     embeddings = ("wte", "wpe", "lm_head")
-    decay = [p for n, p in params.items() if p.dim() == 2 and n not in embeddings]
-    no_decay = [p for n, p in params.items() if not (p.dim() == 2 and n not in embeddings)]
+    decay = [p for n, p in params.items() if p.dim() >= 2 and n not in embeddings]
+    no_decay = [p for n, p in params.items() if not (p.dim() >= 2 and n not in embeddings)]
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": m["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
         lr=m["lr"], betas=(m["beta1"], m["beta2"]), eps=m["eps"], foreach=False)

@@ -1,0 +1,55 @@
+// A mixture of experts behind the MLP seam (model/mlp.h), as Mixtral's sparse MoE block computes
+// it: with u = ln_2's output (this rank's rows),
+//
+//   logits = u @ mlp.router^T                      in f32: u and the weight widened where 16-bit
+//   scores, experts, weights = route(logits)       top_k of E (kernels/moe_route.h)
+//   y[n] = sum over j of weights[n, j] · proj_e(swiglu(fc_e(u[n])))    e = experts[n, j]
+//
+// The assignments are laid out expert by expert (kernels/moe_permute.h), so each expert's two
+// projections are one grouped GEMM over its rows (kernels/grouped_linear.h); dropless: every
+// assignment gets a row. The views are a.experts' and d.experts' (model/block_tensors.h). The
+// rows' layout is computed again from the kept choice wherever a pass needs it on the host
+// (moe_dispatch: the same rows, from the same experts), so no pass keeps host state per
+// micro-batch.
+//
+// The router, experts and their state are whole on every rank. Each rank routes its own rows; a
+// run with tensor parallelism (whose ranks hold the same rows without sequence parallelism) is
+// refused until expert parallelism places the experts.
+#pragma once
+
+#include "kernels/moe_permute.h"
+#include "kernels/moe_route.h"
+#include "model/mlp.h"
+
+namespace dt {
+
+class MoeMlp final : public Mlp {
+ public:
+  // Block `layer`'s mlp.router, mlp.experts.fc and mlp.experts.proj of `layout`, with their state
+  // in `states`.
+  MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states);
+
+  void forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const override;
+  Tensor forward_output(const FlatTensors& weights, const BlockActivations& a) const override;
+  PendingSum backward_input(const FlatTensors& weights, const FlatTensors& grads, const BlockActivations& a,
+                            const BlockGradients& d, bool weights_now) const override;
+  void backward_weight(const FlatTensors& grads, const BlockActivations& a, const BlockGradients& d) const override;
+  const LinearStateView& linear_state(std::string_view linear) const override;
+
+ private:
+  // The router's input and weight in f32: a.ln2 and its weight, or their widened copies.
+  static Tensor router_input(const BlockActivations& a);
+  Tensor router_weight(const FlatTensors& weights, const BlockActivations& a) const;
+  // The rows' layout of a.experts' kept choice (sets a.experts.rows again, to the same values).
+  kernels::MoeDispatch dispatch(const ExpertActivations& e) const;
+  // From the routed output's gradient: the gradients of the experts' output (into
+  // d.dexpert_out) and of the routing weights.
+  void combine_backward(const BlockActivations& a, const BlockGradients& d, const kernels::MoeDispatch& rows) const;
+
+  kernels::MoeRouting routing_;
+  int64_t experts_;
+  const ParamInfo *router_, *fc_, *proj_;
+  LinearStateView router_state_, fc_state_, proj_state_;
+};
+
+}  // namespace dt
