@@ -105,7 +105,9 @@ INSTANTIATE_TEST_SUITE_P(
                                ModelConfig c = sized("llama-tiny", 61, 64);
                                c.n_kv_head = 1, c.tied_embeddings = true;
                                return c;
-                             }()}),
+                             }()},
+                      // Mixtral: 4 experts, each token's top 2.
+                      HfCase{"mixtral", sized("moe-tiny", 97, 64)}),
     [](const auto& info) { return std::string(info.param.name); });
 
 std::string load_error(const ModelConfig& config, const std::string& path) {

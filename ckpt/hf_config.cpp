@@ -105,6 +105,38 @@ ModelConfig llama_from_hf(const HfKeys& k) {
   return c;
 }
 
+// Mixtral: Llama's block with every MLP a mixture of SwiGLU experts of intermediate_size, the top
+// num_experts_per_tok of num_local_experts by softmax score, renormalized.
+ModelConfig mixtral_from_hf(const HfKeys& k) {
+  if (k.has("sliding_window"))
+    k.fail("sliding_window", str(" = ", k.at("sliding_window").dump(), ": dtrain's attention is over the whole "
+                                 "sequence (null)"));
+  k.require_value("router_jitter_noise", 0.0, "the router's inputs not perturbed in training");
+  ModelConfig c = llama_from_hf(k);
+  c.moe = {.experts = k.integer("num_local_experts"),
+           .expert_hidden = c.ffn_hidden_size,
+           .routing = {.score = kernels::MoeScore::softmax, .top_k = k.integer("num_experts_per_tok"),
+                       .renormalize = true, .route_scale = 1}};
+  return c;
+}
+
+// The model fields a Hugging Face Mixtral cannot express, as "model.key = value", or "" where
+// none: its experts are every block's, softmax-scored, renormalized and unscaled, without a
+// shared expert.
+std::string outside_mixtral(const ModelConfig& c) {
+  const MoeConfig& m = c.moe;
+  if (m.first_dense_layers != 0) return str("model.moe_first_dense_layers = ", m.first_dense_layers);
+  if (m.routing.score != kernels::MoeScore::softmax) return "model.moe_score = \"sigmoid\"";
+  if (!m.routing.renormalize) return "model.moe_renormalize = false";
+  if (m.routing.route_scale != 1) return str("model.moe_route_scale = ", m.routing.route_scale);
+  if (m.shared_hidden != 0) return str("model.moe_shared_hidden = ", m.shared_hidden);
+  if (c.ffn_hidden() != m.expert_hidden)
+    return str("model.ffn_hidden_size = ", c.ffn_hidden(), " (Mixtral's intermediate_size is the experts' ",
+               m.expert_hidden, ")");
+  if (c.rope_scaling_factor > 0) return str("model.rope_scaling_factor = ", c.rope_scaling_factor);
+  return "";
+}
+
 // A float field written as the shortest decimal that reads back as the same float: 1e-05, not
 // 9.999999747378752e-06.
 double shortest_decimal(float value) {
@@ -135,17 +167,19 @@ ModelConfig model_config_from_hf(const std::filesystem::path& config_json) {
     config = gpt2_from_hf(keys);
   else if (type == "llama")
     config = llama_from_hf(keys);
+  else if (type == "mixtral")
+    config = mixtral_from_hf(keys);
   else
-    keys.fail("model_type", str(" = ", type.dump(), ": dtrain reads \"gpt2\" and \"llama\" models"));
+    keys.fail("model_type", str(" = ", type.dump(), ": dtrain reads \"gpt2\", \"llama\" and \"mixtral\" models"));
   with_context(str("Hugging Face config '", config_json.string(), "'"), [&] { validate_model_config(config); });
   return config;
 }
 
 json hf_config_json(const ModelConfig& c) {
   validate_model_config(c);
-  if (c.moe.experts > 0)
-    throw ConfigError(str("a mixture of experts (model.moe_experts = ", c.moe.experts, ") has no Hugging Face "
-                          "configuration in dtrain yet (Mixtral's and Qwen2-MoE's are to come); keep it as a dtrain "
+  if (c.moe.experts > 0 && !outside_mixtral(c).empty())
+    throw ConfigError(str("this mixture of experts has no Hugging Face configuration: ", outside_mixtral(c),
+                          " is not what Mixtral computes, the one MoE family dtrain writes; keep it as a dtrain "
                           "checkpoint"));
   json j;
   if (c.family == ModelFamily::gpt2) {
@@ -178,6 +212,12 @@ json hf_config_json(const ModelConfig& c) {
          {"hidden_act", "silu"},
          {"attention_bias", false},
          {"mlp_bias", false}};
+    if (c.moe.experts > 0) {
+      j.erase("rope_scaling"), j.erase("attention_bias"), j.erase("mlp_bias");
+      j["model_type"] = "mixtral", j["architectures"] = {"MixtralForCausalLM"};
+      j["num_local_experts"] = c.moe.experts, j["num_experts_per_tok"] = c.moe.routing.top_k;
+      j["sliding_window"] = nullptr, j["router_jitter_noise"] = 0.0;
+    }
     if (c.rope_scaling_factor > 0)
       j["rope_scaling"] = {{"rope_type", "llama3"},
                            {"factor", c.rope_scaling_factor},

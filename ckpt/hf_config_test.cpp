@@ -25,6 +25,14 @@ void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.max_seq_len, b.max_seq_len);
   EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
   EXPECT_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.moe.experts, b.moe.experts);
+  EXPECT_EQ(a.moe.expert_hidden, b.moe.expert_hidden);
+  EXPECT_EQ(a.moe.routing.score, b.moe.routing.score);
+  EXPECT_EQ(a.moe.routing.top_k, b.moe.routing.top_k);
+  EXPECT_EQ(a.moe.routing.renormalize, b.moe.routing.renormalize);
+  EXPECT_EQ(a.moe.routing.route_scale, b.moe.routing.route_scale);
+  EXPECT_EQ(a.moe.shared_hidden, b.moe.shared_hidden);
+  EXPECT_EQ(a.moe.first_dense_layers, b.moe.first_dense_layers);
   if (a.family == ModelFamily::llama) {
     EXPECT_EQ(a.rope_theta, b.rope_theta);
     EXPECT_EQ(a.rope_scaling_factor, b.rope_scaling_factor);
@@ -66,9 +74,25 @@ TEST(HfConfig, ReadsALlamaConfigWrittenByTransformers) {
                      .rope_high_freq_factor = 6, .rope_original_max_seq_len = 128});
 }
 
+TEST(HfConfig, ReadsAMixtralConfigWrittenByTransformers) {
+  testing::TempDir dir;
+  ASSERT_EQ(testing::run_reference_script(
+                "hf_config_reference.py",
+                str("write ", dir.path().string(),
+                    " mixtral num_hidden_layers=2 hidden_size=64 num_attention_heads=8 num_key_value_heads=2 "
+                    "intermediate_size=96 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-05 "
+                    "rope_theta=1000000.0 num_local_experts=6 num_experts_per_tok=3")),
+            0);
+  ModelConfig expected{.family = ModelFamily::llama, .n_layer = 2, .d_model = 64, .n_head = 8, .n_kv_head = 2,
+                       .ffn_hidden_size = 96, .vocab_size = 1000, .max_seq_len = 512, .tied_embeddings = false,
+                       .norm_eps = 1e-5f, .rope_theta = 1e6};
+  expected.moe = {.experts = 6, .expert_hidden = 96, .routing = {.top_k = 3}};
+  expect_same_model(ckpt::model_config_from_hf(dir.path() / "config.json"), expected);
+}
+
 // What we write, transformers reads with the same sizes; and we read it back unchanged.
 TEST(HfConfig, WrittenConfigsLoadInTransformers) {
-  for (const char* preset : {"gpt2-124m", "gpt2-tiny", "llama3.2-1b", "llama-tiny", "llama3-8b"}) {
+  for (const char* preset : {"gpt2-124m", "gpt2-tiny", "llama3.2-1b", "llama-tiny", "llama3-8b", "moe-tiny", "mixtral-8x7b"}) {
     SCOPED_TRACE(preset);
     const ModelConfig c = model_preset(preset);
     testing::TempDir dir;
@@ -100,7 +124,13 @@ TEST(HfConfig, WrittenConfigsLoadInTransformers) {
       EXPECT_EQ(seen["rms_norm_eps"], 1e-5);
       EXPECT_EQ(seen["rope_theta"], c.rope_theta);
       EXPECT_EQ(seen["tie_word_embeddings"], c.tied_embeddings);
-      if (c.rope_scaling_factor > 0) {
+      if (c.moe.experts > 0) {
+        EXPECT_EQ(seen["model_type"], "mixtral");
+        EXPECT_EQ(seen["num_local_experts"], c.moe.experts);
+        EXPECT_EQ(seen["num_experts_per_tok"], c.moe.routing.top_k);
+        EXPECT_TRUE(seen["sliding_window"].is_null());
+        EXPECT_EQ(seen["router_jitter_noise"], 0.0);
+      } else if (c.rope_scaling_factor > 0) {
         EXPECT_EQ(seen["rope_scaling"]["rope_type"], "llama3");
         EXPECT_EQ(seen["rope_scaling"]["factor"], c.rope_scaling_factor);
         EXPECT_EQ(seen["rope_scaling"]["original_max_position_embeddings"], c.rope_original_max_seq_len);
@@ -137,17 +167,25 @@ TEST(HfConfig, RejectsWhatWeWouldComputeDifferently) {
   llama["num_hidden_layers"] = "2";
   expect_rejected(llama, "num_hidden_layers = \"2\": expected an integer");
   llama["model_type"] = "mistral";
-  expect_rejected(llama, "model_type = \"mistral\": dtrain reads \"gpt2\" and \"llama\" models");
+  expect_rejected(llama, "model_type = \"mistral\": dtrain reads \"gpt2\", \"llama\" and \"mixtral\" models");
+  nlohmann::json mixtral = ckpt::hf_config_json(model_preset("moe-tiny"));
+  mixtral["sliding_window"] = 4096;
+  expect_rejected(mixtral, "sliding_window = 4096: dtrain's attention is over the whole sequence");
+  mixtral = ckpt::hf_config_json(model_preset("moe-tiny"));
+  mixtral["router_jitter_noise"] = 0.01;
+  expect_rejected(mixtral, "router_jitter_noise = 0.01: dtrain computes only 0.0");
 }
 
-// Written as a llama, a mixture of experts would be a model transformers loads wrongly.
-TEST(HfConfig, AMixtureOfExpertsIsNotWrittenAsADenseFamily) {
+// A mixture of experts that Mixtral's configuration cannot express is not written as one.
+TEST(HfConfig, AMixtureOfExpertsOtherThanMixtralsIsNotWritten) {
+  ModelConfig c = model_preset("moe-tiny");
+  c.moe.routing.score = kernels::MoeScore::sigmoid;
   try {
-    ckpt::hf_config_json(model_preset("moe-tiny"));
-    FAIL() << "a mixture of experts written as a Hugging Face configuration";
+    ckpt::hf_config_json(c);
+    FAIL() << "a sigmoid-scored mixture of experts written as Mixtral";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("a mixture of experts (model.moe_experts = 4) has no Hugging Face "
-                                         "configuration"),
+    EXPECT_NE(std::string(e.what()).find("this mixture of experts has no Hugging Face configuration: model.moe_score "
+                                         "= \"sigmoid\" is not what Mixtral computes"),
               std::string::npos)
         << e.what();
   }

@@ -14,7 +14,8 @@ ModelConfig sized(const char* preset, int vocab_size, int max_seq_len) {
 }
 
 std::string hf_make_args(const ModelConfig& c) {
-  return str(model_family_name(c.family), " n_layer=", c.n_layer, " d_model=", c.d_model, " n_head=", c.n_head,
+  return str(c.moe.experts > 0 ? "mixtral" : model_family_name(c.family), " experts=", c.moe.experts,
+             " top_k=", c.moe.routing.top_k, " n_layer=", c.n_layer, " d_model=", c.d_model, " n_head=", c.n_head,
              " n_kv_head=", c.kv_heads(), " ffn_hidden=", c.ffn_hidden(), " vocab_size=", c.vocab_size,
              " max_seq_len=", c.max_seq_len, " tied=", c.tied_embeddings ? 1 : 0, " rope_theta=", c.rope_theta,
              " rope_scaling_factor=", c.rope_scaling_factor, " rope_original_max_seq_len=", c.rope_original_max_seq_len);

@@ -3,7 +3,7 @@
 
 usage:
   hf_config_reference.py write DIR FAMILY KEY=VALUE...   writes DIR/config.json with
-        GPT2Config or LlamaConfig(**keys).save_pretrained (values parsed as JSON; rope_scaling
+        GPT2Config, LlamaConfig or MixtralConfig(**keys).save_pretrained (values parsed as JSON; rope_scaling
         given as a JSON object)
   hf_config_reference.py read DIR OUT   loads DIR with AutoConfig.from_pretrained and writes
         the fields dtrain reads, as transformers resolved them, to OUT as JSON
@@ -11,7 +11,7 @@ usage:
 import json
 import sys
 
-from transformers import AutoConfig, GPT2Config, LlamaConfig
+from transformers import AutoConfig, GPT2Config, LlamaConfig, MixtralConfig
 
 FIELDS = {
     "gpt2": ["model_type", "n_layer", "n_embd", "n_head", "n_inner", "vocab_size", "n_positions",
@@ -19,12 +19,17 @@ FIELDS = {
     "llama": ["model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
               "intermediate_size", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta",
               "rope_scaling", "tie_word_embeddings", "hidden_act", "attention_bias", "mlp_bias"],
+    "mixtral": ["model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                "intermediate_size", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+                "tie_word_embeddings", "hidden_act", "num_local_experts", "num_experts_per_tok", "sliding_window",
+                "router_jitter_noise"],
 }
+CONFIGS = {"gpt2": GPT2Config, "llama": LlamaConfig, "mixtral": MixtralConfig}
 
 
 def write(directory, family, keys):
     values = {k: json.loads(v) for k, v in keys.items()}
-    config = GPT2Config(**values) if family == "gpt2" else LlamaConfig(**values)
+    config = CONFIGS[family](**values)
     config.save_pretrained(directory)
 
 

@@ -1,10 +1,10 @@
 """Hugging Face transformers as the reference for dtrain's Hugging Face names and layouts.
 
 usage:
-  hf_reference.py make DIR FAMILY KEY=VALUE...   builds a randomly initialised GPT2LMHeadModel or
-        LlamaForCausalLM from the sizes given (n_layer, d_model, n_head, n_kv_head, ffn_hidden,
-        vocab_size, max_seq_len, tied, rope_theta, rope_scaling_factor,
-        rope_original_max_seq_len) and saves it with save_pretrained to DIR (config.json and
+  hf_reference.py make DIR FAMILY KEY=VALUE...   builds a randomly initialised GPT2LMHeadModel,
+        LlamaForCausalLM or MixtralForCausalLM from the sizes given (n_layer, d_model, n_head,
+        n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, rope_theta, rope_scaling_factor,
+        rope_original_max_seq_len; Mixtral's experts and top_k) and saves it with save_pretrained to DIR (config.json and
         model.safetensors, with Hugging Face's own names and layouts)
   hf_reference.py logits DIR WEIGHTS TOKENS OUT  loads DIR's config with the weights file
         WEIGHTS (safetensors, Hugging Face names), runs the token ids TOKENS (comma-separated, one
@@ -18,7 +18,8 @@ import sys
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, MixtralConfig, MixtralForCausalLM)
 
 import safetensors_io
 
@@ -30,6 +31,14 @@ def make(directory, family, sizes):
                             vocab_size=int(s["vocab_size"]), n_positions=int(s["max_seq_len"]),
                             layer_norm_epsilon=1e-5, activation_function="gelu_new")
         model = GPT2LMHeadModel(config)
+    elif family == "mixtral":
+        config = MixtralConfig(hidden_size=int(s["d_model"]), intermediate_size=int(s["ffn_hidden"]),
+                               num_hidden_layers=int(s["n_layer"]), num_attention_heads=int(s["n_head"]),
+                               num_key_value_heads=int(s["n_kv_head"]), vocab_size=int(s["vocab_size"]),
+                               max_position_embeddings=int(s["max_seq_len"]), rms_norm_eps=1e-5,
+                               rope_theta=s["rope_theta"], tie_word_embeddings=s["tied"] == 1,
+                               num_local_experts=int(s["experts"]), num_experts_per_tok=int(s["top_k"]))
+        model = MixtralForCausalLM(config)
     else:
         scaling = None
         if s["rope_scaling_factor"] > 0:
