@@ -263,11 +263,17 @@ void on_group_device(const Communicator& group, void* host, size_t bytes, Collec
 }  // namespace
 
 double all_reduce_value(Communicator& group, double value, ReduceOp op) {
-  if (group.size() == 1) return value;
-  on_group_device(group, &value, sizeof value, [&](void* data) {
-    group.all_reduce({.data = data, .dtype = DType::f64, .shape = {1}, .device = group.device()}, op).wait();
-  });
+  all_reduce_values(group, {&value, 1}, op);
   return value;
+}
+
+void all_reduce_values(Communicator& group, std::span<double> values, ReduceOp op) {
+  if (group.size() == 1 || values.empty()) return;
+  on_group_device(group, values.data(), values.size_bytes(), [&](void* data) {
+    const Tensor t{.data = data, .dtype = DType::f64, .shape = {static_cast<int64_t>(values.size())},
+                   .device = group.device()};
+    group.all_reduce(t, op).wait();
+  });
 }
 
 std::vector<int64_t> all_to_all_counts(Communicator& group, std::span<const int64_t> in_counts) {

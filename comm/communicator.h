@@ -195,6 +195,8 @@ class Communicator {
 // One host value reduced over the group and returned on every rank (target counts, losses,
 // stop flags, peaks): through a one-element buffer on the group's device. Waits.
 double all_reduce_value(Communicator& group, double value, ReduceOp op);
+// The same for several values at once, reduced in place (the experts' loads).
+void all_reduce_values(Communicator& group, std::span<double> values, ReduceOp op);
 
 // The out_counts of an uneven all_to_all: given this rank's in_counts (size() counts, the
 // elements it sends each rank), returns what each rank sends it — element q is rank q's

@@ -15,10 +15,13 @@ namespace dt {
 // experts' input (A, C), fc output (A, 2 F_e), activation (A, F_e) and output (A, C). Scratch,
 // used within a pass: the router's input and weight widened to f32 where the precision is 16-bit
 // (P, C) and (E, C), its logits (P, E) f32, and the routed rows' combined output (P, C).
+// loads, where given (a training forward's), is the host's count of assignments per expert (E),
+// which forward adds this micro-batch's to (model/expert_balance.h).
 struct ExpertActivations {
   Tensor scores, experts, weights, rows;
   Tensor expert_in, expert_fch, expert_act, expert_out;
   Tensor router_in, router_weight, logits, routed;
+  int64_t* loads = nullptr;
 };
 
 // One block's activations for N rows, (N, width) views, or (this rank's rows, width) for ln1, ln2,

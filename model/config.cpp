@@ -121,6 +121,9 @@ void check_moe(const ModelConfig& c, FieldProblems& problems) {
                    "must be in [0, 2^24] (0: no shared expert)");
   problems.require(!m.shared_gate || m.shared_hidden > 0, "model.moe_shared_gate", m.shared_gate ? "true" : "false",
                    "gates the shared expert, so needs moe_shared_hidden > 0");
+  problems.require(std::isfinite(m.bias_update_rate) && m.bias_update_rate >= 0 && m.bias_update_rate <= 1,
+                   "model.moe_bias_update_rate", m.bias_update_rate,
+                   "must be in [0, 1] (0: no balancing bias; DeepSeek-V3: 0.001)");
   problems.require(m.first_dense_layers >= 0 && m.first_dense_layers < c.n_layer, "model.moe_first_dense_layers",
                    m.first_dense_layers, str("must be in [0, n_layer = ", c.n_layer, "): at least one block has experts"));
 }

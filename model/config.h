@@ -55,6 +55,9 @@ struct MoeConfig {
   int shared_hidden = 0;          // the shared expert's hidden width; 0: none
   bool shared_gate = false;       // Qwen-MoE's sigmoid gate on the shared expert's output
   int first_dense_layers = 0;     // DeepSeek-V3 keeps its first 3 blocks dense
+  // Auxiliary-loss-free balancing (DeepSeek-V3: 0.001; model/expert_balance.h): how far each
+  // expert's choice bias moves toward the mean load after a step; 0: no bias.
+  float bias_update_rate = 0;
 };
 
 struct ModelConfig {

@@ -168,6 +168,8 @@ TEST(ModelConfig, InvalidExpertDescriptionsNameFieldValueAndRange) {
                "model.moe_route_scale = 0: must be finite and above 0");
   expect_error(error_with([](ModelConfig& c) { c.moe.shared_gate = true; }),
                "model.moe_shared_gate = true: gates the shared expert, so needs moe_shared_hidden > 0");
+  expect_error(error_with([](ModelConfig& c) { c.moe.bias_update_rate = -0.001f; }),
+               "model.moe_bias_update_rate = -0.001: must be in [0, 1] (0: no balancing bias");
   expect_error(error_with([](ModelConfig& c) { c.moe.first_dense_layers = 2; }),
                "model.moe_first_dense_layers = 2: must be in [0, n_layer = 2)");
   ModelConfig gpt2 = model_preset("gpt2-tiny");

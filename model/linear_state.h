@@ -1,6 +1,7 @@
 // Per-linear state: a few f32 values kept for each linear layer of a block, beside its weights —
 // the seam where FP8's scaling state (a history of amaxes, the scales) and a quantizer's state
-// will live. No run declares any today: with none declared nothing is allocated, saved or read.
+// will live, and where a mixture of experts' router keeps its balancing bias
+// (model/expert_balance.h). With none declared nothing is allocated, saved or read.
 //
 // A LinearStateDeclaration names one kind of state, its element count per linear layer and the
 // layers that carry it. LinearStates lays the declared kinds out over the blocks a rank holds,

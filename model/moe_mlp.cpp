@@ -25,7 +25,10 @@ MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& sta
       proj_(&layout.find(block_prefix(layer) + "mlp.experts.proj.weight")),
       router_state_(states.of(layer, "mlp.router")),
       fc_state_(states.of(layer, "mlp.experts.fc")),
-      proj_state_(states.of(layer, "mlp.experts.proj")) {}
+      proj_state_(states.of(layer, "mlp.experts.proj")) {
+  for (const auto& [kind, state] : router_state_.all())
+    if (kind == "expert_bias") bias_ = state;
+}
 
 Tensor MoeMlp::router_input(const BlockActivations& a) {
   if (a.ln2.dtype == DType::f32) return a.ln2;
@@ -47,7 +50,7 @@ k::MoeDispatch MoeMlp::dispatch(const ExpertActivations& e) const {
 void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const {
   const ExpertActivations& e = a.experts;
   k::linear_forward(e.logits, router_input(a), router_weight(weights, a), Tensor{});
-  k::moe_route_forward(e.scores, e.experts, e.weights, e.logits, /*bias=*/Tensor{}, routing_);
+  k::moe_route_forward(e.scores, e.experts, e.weights, e.logits, bias_, routing_);
   const k::MoeDispatch rows = dispatch(e);
   const int64_t R = rows.rows();
   k::moe_permute_forward(first(e.expert_in, R), a.ln2, e.rows);
@@ -61,6 +64,8 @@ Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations
   const int64_t R = rows.rows();
   k::grouped_linear_forward(first(e.expert_out, R), first(e.expert_act, R), weights.stored(*proj_), rows.offsets);
   k::moe_unpermute_forward(e.routed, first(e.expert_out, R), e.weights, e.rows);
+  if (e.loads != nullptr)
+    for (int64_t x = 0; x < experts_; ++x) e.loads[x] += rows.rows_of(x);
   return e.routed;
 }
 

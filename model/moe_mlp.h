@@ -5,7 +5,8 @@
 //   scores, experts, weights = route(logits)       top_k of E (kernels/moe_route.h)
 //   y[n] = sum over j of weights[n, j] · proj_e(swiglu(fc_e(u[n])))    e = experts[n, j]
 //
-// The assignments are laid out expert by expert (kernels/moe_permute.h), so each expert's two
+// with, where the model balances its experts by bias (model/expert_balance.h), that bias added to
+// the scores to choose the experts. The assignments are laid out expert by expert (kernels/moe_permute.h), so each expert's two
 // projections are one grouped GEMM over its rows (kernels/grouped_linear.h); dropless: every
 // assignment gets a row. The views are a.experts' and d.experts' (model/block_tensors.h). The
 // rows' layout is computed again from the kept choice wherever a pass needs it on the host
@@ -50,6 +51,7 @@ class MoeMlp final : public Mlp {
   int64_t experts_;
   const ParamInfo *router_, *fc_, *proj_;
   LinearStateView router_state_, fc_state_, proj_state_;
+  Tensor bias_;  // the router's "expert_bias" state, where the model balances by bias (model/expert_balance.h)
 };
 
 }  // namespace dt

@@ -17,6 +17,7 @@
 #include "ckpt/safetensors.h"
 #include "core/rng.h"
 #include "kernels/cross_entropy.h"
+#include "model/expert_balance.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "tests/gradcheck.h"
@@ -81,6 +82,7 @@ constexpr Bound kGradBound{3.5e-6, 5.2e-5};      // 8.8e-7 / 1.3e-5: backward th
 constexpr Bound kGradNormBound{4.6e-6, 4.6e-6};  // 1.2e-6 / 5.6e-7: sqrt of a sum of squares
 constexpr Bound kMomentsBound{1.3e-5, 3e-5};     // 3.3e-6 / 7.5e-6: (1 - beta) × the gradient's error, or its square's
 constexpr Bound kParamBound{1.2e-3, 4.1e-3};     // 3.0e-4 / 1.0e-3 (× lr): the update's sensitivity, above
+constexpr Bound kExactBound{0, 0};               // counts and signs: nothing to round
 
 struct Case {
   const char* name;
@@ -181,6 +183,13 @@ TEST_P(ModelVsPyTorch, TenStepsFromTheSameStartMatchPyTorch) {
       compare("grad", str("s", s, ".grad.", p.name), model.grads().unpadded(p), kGradBound);
     apply_update(optimizer, kLr, kMaxGradNorm, stats);
     clipped = clipped || stats.grad_scale < 1;
+    // The balancing bias moves by ±rate or not at all: the same bits on both sides, or a choice
+    // that differed.
+    end_step_expert_balance(model, nullptr, stats.applied);
+    for (int l = 0; l < config.n_layer && config.moe.bias_update_rate > 0; ++l)
+      if (config.moe_block(l))
+        compare("bias", str("s", s, ".expert_bias.h.", l), model.linear_states().find(l, "mlp.router", "expert_bias"),
+                kExactBound);
     compare("grad_norm", str("s", s, ".grad_norm"), scalar(static_cast<float>(stats.grad_norm)).t, kGradNormBound);
     for (const ParamInfo& p : model.layout().params()) {
       compare_param(p);
@@ -247,6 +256,15 @@ INSTANTIATE_TEST_SUITE_P(
              moe(2, 0, 6, 16, {.score = kernels::MoeScore::sigmoid, .top_k = 3, .renormalize = true,
                                .route_scale = 2.5f}),
              2, 29},
+        // DeepSeek-V3's balancing: a bias on the sigmoid scores that chooses, moved after each step.
+        Case{"moe_sigmoid_top2of6_bias_balanced",
+             [] {
+               ModelConfig c = moe(2, 0, 6, 16, {.score = kernels::MoeScore::sigmoid, .top_k = 2, .renormalize = true,
+                                                 .route_scale = 2.5f});
+               c.moe.bias_update_rate = 0.01f;
+               return c;
+             }(),
+             2, 37},
         // Qwen1.5-MoE's and OLMoE's (softmax, not renormalized), one expert per token, 3 blocks.
         Case{"moe_softmax_top1of5_unnormalized",
              moe(3, 0, 5, 20, {.score = kernels::MoeScore::softmax, .top_k = 1, .renormalize = false}), 3, 24}),

@@ -151,7 +151,10 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
            " communicating as rank ", regions.shard().rank, " of ", regions.shard().size);
   DT_CHECK((!units.embeddings || layout.held_units().embeddings) && (!units.head || layout.held_units().head),
            "a stage with units its layout does not hold");
-  for (int l = units.first_block; l < units.end_block; ++l) blocks_.emplace_back(layout, l, recompute, regions, states);
+  for (int l = units.first_block; l < units.end_block; ++l) {
+    blocks_.emplace_back(layout, l, recompute, regions, states);
+    expert_loads_.emplace_back(config_.moe_block(l) ? config_.moe.experts : 0, 0);
+  }
   if (units.embeddings) embedding_.emplace(layout);
   if (units.head) {
     ln_f_.emplace(layout, "ln_f");
@@ -161,6 +164,10 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
 }
 
 Stage::~Stage() = default;
+
+void Stage::reset_expert_loads() {
+  for (std::vector<int64_t>& loads : expert_loads_) std::ranges::fill(loads, 0);
+}
 
 ActivationBytes Stage::activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
                                         DType precision, int batch_size, int seq_len, TensorShard shard,
@@ -340,7 +347,9 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const size_t u = blocks_[i].unit();
     weights_needed(u, order_.forward_next(u));
-    blocks_[i].forward(weights, block_input(k, i, N), block_activations(k, i, N), *attention);
+    BlockActivations a = block_activations(k, i, N);
+    if (!expert_loads_[i].empty()) a.experts.loads = expert_loads_[i].data();
+    blocks_[i].forward(weights, block_input(k, i, N), a, *attention);
     weights_done(u);
   }
   const Tensor out = block_input(k, blocks_.size(), N);

@@ -76,6 +76,10 @@ class Stage {
   const StageUnits& units() const { return units_; }
   // Its blocks, first_block first.
   const std::vector<Block>& blocks() const { return blocks_; }
+  // Block i's assignments per expert in the forwards since the last reset: (E) for an expert
+  // block, empty for a dense one (model/expert_balance.h).
+  const std::vector<int64_t>& expert_loads(size_t i) const { return expert_loads_[i]; }
+  void reset_expert_loads();
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
   // The hook calls a stage over `units` of `layout` makes for one micro-batch: its forward with
   // backward following, then its backward (weights now). What the passes do, as data: plan/
@@ -145,6 +149,7 @@ class Stage {
   ParallelRegions& parallel_;
   const AttentionScope& scope_;
   std::vector<Block> blocks_;
+  std::vector<std::vector<int64_t>> expert_loads_;  // by block
   std::optional<Embedding> embedding_;
   std::optional<Norm> ln_f_;
   std::optional<ColumnParallelLinear> output_;

@@ -6,6 +6,7 @@
 #include "core/device.h"
 #include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
+#include "model/expert_balance.h"
 
 namespace dt {
 
@@ -33,7 +34,7 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
       params_(layout_, parameter_buffers(precision, storage).params.tag, device, DType::f32,
               parameter_buffers(precision, storage).params.storage),
       grads_(layout_, MemTag::gradients, device, DType::f32, parameter_buffers(precision, storage).grads.storage),
-      linear_states_(layout_, linear_states, device),
+      linear_states_(layout_, with_model_states(layout_.config(), linear_states), device),
       recompute_(recompute),
       precision_(precision),
       device_(device),

@@ -70,8 +70,9 @@ class Transformer {
   // scope: under context parallelism (parallel/context/), where this rank's seq_len tokens lie in
   // their sequences and how they attend across the cp group; it must outlive the model.
   // linear_states: the per-linear state kinds its blocks' linear layers carry
-  // (model/linear_state.h), laid out over the blocks it holds, on `device`, tagged parameters;
-  // none by default (no run declares any yet), which allocates nothing.
+  // (model/linear_state.h), besides the model's own (an expert bias, model/expert_balance.h),
+  // laid out over the blocks it holds, on `device`, tagged parameters; none by default, which
+  // allocates nothing.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
               DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {},
               ParallelRegions* regions = nullptr, const RankStages& stages = {},

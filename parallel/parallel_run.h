@@ -56,8 +56,9 @@ struct ParallelOptions {
   bool cp_zigzag = true;
   bool sp = false;             // sequence parallelism over the tp ranks
   std::string backend = "auto";  // of the groups' world (comm/world.h)
-  // The per-linear state kinds the model's linear layers carry (model/linear_state.h): none in
-  // any run yet; FP8's scaling state will be declared here.
+  // The per-linear state kinds the model's linear layers carry (model/linear_state.h) beyond the
+  // model's own (an expert bias, model/expert_balance.h): none in any run yet; FP8's scaling
+  // state will be declared here.
   std::vector<LinearStateDeclaration> linear_states;
 };
 

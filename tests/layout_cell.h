@@ -17,7 +17,7 @@
 namespace dt::testing {
 
 struct LayoutCell {
-  std::string family;  // gpt2 (tied), llama (untied), llama_tied
+  std::string family;  // gpt2 (tied), llama (untied), llama_tied, moe (llama's block with experts)
   DType precision = DType::f32;
   int dp = 1, zero = 0;
   bool sp = false;

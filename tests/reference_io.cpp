@@ -35,7 +35,8 @@ void set_model_metadata(ckpt::SafetensorsWriter& writer, const ModelConfig& c) {
                                 {"moe_sigmoid", c.moe.routing.score == kernels::MoeScore::sigmoid},
                                 {"moe_renormalize", c.moe.routing.renormalize},
                                 {"moe_route_scale", c.moe.routing.route_scale},
-                                {"moe_first_dense_layers", c.moe.first_dense_layers}});
+                                {"moe_first_dense_layers", c.moe.first_dense_layers},
+                                {"moe_bias_update_rate", c.moe.bias_update_rate}});
   writer.set_metadata("family", std::string(model_family_name(c.family)));
 }
 

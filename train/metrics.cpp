@@ -49,7 +49,7 @@ void MetricsLog::log_step(const StepMetrics& m) {
   for (int t = 0; t < kNumMemTags; ++t)
     peaks[std::string(mem_tag_name(static_cast<MemTag>(t)))] = m.memory.peak_bytes[t];
   const auto or_null = [&](double v) { return m.skipped ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v); };
-  const nlohmann::ordered_json line = {{"step", m.step},
+  nlohmann::ordered_json line = {{"step", m.step},
                                        {"loss", m.loss},
                                        {"lr", or_null(m.lr)},
                                        {"grad_norm", or_null(m.grad_norm)},
@@ -63,6 +63,11 @@ void MetricsLog::log_step(const StepMetrics& m) {
                                        {"communication_ms", m.communication_ms},
                                        {"communication_hidden", m.hidden_fraction},
                                        {"peak_bytes", peaks}};
+  if (!m.expert_imbalance.empty()) {
+    nlohmann::ordered_json imbalance = nlohmann::ordered_json::object();
+    for (const auto& [layer, value] : m.expert_imbalance) imbalance[str("h.", layer)] = value;
+    line["expert_imbalance"] = imbalance;
+  }
   write_line(line.dump());
   if (!events_) return;
   events_->add_scalar("train/loss", m.loss, m.step);
@@ -74,6 +79,7 @@ void MetricsLog::log_step(const StepMetrics& m) {
     events_->add_scalar("train/mfu", m.mfu, m.step);
     events_->add_scalar("train/hfu", m.hfu, m.step);
   }
+  for (const auto& [layer, value] : m.expert_imbalance) events_->add_scalar(str("moe/imbalance/h.", layer), value, m.step);
   events_->flush();
 }
 

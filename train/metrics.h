@@ -3,16 +3,20 @@
 //
 // metrics.jsonl holds one JSON object per step:
 //   {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu",
-//    "hfu", "loss_scale", "skipped", "peak_bytes": {"parameters": ..., ...}}
-// (grad_norm, lr, mfu and hfu are null on a skipped step), and {"step", "val_loss"} when
-// evaluated. The same numbers go to TensorBoard as train/loss, train/lr, train/grad_norm,
-// train/tokens_per_s, train/mfu, train/hfu, train/loss_scale and val/loss.
+//    "hfu", "loss_scale", "skipped", "communication_ms", "communication_hidden",
+//    "peak_bytes": {"parameters": ..., ...}}
+// (grad_norm, lr, mfu and hfu are null on a skipped step), with a mixture of experts also
+// "expert_imbalance": {"h.1": ..., ...}, and {"step", "val_loss"} when evaluated. The same
+// numbers go to TensorBoard as train/loss, train/lr, train/grad_norm, train/tokens_per_s,
+// train/mfu, train/hfu, train/loss_scale, moe/imbalance/h.<l> and val/loss.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "core/allocator.h"
 #include "train/tensorboard.h"
@@ -36,6 +40,9 @@ struct StepMetrics {
   double communication_ms = 0;
   double hidden_fraction = 1;
   MemoryStats memory;  // peak bytes per tag are recorded
+  // Each expert block's busiest expert's load over the mean in the step (model/expert_balance.h):
+  // (block, imbalance); none for a dense model.
+  std::vector<std::pair<int, double>> expert_imbalance;
 };
 
 class MetricsLog {

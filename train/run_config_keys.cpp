@@ -212,6 +212,8 @@ std::vector<ConfigKey> make_keys() {
       trait_key(ConfigKey::Trait::moe, "model", "moe_shared_gate", &C::model, &M::moe, &MoeConfig::shared_gate),
       trait_key(ConfigKey::Trait::moe, "model", "moe_first_dense_layers", &C::model, &M::moe,
                 &MoeConfig::first_dense_layers),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_bias_update_rate", &C::model, &M::moe,
+                &MoeConfig::bias_update_rate),
 
       key("init", "from", &C::init, &C::Init::from),
       key("init", "seed", &C::init, &C::Init::seed),

@@ -115,7 +115,20 @@ void RunReport::start() {
   run_start_ = std::chrono::steady_clock::now();
 }
 
+std::vector<std::pair<int, double>> RunReport::expert_imbalance(const StepStats& stats) {
+  if (config_.model.moe.experts == 0) return {};
+  // Each rank knows its stages' blocks: a block's value is its holders' (0 elsewhere), their max.
+  std::vector<double> by_layer(static_cast<size_t>(config_.model.n_layer), 0.0);
+  for (const ExpertLoad& load : stats.expert_loads) by_layer[static_cast<size_t>(load.layer)] = load.imbalance();
+  all_reduce_values(control_, by_layer, ReduceOp::max);
+  std::vector<std::pair<int, double>> imbalance;
+  for (int l = 0; l < config_.model.n_layer; ++l)
+    if (config_.model.moe_block(l)) imbalance.emplace_back(l, by_layer[static_cast<size_t>(l)]);
+  return imbalance;
+}
+
 void RunReport::step(int64_t step, float lr, const StepStats& stats, double seconds) {
+  std::vector<std::pair<int, double>> imbalance = expert_imbalance(stats);
   const std::vector<trace::Span> spans = trace::take();
   const trace::Overlap overlap = trace::overlap(spans);
   if (!trace_part_.empty()) trace::append_chrome_events(trace_part_, rank_, spans);
@@ -126,7 +139,7 @@ void RunReport::step(int64_t step, float lr, const StepStats& stats, double seco
                         .tokens = tokens_per_step_, .tokens_per_s = tokens_per_s, .step_ms = seconds * 1e3,
                         .mfu = mfu, .hfu = hfu, .loss_scale = stats.loss_scale, .skipped = !stats.applied,
                         .communication_ms = overlap.communication_ms, .hidden_fraction = overlap.hidden_fraction(),
-                        .memory = memory_stats(device_)});
+                        .memory = memory_stats(device_), .expert_imbalance = std::move(imbalance)});
   progress_.step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
                   .tokens_per_s = tokens_per_s, .mfu = mfu, .hfu = hfu, .step_ms = seconds * 1e3,
                   .loss_scale = config_.loss_scale.enabled ? stats.loss_scale : 0,

@@ -5,7 +5,8 @@
 // config.toml (the resolved configuration), version.txt (the build that ran), metrics.jsonl and
 // TensorBoard events (train/metrics.h). The other ranks print nothing, but every rank calls
 // every member alike: the constructor is a collective over `control` (and finish() with
-// log.trace), and each rank records its own spans of compute and communication (core/trace.h),
+// log.trace, and step() for a model with experts, whose blocks' loads the lead gathers), and
+// each rank records its own spans of compute and communication (core/trace.h),
 // for the overlap shown with several ranks and for the Chrome trace with log.trace.
 //
 // MFU and HFU are a step's FLOPs per second (model/flops.h) over the GEMM peak of the job,
@@ -55,6 +56,10 @@ class RunReport {
 
  private:
   const RunConfig& config_;
+  // Each expert block's load imbalance over the step (ExpertLoad::imbalance), gathered from
+  // every rank's stages: a collective over control_ where the model has experts.
+  std::vector<std::pair<int, double>> expert_imbalance(const StepStats& stats);
+
   Communicator& control_;
   const Device device_;
   const bool lead_;

@@ -22,6 +22,8 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
                     " micro-batches is the ignore index, so its loss is undefined; check the data's masking"));
   const float token_scale = static_cast<float>(loss_scale / static_cast<double>(stats.targets));
   model.grads().zero();
+  for (Stage* stage : model.stages())
+    if (stage != nullptr) stage->reset_expert_loads();
   double loss_sum = 0;
   if (pipeline != nullptr) {
     // Each of the schedule's actions is a span of its own (pipeline/executor.h).
@@ -71,6 +73,8 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Micro
   StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f,
                                          data_parallel, pipeline);
   apply_update(optimizer, lr, max_grad_norm, stats, scaler, step, data_parallel);
+  stats.expert_loads =
+      end_step_expert_balance(model, data_parallel != nullptr ? &data_parallel->group() : nullptr, stats.applied);
   return stats;
 }
 

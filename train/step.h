@@ -25,6 +25,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "model/expert_balance.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
@@ -41,10 +42,14 @@ struct StepStats {
   int64_t targets = 0;    // targets counted
   bool applied = true;    // false: a gradient was not finite and the update was skipped
   std::string nonfinite;  // when skipped: the first gradient tensor holding inf or NaN
+  // Each expert block's loads over the step, summed over the ranks routing its tokens (train_step
+  // only; model/expert_balance.h).
+  std::vector<ExpertLoad> expert_loads;
 };
 
-// Zeroes the gradients, then runs forward and backward of every micro-batch, accumulating the
-// gradient of loss_scale times the global-batch mean loss. Sets loss, loss_scale and targets.
+// Zeroes the gradients and the experts' load counts, then runs forward and backward of every
+// micro-batch, accumulating the gradient of loss_scale times the global-batch mean loss. Sets
+// loss, loss_scale and targets.
 // With pipeline parallelism the micro-batches go through the pipeline's schedule (every pp rank
 // passes the same ones), the tied embedding's gradient is summed between its holders, and the
 // data-parallel reduction follows.
@@ -57,7 +62,9 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
 // weights shared over the group.
 void apply_update(AdamW& optimizer, float lr, float max_grad_norm, StepStats& stats, LossScaler* scaler = nullptr,
                   int64_t step = 0, DataParallel* data_parallel = nullptr);
-// Both: one training step, with the scaler's current scale.
+// Both: one training step, with the scaler's current scale; then the experts' loads summed and,
+// where the model balances them by bias and the update was applied, the biases moved
+// (model/expert_balance.h).
 StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const MicroBatch> micro_batches, float lr,
                      float max_grad_norm, LossScaler* scaler = nullptr, int64_t step = 0,
                      DataParallel* data_parallel = nullptr, pipeline::PipelineParallel* pipeline = nullptr);

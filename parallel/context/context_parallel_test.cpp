@@ -2,6 +2,7 @@
 // (CMakeLists.txt), the world split into dp × cp × tp (tests/layout_cell.h): cp 2, 3 and 4, with
 // zig-zag and plain chunks, for gpt2 (learned positions) and llama (rotary angles), then with
 // dp 2 at ZeRO 1, ZeRO 2 and 3 over the cp ranks, with recomputation and in bf16; the cp 2 cells also run on 4 ranks, with tp 2.
+// A mixture of experts at cp 2 (f32, bf16, full recomputation) and dp 2 × cp 2 at ZeRO 3.
 // Sequences of 48 tokens. Run without mpirun, the cells skip.
 #include "parallel/context/context_parallel.h"
 
@@ -39,6 +40,11 @@ std::vector<LayoutCell> cells() {
     out.push_back({.family = family, .cp = 2, .padded = true});  // 45 tokens over 4 chunks
     out.push_back({.family = family, .cp = 3, .zigzag = false, .padded = true});
   }
+  // Experts: each cp rank routes its own tokens, and the loads are summed over dp × cp.
+  out.push_back({.family = "moe", .cp = 2});
+  out.push_back({.family = "moe", .precision = DType::bf16, .cp = 2});
+  out.push_back({.family = "moe", .recompute = Recompute::full, .cp = 2});
+  out.push_back({.family = "moe", .dp = 2, .zero = 3, .cp = 2});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiCpCell, ::testing::ValuesIn(cells()),

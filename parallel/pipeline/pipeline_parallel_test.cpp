@@ -3,7 +3,8 @@
 // every schedule over 2, 3 and 4 stages with one block more than stages (uneven), for gpt2
 // (tied), llama (untied) and llama with a tied embedding; then pipelines composed with data and
 // tensor parallelism, ZeRO 1, sequence parallelism and bf16, up to dp 2 × tp 2 × pp 2 on 8
-// ranks. Run without mpirun, the cells skip.
+// ranks; and a mixture of experts over pp 2 and 3, and dp 2 × pp 2. Run without mpirun, the cells
+// skip.
 #include "parallel/pipeline/pipeline_parallel.h"
 
 #include <gtest/gtest.h>
@@ -54,6 +55,13 @@ std::vector<LayoutCell> cells() {
       out.push_back(all);
     }
   }
+  // Experts: stages of one and two expert blocks, each rank's loads reduced over its stage's
+  // dp replicas alone.
+  out.push_back(pipeline_cell("moe", 2, "1f1b"));
+  out.push_back(pipeline_cell("moe", 3, "zb-v"));
+  LayoutCell moe_dp = pipeline_cell("moe", 2, "zb-h1");
+  moe_dp.dp = 2, moe_dp.zero = 1;
+  out.push_back(moe_dp);
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiPpCell, ::testing::ValuesIn(cells()),

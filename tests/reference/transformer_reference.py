@@ -8,14 +8,15 @@ torch.nn.Linear; llama's mlp.fc stacks the gate rows over the up rows), the inpu
 n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, norm_eps,
 rope_theta, rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
 rope_original_max_seq_len, and a mixture of experts' moe_experts (0: dense), moe_expert_hidden,
-moe_top_k, moe_sigmoid, moe_renormalize, moe_route_scale, moe_first_dense_layers) and the optimizer
-settings. From those initial parameters the
+moe_top_k, moe_sigmoid, moe_renormalize, moe_route_scale, moe_first_dense_layers,
+moe_bias_update_rate) and the optimizer settings. From those initial parameters the
 reference trains on its own; for each step it runs: forward of every micro-batch (logits and
 summed loss recorded), backward of the global-batch mean loss, global-norm clipping, one AdamW
 step; and writes everything to OUT:
   s{i}.mb{k}.logits  (B, T, V)    s{i}.mb{k}.loss_sum ()   s{i}.loss ()   s{i}.grad_norm ()
   s{i}.grad.{name}                 s{i}.param.{name}        (after the optimizer step)
   s{i}.exp_avg.{name}   s{i}.exp_avg_sq.{name}     (AdamW's moments after the step)
+  s{i}.expert_bias.h.{l} (E)      (an expert block's balancing bias after the step)
 """
 import math
 import sys
@@ -127,6 +128,9 @@ class MoeMlp(nn.Module):
         super().__init__()
         self.m = m
         self.router = nn.Linear(m.d_model, m.moe_experts, bias=False)
+        # DeepSeek-V3's balancing bias, which only chooses, and the step's assignments per expert.
+        self.register_buffer("expert_bias", torch.zeros(m.moe_experts), persistent=False)
+        self.register_buffer("loads", torch.zeros(m.moe_experts, dtype=torch.float64), persistent=False)
         self.experts = nn.ModuleDict({"fc": ExpertWeights(m.moe_experts, 2 * m.moe_expert_hidden, m.d_model),
                                       "proj": ExpertWeights(m.moe_experts, m.d_model, m.moe_expert_hidden)})
 
@@ -135,7 +139,9 @@ class MoeMlp(nn.Module):
         u = x.reshape(-1, x.shape[-1])
         logits = F.linear(u.float(), self.router.weight.float())
         scores = torch.sigmoid(logits) if m.moe_sigmoid else F.softmax(logits, dim=-1)
-        weights, chosen = torch.topk(scores, m.moe_top_k, dim=-1)
+        chosen = torch.topk(scores + self.expert_bias, m.moe_top_k, dim=-1).indices
+        weights = scores.gather(1, chosen)
+        self.loads += torch.bincount(chosen.flatten(), minlength=m.moe_experts).double()
         if m.moe_renormalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         weights = weights * m.moe_route_scale
@@ -148,6 +154,11 @@ class MoeMlp(nn.Module):
             y = (F.silu(gate) * up) @ self.experts["proj"].weight[e].t()
             out = out.index_add(0, token, y.float() * weights[token, slot, None])
         return out.to(u.dtype).view(x.shape)
+
+    def end_step(self):
+        """bias += rate · sign(mean load - load), then a new count."""
+        self.expert_bias += self.m.moe_bias_update_rate * torch.sign(self.loads.mean() - self.loads).float()
+        self.loads.zero_()
 
 
 def make_norm(m):
@@ -214,7 +225,7 @@ class Description:
                     "moe_first_dense_layers"):
             setattr(self, key, int(meta[key]))
         for key in ("norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                    "moe_route_scale"):
+                    "moe_route_scale", "moe_bias_update_rate"):
             setattr(self, key, float(meta[key]))
         self.tied = meta["tied"] == "1"
         self.moe_sigmoid = meta["moe_sigmoid"] == "1"
@@ -273,6 +284,10 @@ def main(in_path, out_path):
         out[f"s{step}.grad_norm"] = norm.detach().reshape(())
         optimizer.step()
         record_update(out, step, params, optimizer)
+        for layer, block in enumerate(model.h):
+            if isinstance(block.mlp, MoeMlp):
+                block.mlp.end_step()
+                out[f"s{step}.expert_bias.h.{layer}"] = block.mlp.expert_bias.clone()
     safetensors_io.save(out_path, out)
 
 

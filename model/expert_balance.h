@@ -1,0 +1,45 @@
+// Auxiliary-loss-free load balancing (DeepSeek-V3, section 2.1.2; torchtitan's
+// load_balance_coeff): each expert block's router adds a bias per expert to the scores when it
+// chooses the top k (kernels/moe_route.h), never to the weights; after each applied step
+//
+//   bias[e] += rate · sign(mean load − load[e])        (sign(0) = 0)
+//
+// load[e] being the assignments expert e got in the step's forwards, summed over every rank that
+// routes the block's tokens: the data- and context-parallel replicas of its pipeline stage, each
+// routing tokens of its own. Every rank then makes the same update from the same counts, on the
+// host, so the bias stays the same bits everywhere.
+//
+// The bias is model state: the router's per-linear state "expert_bias" (model/linear_state.h),
+// E values starting at 0, saved in checkpoints under its name
+// (linear_state.h.<l>.mlp.router.expert_bias) and read back by any layout.
+#pragma once
+
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/linear_state.h"
+
+namespace dt {
+
+class Transformer;
+
+// The per-linear state kinds `declared` and those the model itself carries: the expert bias
+// where config.moe.bias_update_rate > 0.
+std::vector<LinearStateDeclaration> with_model_states(const ModelConfig& config,
+                                                      std::vector<LinearStateDeclaration> declared);
+
+// One expert block's loads over a step, summed over the ranks routing its tokens.
+struct ExpertLoad {
+  int layer = 0;
+  std::vector<double> assignments;  // (E) per expert
+
+  // The busiest expert's load over the mean: 1 when balanced, E when one expert takes them all.
+  double imbalance() const;
+};
+
+// Sums the loads of every expert block `model` holds over `replicas` (none: this rank's own),
+// moves each block's bias where the model has one and the step's update was `applied`, and
+// starts the next step's count. A collective over replicas. Returns the loads, block by block.
+std::vector<ExpertLoad> end_step_expert_balance(Transformer& model, Communicator* replicas, bool applied);
+
+}  // namespace dt
