@@ -24,6 +24,21 @@ using testing::BackgroundDtrain;
 using testing::run_dtrain;
 using testing::TrainRun;
 
+// The points of each tag of the run directory's TensorBoard events, read by the tensorboard
+// package (none when it has no events file).
+std::map<std::string, int> tensorboard_points(const std::filesystem::path& run_dir) {
+  std::string events;
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir))
+    if (entry.path().filename().string().starts_with("events.out.tfevents.")) events = entry.path().string();
+  std::map<std::string, int> points;
+  if (events.empty()) return points;
+  const std::string scalars = (run_dir / "scalars.txt").string();
+  EXPECT_EQ(testing::run_reference_script("tensorboard_reader.py", events + " " + scalars), 0);
+  std::ifstream read_back(scalars);
+  for (std::string line; std::getline(read_back, line);) ++points[line.substr(0, line.find(' '))];
+  return points;
+}
+
 TEST(TrainCli, LogsEveryStepAndFillsTheRunDirectory) {
   const TrainRun run;
   const auto result = run_dtrain(run.args("run"));
@@ -51,15 +66,7 @@ TEST(TrainCli, LogsEveryStepAndFillsTheRunDirectory) {
   }
   EXPECT_EQ(validations, 1);  // eval.every = 0: once, at the end
   // The TensorBoard events, read by the tensorboard package, hold every step's scalars.
-  std::string events;
-  for (const auto& entry : std::filesystem::directory_iterator(run.path("run")))
-    if (entry.path().filename().string().starts_with("events.out.tfevents.")) events = entry.path().string();
-  ASSERT_FALSE(events.empty());
-  const std::string scalars = (run.path("run") / "scalars.txt").string();
-  ASSERT_EQ(testing::run_reference_script("tensorboard_reader.py", events + " " + scalars), 0);
-  std::ifstream read_back(scalars);
-  std::map<std::string, int> points;
-  for (std::string line; std::getline(read_back, line);) ++points[line.substr(0, line.find(' '))];
+  std::map<std::string, int> points = tensorboard_points(run.path("run"));
   for (const char* tag : {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/mfu", "train/hfu",
                           "train/loss_scale"})
     EXPECT_EQ(points[tag], 20) << tag;
@@ -442,14 +449,7 @@ TEST(TrainCli, AMixtureOfExpertsTrainsLikeOneProcessUnderEveryLayoutAndLogsItsLo
     for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
     if (std::string(name).find("_to_") == std::string::npos) EXPECT_EQ(imbalances(name), expected_imbalance) << name;
   }
-  std::string events;
-  for (const auto& entry : std::filesystem::directory_iterator(run.path("one")))
-    if (entry.path().filename().string().starts_with("events.out.tfevents.")) events = entry.path().string();
-  const std::string scalars = (run.path("one") / "scalars.txt").string();
-  ASSERT_EQ(testing::run_reference_script("tensorboard_reader.py", events + " " + scalars), 0);
-  std::ifstream read_back(scalars);
-  std::map<std::string, int> points;
-  for (std::string line; std::getline(read_back, line);) ++points[line.substr(0, line.find(' '))];
+  std::map<std::string, int> points = tensorboard_points(run.path("one"));
   EXPECT_EQ(points["moe/imbalance/h.0"], 6);
   EXPECT_EQ(points["moe/imbalance/h.1"], 6);
 }
