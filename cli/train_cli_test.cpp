@@ -415,7 +415,12 @@ TEST(TrainCli, AMixtureOfExpertsTrainsLikeOneProcessUnderEveryLayoutAndLogsItsLo
   const TrainRun run;
   const std::string moe = "model.preset=\"moe-tiny\" model.vocab_size=256 model.moe_bias_update_rate=0.01 ";
   const std::string six = moe + "train.steps=6 checkpoint.every=3", three = moe + "train.steps=3";
-  ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
+  const auto one = run_dtrain(run.args("one", six));
+  ASSERT_EQ(one.status, 0) << one.output;
+  // 2 blocks of 24,864 (router 192, experts 12,288 + 6,144), embeddings 2 × 12,288, ln_f 48; a
+  // token reads 2 of the 4 experts' 18,432 a block.
+  EXPECT_NE(one.output.find("6 heads, 4 experts (top 2), 74352 parameters (55920 active) |"), std::string::npos)
+      << one.output;
   ASSERT_EQ(run_dtrain(run.args("pp2", six + " parallel.pp=2"), testing::mpirun(2)).status, 0);
   ASSERT_EQ(run_dtrain(run.args("dp2", six + " parallel.dp=2 parallel.zero_stage=1"), testing::mpirun(2)).status, 0);
   ASSERT_EQ(run_dtrain(run.args("cp2", six + " parallel.cp=2"), testing::mpirun(2)).status, 0);

@@ -37,9 +37,16 @@ void print_header(const RunConfig& config, const ParallelRun& run, const std::st
   const int accumulation = config.accumulation_steps();
   const ZeroPolicy zero = config.zero();
   std::printf("dtrain %s\n", dtrain_version().c_str());
-  std::printf("model %s: %d layers, d_model %d, %d heads, %lld parameters | %s\n",
+  const ParameterLayout layout(mc);
+  // A mixture of experts: its experts, and the parameters a token's forward reads.
+  const std::string experts =
+      mc.moe.experts == 0 ? ""
+                          : str(", ", mc.moe.experts, " experts (top ", mc.moe.routing.top_k, ")");
+  const std::string active =
+      mc.moe.experts == 0 ? "" : str(" (", layout.active_parameters(), " active)");
+  std::printf("model %s: %d layers, d_model %d, %d heads%s, %lld parameters%s | %s\n",
               std::string(model_family_name(mc.family)).c_str(), mc.n_layer, mc.d_model, mc.n_head,
-              static_cast<long long>(ParameterLayout(mc).num_parameters()), origin.c_str());
+              experts.c_str(), static_cast<long long>(layout.num_parameters()), active.c_str(), origin.c_str());
   std::printf("batch %d sequences x %d tokens = %lld tokens per step (%d micro-batch%s of %d) | %lld tokens in %s\n",
               config.global_batch_size(), config.data.seq_len, static_cast<long long>(config.tokens_per_step()),
               accumulation, accumulation == 1 ? "" : "es", config.train.micro_batch_size,
