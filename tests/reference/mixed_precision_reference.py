@@ -107,10 +107,12 @@ def main(in_path, out_path):
     model = model.to(dtype)
     # dtrain's router computes in f32 from its 16-bit weight widened, and takes that weight's
     # gradient in f32 (model/moe_mlp.h): here the routers' weights are f32 holding the 16-bit
-    # rounding of the master, so that their gradients are not rounded to 16 bits either.
+    # rounding of the master, so that their gradients are not rounded to 16 bits either. The
+    # balancing bias (f32) and the load counts (f64) keep their types too.
     for module in model.modules():
         if isinstance(module, MoeMlp):
             module.router.float()
+            module.expert_bias, module.loads = module.expert_bias.float(), module.loads.double()
     weights = dict(model.named_dtrain_parameters())
     optimizer = adamw(master, m)
 
