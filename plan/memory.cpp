@@ -9,6 +9,7 @@
 #include "kernels/attention.h"
 #include "kernels/cpu/linear_scratch.h"
 #include "kernels/cpu/row_blocks.h"
+#include "model/expert_balance.h"
 #include "model/rope_tables.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -72,6 +73,8 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   const Transformer::ParameterBuffers model = Transformer::parameter_buffers(precision, storage);
   for (const auto& spec : {std::optional(model.params), std::optional(model.grads), model.weights})
     if (spec) add(spec->tag, FlatTensors::held_bytes(layout, spec->dtype, spec->storage));
+  // The per-linear state the model carries itself (an expert bias), over the blocks held here.
+  add(MemTag::parameters, LinearStates::bytes(layout, with_model_states(config, {})));
   for (const int s : stages.held) {
     const ActivationBytes activations =
         Stage::activation_bytes(config, stages.all[static_cast<size_t>(s)], recompute, precision, batch_size, seq_len,

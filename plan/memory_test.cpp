@@ -65,6 +65,29 @@ TEST(TrainingBytes, AreWhatTheModelsShapeGivesByHand) {
 // dtrain's bf16 keeps its gradients in f32 (4Ψ, for accumulation over micro-batches) and, at
 // stage 1, the reduce-scatter's f32 shard beside them; with those two differences the planner
 // must give the paper's formula exactly, tag by tag, for a 7.46B GPT-2 on 64 ranks.
+// A mixture of experts, balanced by bias: the plan of every tag is what the model and its
+// optimizer hold — the experts' (E, out, in) weights, their activations at top_k rows a token,
+// the backward's scratch, and the bias (per-linear state, tagged parameters).
+TEST(TrainingBytes, AnExpertModelsPlanIsWhatItHolds) {
+  ModelConfig config = model_preset("moe-tiny");
+  config.moe.bias_update_rate = 0.001f;
+  constexpr int kBatch = 4, kSeqLen = 32;
+  for (const DType precision : {DType::f32, DType::bf16})
+    for (const Recompute recompute : {Recompute::none, Recompute::full}) {
+      const MemoryStats before = memory_stats(Device::cpu);
+      Transformer model(config, kBatch, kSeqLen, recompute, precision);
+      const AdamW optimizer(model.layout(), OptimizerParts::whole(model), {});
+      const MemoryStats after = memory_stats(Device::cpu);
+      const MemoryPlan plan = plan_memory(config, kBatch, kSeqLen, 1, recompute, precision, 1, 0);
+      EXPECT_GT(model.linear_states().entries().size(), 0u);
+      for (int t = 0; t < kNumMemTags; ++t) {
+        const auto tag = static_cast<MemTag>(t);
+        EXPECT_EQ(plan.bytes[static_cast<size_t>(t)], after.current(tag) - before.current(tag))
+            << mem_tag_name(tag) << ", " << dtype_name(precision) << " recompute " << recompute_name(recompute);
+      }
+    }
+}
+
 TEST(TrainingBytes, TheZeroPapersModelStateWithFp32Gradients) {
   const auto zero_paper = [](double psi, double ranks, int stage, double gradient_bytes) {
     const double weights = 2 * psi, gradients = gradient_bytes * psi, optimizer = 12 * psi;

@@ -1,7 +1,7 @@
 // The planner against the allocator, rank by rank and tag by tag: each cell trains a small model
 // with `dtrain train`'s own code (run_training) under a parallel layout — dp with each ZeRO
 // stage, tp with and without sp, pp under four schedules (two with two stages a rank), cp,
-// recomputation, bf16 and their compositions — and every rank compares the peak bytes it held
+// recomputation, bf16 and their compositions, and a mixture of experts — and every rank compares the peak bytes it held
 // under each tag during the run with what plan/memory.h predicted for that rank from the
 // configuration alone. ctest runs each cell under mpirun as MpiMemoryCell.npN.<cell>
 // (CMakeLists.txt); run without mpirun, they skip.
@@ -44,8 +44,10 @@ std::string run_toml(const LayoutCell& cell, int world, const std::string& data_
   const int stages = cell.pp * (cell.schedule == "zb_v" ? 2 : cell.virtual_stages);
   std::string schedule = cell.schedule;  // the cell's name for it has _ for the configuration's -
   std::replace(schedule.begin(), schedule.end(), '_', '-');
-  return str("[model]\npreset = \"", cell.family == "gpt2" ? "gpt2-tiny" : "llama-tiny", "\"\nvocab_size = 256\n",
+  const char* preset = cell.family == "gpt2" ? "gpt2-tiny" : cell.family == "moe" ? "moe-tiny" : "llama-tiny";
+  return str("[model]\npreset = \"", preset, "\"\nvocab_size = 256\n",
              cell.family == "llama_tied" ? "tied_embeddings = true\n" : "",
+             cell.family == "moe" ? "moe_bias_update_rate = 0.01\n" : "",
              cell.pp > 1 ? str("n_layer = ", stages + 1, "\n") : "", "[data]\ndir = \"", data_dir,
              "\"\nseq_len = 32\n[train]\nsteps = 2\nmicro_batch_size = 4\nglobal_batch_size = ",
              4 * cell.dp * accumulation, "\nprecision = \"", dtype_name(cell.precision),
@@ -118,6 +120,11 @@ std::vector<LayoutCell> cells() {
   out.push_back({.family = "gpt2", .dp = 2, .zero = 1, .cp = 2});  // dp 2 × cp 2
   out.push_back({.family = "llama", .dp = 2, .zero = 1, .sp = true});  // dp 2 × tp 2
   out.push_back({.family = "gpt2", .sp = true, .pp = 2});              // tp 2 × pp 2
+  // Experts: their activations at top_k rows a token (none dropped), the backward's scratch, the
+  // zero-bubble schedule's kept gradients, and the balancing bias.
+  out.push_back({.family = "moe", .precision = DType::bf16});
+  out.push_back({.family = "moe", .dp = 2, .zero = 3});
+  out.push_back({.family = "moe", .pp = 2, .schedule = "zb_h1"});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiMemoryCell, ::testing::ValuesIn(cells()),
