@@ -407,13 +407,15 @@ TEST(TrainCli, ContextParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenLa
   }
 }
 
-// A mixture of experts balanced by its bias trains the one-process run under pp 2, dp 2 at ZeRO 1
-// and cp 2; a pp 2 checkpoint (each stage's blocks' biases) resumes in one process and a
-// one-process one at dp 2 × cp 2, on the one-process curve; every step logs each expert block's
-// load imbalance to metrics.jsonl and TensorBoard, the same on every layout.
+// A mixture of experts balanced by its bias and the routers' losses trains the one-process run
+// under pp 2, dp 2 at ZeRO 1 and cp 2; a pp 2 checkpoint (each stage's blocks' biases) resumes in
+// one process and a one-process one at dp 2 × cp 2, on the one-process curve; every step logs each
+// expert block's load imbalance and routers' losses to metrics.jsonl and TensorBoard, the same on
+// every layout.
 TEST(TrainCli, AMixtureOfExpertsTrainsLikeOneProcessUnderEveryLayoutAndLogsItsLoads) {
   const TrainRun run;
-  const std::string moe = "model.preset=\"moe-tiny\" model.vocab_size=256 model.moe_bias_update_rate=0.01 ";
+  const std::string moe = "model.preset=\"moe-tiny\" model.vocab_size=256 model.moe_bias_update_rate=0.01 "
+                          "model.moe_aux_loss_coef=0.01 model.moe_z_loss_coef=0.001 ";
   const std::string six = moe + "train.steps=6 checkpoint.every=3", three = moe + "train.steps=3";
   const auto one = run_dtrain(run.args("one", six));
   ASSERT_EQ(one.status, 0) << one.output;
@@ -430,21 +432,35 @@ TEST(TrainCli, AMixtureOfExpertsTrainsLikeOneProcessUnderEveryLayoutAndLogsItsLo
   const auto resumed = run_dtrain(run.args("one_to_dp2_cp2", six + " parallel.dp=2 parallel.cp=2"), testing::mpirun(4));
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from "), std::string::npos) << resumed.output;
-  const auto imbalances = [&](const std::string& name) {
-    std::vector<std::string> lines;
+  // Each step's imbalances (whole counts: the same bits on every layout) and routers' losses.
+  struct Logged {
+    std::vector<std::string> imbalance;
+    std::vector<double> router_losses;
+  };
+  const auto logged = [&](const std::string& name) {
+    Logged l;
     std::ifstream metrics(run.path(name) / "metrics.jsonl");
     for (std::string line; std::getline(metrics, line);) {
       const auto entry = nlohmann::json::parse(line);
       if (entry.contains("val_loss")) continue;
-      EXPECT_TRUE(entry.contains("expert_imbalance")) << name << ": " << line;
-      for (const char* block : {"h.0", "h.1"})
-        EXPECT_GE(entry["expert_imbalance"].value(block, 0.0), 1.0) << name << ": " << line;
-      lines.push_back(entry["expert_imbalance"].dump());
+      for (const char* key : {"expert_imbalance", "expert_aux_loss", "router_z_loss"}) {
+        EXPECT_TRUE(entry.contains(key)) << name << ": " << line;
+        for (const char* block : {"h.0", "h.1"}) {
+          const double value = entry[key].value(block, 0.0);
+          if (key == std::string("expert_imbalance")) {
+            EXPECT_GE(value, 1.0) << name << ": " << line;
+          } else {
+            EXPECT_GT(value, 0.0) << name << " " << key << ": " << line;  // sums of positive terms
+            l.router_losses.push_back(value);
+          }
+        }
+      }
+      l.imbalance.push_back(entry["expert_imbalance"].dump());
     }
-    return lines;
+    return l;
   };
-  const std::vector<std::string> expected_imbalance = imbalances("one");
-  EXPECT_EQ(expected_imbalance.size(), 6u);
+  const Logged expected_logged = logged("one");
+  EXPECT_EQ(expected_logged.imbalance.size(), 6u);
   const std::vector<double> expected = run.losses("one");
   for (const char* name : {"pp2", "dp2", "cp2", "pp2_to_one", "one_to_dp2_cp2"}) {
     const std::vector<double> got = run.losses(name);
@@ -452,11 +468,18 @@ TEST(TrainCli, AMixtureOfExpertsTrainsLikeOneProcessUnderEveryLayoutAndLogsItsLo
     // fp32 rounding of sums in other orders (tests/layout_cell.cpp measures ~1e-8 of the losses);
     // a choice the bias moved differently would differ by far more.
     for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
-    if (std::string(name).find("_to_") == std::string::npos) EXPECT_EQ(imbalances(name), expected_imbalance) << name;
+    if (std::string(name).find("_to_") != std::string::npos) continue;
+    const Logged got_logged = logged(name);
+    EXPECT_EQ(got_logged.imbalance, expected_logged.imbalance) << name;
+    ASSERT_EQ(got_logged.router_losses.size(), expected_logged.router_losses.size()) << name;
+    // Sums of f32 statistics in other orders and over other ranks: as the losses.
+    for (size_t i = 0; i < got_logged.router_losses.size(); ++i)
+      EXPECT_NEAR(got_logged.router_losses[i], expected_logged.router_losses[i], 1e-5 * expected_logged.router_losses[i])
+          << name << " value " << i;
   }
   std::map<std::string, int> points = tensorboard_points(run.path("one"));
-  EXPECT_EQ(points["moe/imbalance/h.0"], 6);
-  EXPECT_EQ(points["moe/imbalance/h.1"], 6);
+  for (const char* tag : {"moe/imbalance/h.", "moe/aux_loss/h.", "moe/z_loss/h."})
+    for (const char* block : {"0", "1"}) EXPECT_EQ(points[str(tag, block)], 6) << tag << block;
 }
 
 // ZeRO in 16-bit precision keeps the f32 master weights only as each rank's parts: two ranks

@@ -16,6 +16,9 @@ namespace dt::kernels::moe_math {
 
 // Added to the sum of the chosen scores before renormalizing (kernels/moe_route.h).
 constexpr double kRenormalizeEpsilon = 1e-20;
+// Added to the sum of a row's sigmoid scores before they are normalized into the distribution the
+// balance loss reads (kernels/moe_router_loss.h).
+constexpr double kBalanceEpsilon = 1e-20;
 
 // Whether value a at index ia ranks before value b at index ib: the larger value first, equal
 // values (+0 and -0 included) by the lower index, a NaN after every number. A strict total order
@@ -40,6 +43,13 @@ DT_MOE_INLINE T route_weight(T g, T Z, bool renormalize, T route_scale) {
 template <typename T>
 DT_MOE_INLINE T route_weight_grad(T dweight, T dot, T Z, bool renormalize, T route_scale) {
   return renormalize ? route_scale * (dweight - dot / Z) / Z : route_scale * dweight;
+}
+
+// The balance loss's gradient reaching a sigmoid score, g the loss's gradient on its normalized
+// score, dot = sum_j g_j P_j over the row, Z its scores' sum + kBalanceEpsilon.
+template <typename T>
+DT_MOE_INLINE T balance_sigmoid_grad(T g, T dot, T Z) {
+  return (g - dot) / Z;
 }
 
 }  // namespace dt::kernels::moe_math

@@ -51,6 +51,12 @@ class AttentionScope {
                                                   Tensor rope_cos, Tensor rope_sin) const;
   // Where the T tokens held here lie in their sequence, run by run, in order.
   virtual std::vector<Positions> positions(int64_t T) const { return {{0, T}}; }
+  // The length of the whole sequences of which T tokens are held here.
+  virtual int64_t sequence_length(int64_t T) const { return T; }
+  // Sums values kept per sequence (a row each) over the ranks holding the other tokens of the same
+  // sequences, in place: nothing where the tokens held here are whole sequences. A collective of
+  // those ranks.
+  virtual void sum_over_sequences(Tensor /*values*/) const {}
   // The scope of a micro-batch's own tokens.
   static const AttentionScope& local();
 };

@@ -34,10 +34,12 @@ namespace dt {
 
 class Block {
  public:
-  // The block's communication goes through `regions`, and its linear layers' state is in
-  // `states` (both must outlive it; none by default).
+  // The block's communication goes through `regions`, its linear layers' state is in `states`
+  // and `scope` says where its tokens lie in their sequences (all must outlive it; one rank's, none
+  // and the micro-batch's own by default).
   Block(const ParameterLayout& layout, int layer, Recompute recompute,
-        ParallelRegions& regions = ParallelRegions::single_rank(), const LinearStates& states = LinearStates::none());
+        ParallelRegions& regions = ParallelRegions::single_rank(), const LinearStates& states = LinearStates::none(),
+        const AttentionScope& scope = AttentionScope::local());
 
   int layer() const { return layer_; }
   // The block's unit of the layout (model/parameters.h).

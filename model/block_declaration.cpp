@@ -108,11 +108,16 @@ int64_t ActivationDeclaration::width_of(const ModelConfig& config, const ShardDi
       return 2 * dims.shared_ffn.size();
     case ActivationWidth::shared_ffn:
       return dims.shared_ffn.size();
+    case ActivationWidth::aux_loss_experts:
+      return config.moe.aux_loss_coef > 0 ? dims.experts : 0;
+    case ActivationWidth::z_loss_experts:
+      return config.moe.z_loss_coef > 0 ? dims.experts : 0;
   }
   return 0;
 }
 
-int64_t ActivationDeclaration::rows_of(const ModelConfig& config, int64_t all_rows, int64_t local_rows) const {
+int64_t ActivationDeclaration::rows_of(const ModelConfig& config, int64_t all_rows, int64_t local_rows,
+                                       int64_t sequences) const {
   switch (rows) {
     case ActivationRows::all:
       return all_rows;
@@ -120,6 +125,8 @@ int64_t ActivationDeclaration::rows_of(const ModelConfig& config, int64_t all_ro
       return local_rows;
     case ActivationRows::assignments:
       return local_rows * config.moe.routing.top_k;
+    case ActivationRows::sequences:
+      return sequences;
   }
   return 0;
 }
@@ -158,7 +165,7 @@ std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, 
   using A = BlockActivation;
   using W = ActivationWidth;
   constexpr ActivationRows all = ActivationRows::all, part = ActivationRows::local,
-                           assigned = ActivationRows::assignments;
+                           assigned = ActivationRows::assignments, sequences = ActivationRows::sequences;
   constexpr ActivationType P = ActivationType::precision, F = ActivationType::f32, I = ActivationType::i32;
   constexpr Recompute full = Recompute::full, core = Recompute::selective;
   std::vector<ActivationDeclaration> a = {
@@ -184,6 +191,8 @@ std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, 
     a.push_back({A::shared_act, W::shared_ffn, all, P, full});
   }
   if (gated) a.push_back({A::shared_gate, W::one, part, F, full});
+  a.push_back({A::route_counts, W::aux_loss_experts, sequences, F, full});
+  a.push_back({A::route_logits, W::z_loss_experts, part, F, full});
   return a;
 }
 

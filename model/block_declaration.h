@@ -82,26 +82,29 @@ struct NormDeclaration {
 // recomputation policy rebuilds it in backward. A dense block has those up to res3; an expert
 // block has the router's (scores, chosen experts, their weights, each assignment's row), the
 // experts' rows (their input, fc output, activation and output) and a shared expert's, in place
-// of fch and fch_act.
+// of fch and fch_act; where the model trains with the routers' losses, each sequence's
+// assignments per expert (the balance loss's) and the router's logits (the z-loss's).
 enum class BlockActivation {
   ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3,
   route_scores, route_experts, route_weights, route_rows, expert_in, expert_fch, expert_act, expert_out,
-  shared_fch, shared_act, shared_gate
+  shared_fch, shared_act, shared_gate, route_counts, route_logits
 };
-constexpr int kBlockActivations = static_cast<int>(BlockActivation::shared_gate) + 1;
+constexpr int kBlockActivations = static_cast<int>(BlockActivation::route_logits) + 1;
 
 // An activation's width, from this rank's sizes: the model width C, a norm's per-row mean
 // (1 for LayerNorm, none for RMSNorm), one per row, the attention's qkv (this rank's heads),
 // its output, one per head, the MLP's first projection's output and its activation's; the
 // experts (E) and the chosen ones (top_k); an expert's first projection's output (2 F_e) and its
-// activation's (F_e); a shared expert's (this rank's share).
+// activation's (F_e); a shared expert's (this rank's share); the experts (E) where the model has
+// the balance loss, or the z-loss, and none where it has not.
 enum class ActivationWidth {
   model, norm_mean, one, qkv, attention, heads, ffn_in, ffn,
-  experts, top_k, expert_ffn_in, expert_ffn, shared_ffn_in, shared_ffn
+  experts, top_k, expert_ffn_in, expert_ffn, shared_ffn_in, shared_ffn, aux_loss_experts, z_loss_experts
 };
-// Its rows: all N of the micro-batch, this rank's part of them under sequence parallelism, or
-// top_k per row of that part: the experts' rows when none is dropped (the most there can be).
-enum class ActivationRows { all, local, assignments };
+// Its rows: all N of the micro-batch, this rank's part of them under sequence parallelism, top_k
+// per row of that part (the experts' rows when none is dropped: the most there can be), or one per
+// sequence of the micro-batch.
+enum class ActivationRows { all, local, assignments, sequences };
 // What it holds: values in the run's precision, f32 (per-row statistics, the router's scores and
 // weights) or i32 indices.
 enum class ActivationType { precision, f32, i32 };
@@ -117,8 +120,8 @@ struct ActivationDeclaration {
 
   bool kept(Recompute policy) const { return rebuilt_from == Recompute::none || policy < rebuilt_from; }
   int64_t width_of(const ModelConfig& config, const ShardDims& dims) const;
-  // Its rows, of a micro-batch's N on a rank holding `local` of them.
-  int64_t rows_of(const ModelConfig& config, int64_t all_rows, int64_t local_rows) const;
+  // Its rows, of a micro-batch of `sequences` sequences and N rows on a rank holding `local` of them.
+  int64_t rows_of(const ModelConfig& config, int64_t all_rows, int64_t local_rows, int64_t sequences) const;
   DType dtype(DType precision) const {
     return type == ActivationType::f32 ? DType::f32 : type == ActivationType::i32 ? DType::i32 : precision;
   }

@@ -80,7 +80,7 @@ TEST(BlockDeclaration, ExpertBlocksDeclareTheRoutersAndTheExpertsActivations) {
   const auto expect = [&](A id, int64_t width, int64_t rows, DType dtype) {
     const ActivationDeclaration& a = block.activation(id);
     EXPECT_EQ(a.width_of(c, dims), width) << static_cast<int>(id);
-    EXPECT_EQ(a.rows_of(c, 10, 5), rows) << static_cast<int>(id);  // 10 rows, 5 of them this rank's
+    EXPECT_EQ(a.rows_of(c, 10, 5, 2), rows) << static_cast<int>(id);  // 2 sequences, 10 rows, 5 this rank's
     EXPECT_EQ(a.dtype(DType::bf16), dtype) << static_cast<int>(id);
   };
   expect(A::route_scores, 4, 5, DType::f32);
@@ -94,6 +94,12 @@ TEST(BlockDeclaration, ExpertBlocksDeclareTheRoutersAndTheExpertsActivations) {
   expect(A::shared_fch, 80, 10, DType::bf16);
   expect(A::shared_act, 40, 10, DType::bf16);
   EXPECT_THROW(block.activation(A::shared_gate), Error);  // no gate
+  // The routers' losses' activations take memory only where the model trains with them.
+  expect(A::route_counts, 0, 2, DType::f32);
+  expect(A::route_logits, 0, 5, DType::f32);
+  c.moe.aux_loss_coef = 0.01f, c.moe.z_loss_coef = 0.001f;
+  expect(A::route_counts, 4, 2, DType::f32);
+  expect(A::route_logits, 4, 5, DType::f32);
   for (const ActivationDeclaration& a : block.activations)
     EXPECT_EQ(a.kept(Recompute::full), a.id == A::res3 || a.id == A::expert_out) << static_cast<int>(a.id);
   for (size_t i = 1; i < block.activations.size(); ++i)

@@ -4,24 +4,38 @@
 // (model/tensor_shard.h).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "core/tensor.h"
 
 namespace dt {
+
+// What a training forward of an expert block counts on the host over a step's micro-batches
+// (model/expert_balance.h): the assignments per expert, and the routers' auxiliary losses
+// (model/moe_mlp.h) times the global batch's target count, which the step divides by.
+struct ExpertRecord {
+  std::vector<int64_t> loads;  // (E)
+  double aux_loss = 0, z_loss = 0;
+};
 
 // A mixture of experts' activations (model/moe_mlp.h), P this rank's rows, k = top_k, E experts,
 // A = P·k assignments: the experts' tensors have a row per assignment kept, the first R of A
 // (all of them when none is dropped). Kept or rebuilt as declared: the router's scores (P, E),
 // chosen experts (P, k) i32, their weights (P, k) and each assignment's row (P, k) i32; the
-// experts' input (A, C), fc output (A, 2 F_e), activation (A, F_e) and output (A, C). Scratch,
-// used within a pass: the router's input and weight widened to f32 where the precision is 16-bit
-// (P, C) and (E, C), its logits (P, E) f32, and the routed rows' combined output (P, C).
-// loads, where given (a training forward's), is the host's count of assignments per expert (E),
-// which forward adds this micro-batch's to (model/expert_balance.h).
+// experts' input (A, C), fc output (A, 2 F_e), activation (A, F_e) and output (A, C); where the
+// model trains with the balance loss, each of the micro-batch's S sequences' assignments per
+// expert (S, E) f32, summed over the ranks holding the sequence's other tokens. Scratch, used
+// within a pass: the router's input and weight widened to f32 where the precision is 16-bit (P, C)
+// and (E, C), and the routed rows' combined output (P, C). The router's logits (P, E) f32: kept
+// or rebuilt where the model trains with the z-loss, else scratch. record, where given (a training
+// forward's), is what forward adds this micro-batch's counts to, with the routers' losses it
+// trains with computed in scratch: each sequence's probabilities (S, E) and z-loss (S), f32.
 struct ExpertActivations {
   Tensor scores, experts, weights, rows;
-  Tensor expert_in, expert_fch, expert_act, expert_out;
-  Tensor router_in, router_weight, logits, routed;
-  int64_t* loads = nullptr;
+  Tensor expert_in, expert_fch, expert_act, expert_out, counts;
+  Tensor router_in, router_weight, logits, routed, probs, z;
+  ExpertRecord* record = nullptr;
 };
 
 // One block's activations for N rows, (N, width) views, or (this rank's rows, width) for ln1, ln2,
@@ -44,6 +58,8 @@ struct BlockActivations {
 // which are then kept per block and micro-batch like dfch.
 struct ExpertGradients {
   Tensor dexpert_out, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in;
+  Tensor dscores;          // (P, E) f32 working space, where the model trains with the balance loss
+  float loss_scale = 0;    // what the token losses' gradient is scaled by: the routers' losses' take it too
 };
 
 // One block's gradients for N rows in backward. dout is the output's gradient (given); dres2 the

@@ -124,6 +124,11 @@ void check_moe(const ModelConfig& c, FieldProblems& problems) {
   problems.require(std::isfinite(m.bias_update_rate) && m.bias_update_rate >= 0 && m.bias_update_rate <= 1,
                    "model.moe_bias_update_rate", m.bias_update_rate,
                    "must be in [0, 1] (0: no balancing bias; DeepSeek-V3: 0.001)");
+  problems.require(std::isfinite(m.aux_loss_coef) && m.aux_loss_coef >= 0 && m.aux_loss_coef <= 1,
+                   "model.moe_aux_loss_coef", m.aux_loss_coef,
+                   "must be in [0, 1] (0: no load-balancing loss; Mixtral: 0.02, Megatron-Core's default 0.01)");
+  problems.require(std::isfinite(m.z_loss_coef) && m.z_loss_coef >= 0 && m.z_loss_coef <= 1, "model.moe_z_loss_coef",
+                   m.z_loss_coef, "must be in [0, 1] (0: no router z-loss; ST-MoE: 0.001)");
   problems.require(m.first_dense_layers >= 0 && m.first_dense_layers < c.n_layer, "model.moe_first_dense_layers",
                    m.first_dense_layers, str("must be in [0, n_layer = ", c.n_layer, "): at least one block has experts"));
 }

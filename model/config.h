@@ -58,6 +58,11 @@ struct MoeConfig {
   // Auxiliary-loss-free balancing (DeepSeek-V3: 0.001; model/expert_balance.h): how far each
   // expert's choice bias moves toward the mean load after a step; 0: no bias.
   float bias_update_rate = 0;
+  // The routers' auxiliary losses (model/moe_mlp.h), each block's added to the training loss with
+  // these weights; 0: none. Load balancing (Switch Transformer, Mixtral: 0.01-0.02 of the loss,
+  // taken per sequence) and the router z-loss (ST-MoE: 0.001).
+  float aux_loss_coef = 0;
+  float z_loss_coef = 0;
 };
 
 struct ModelConfig {

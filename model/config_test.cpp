@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/allocator.h"
 #include "model/transformer.h"
 #include "model/parameters.h"
@@ -170,6 +172,10 @@ TEST(ModelConfig, InvalidExpertDescriptionsNameFieldValueAndRange) {
                "model.moe_shared_gate = true: gates the shared expert, so needs moe_shared_hidden > 0");
   expect_error(error_with([](ModelConfig& c) { c.moe.bias_update_rate = -0.001f; }),
                "model.moe_bias_update_rate = -0.001: must be in [0, 1] (0: no balancing bias");
+  expect_error(error_with([](ModelConfig& c) { c.moe.aux_loss_coef = 1.5f; }),
+               "model.moe_aux_loss_coef = 1.5: must be in [0, 1] (0: no load-balancing loss");
+  expect_error(error_with([](ModelConfig& c) { c.moe.z_loss_coef = std::nanf(""); }),
+               "model.moe_z_loss_coef = nan: must be in [0, 1] (0: no router z-loss");
   expect_error(error_with([](ModelConfig& c) { c.moe.first_dense_layers = 2; }),
                "model.moe_first_dense_layers = 2: must be in [0, n_layer = 2)");
   ModelConfig gpt2 = model_preset("gpt2-tiny");

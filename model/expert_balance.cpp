@@ -31,34 +31,40 @@ std::vector<LinearStateDeclaration> with_model_states(const ModelConfig& config,
   return declared;
 }
 
-double ExpertLoad::imbalance() const {
+double ExpertStats::imbalance() const {
   const double total = std::accumulate(assignments.begin(), assignments.end(), 0.0);
   if (total == 0) return 1;
   return *std::ranges::max_element(assignments) * static_cast<double>(assignments.size()) / total;
 }
 
-std::vector<ExpertLoad> end_step_expert_balance(Transformer& model, Communicator* replicas, bool applied) {
-  std::vector<ExpertLoad> loads;
+std::vector<ExpertStats> end_step_expert_balance(Transformer& model, Communicator* replicas, bool applied,
+                                                 int64_t targets) {
+  std::vector<ExpertStats> stats;
+  // Per block: its E loads, then its two losses.
   std::vector<double> flat;
   for (Stage* stage : model.stages()) {
     if (stage == nullptr) continue;
     for (size_t i = 0; i < stage->blocks().size(); ++i) {
-      const std::vector<int64_t>& counted = stage->expert_loads(i);
-      if (counted.empty()) continue;
-      loads.push_back({.layer = stage->blocks()[i].layer(), .assignments = {}});
-      flat.insert(flat.end(), counted.begin(), counted.end());
+      const ExpertRecord& counted = stage->expert_record(i);
+      if (counted.loads.empty()) continue;
+      stats.push_back({.layer = stage->blocks()[i].layer()});
+      flat.insert(flat.end(), counted.loads.begin(), counted.loads.end());
+      flat.push_back(counted.aux_loss);
+      flat.push_back(counted.z_loss);
     }
-    stage->reset_expert_loads();
+    stage->reset_expert_records();
   }
   if (replicas != nullptr) all_reduce_values(*replicas, flat, ReduceOp::sum);
   const size_t E = static_cast<size_t>(model.config().moe.experts);
   const float rate = applied ? model.config().moe.bias_update_rate : 0.0f;
-  for (size_t b = 0; b < loads.size(); ++b) {
-    loads[b].assignments.assign(flat.begin() + static_cast<std::ptrdiff_t>(b * E),
-                                flat.begin() + static_cast<std::ptrdiff_t>((b + 1) * E));
-    if (rate > 0) move_bias(model.linear_states().find(loads[b].layer, "mlp.router", kBiasState), loads[b].assignments, rate);
+  for (size_t b = 0; b < stats.size(); ++b) {
+    const auto block = flat.begin() + static_cast<std::ptrdiff_t>(b * (E + 2));
+    stats[b].assignments.assign(block, block + static_cast<std::ptrdiff_t>(E));
+    stats[b].aux_loss = block[static_cast<std::ptrdiff_t>(E)] / static_cast<double>(targets);
+    stats[b].z_loss = block[static_cast<std::ptrdiff_t>(E) + 1] / static_cast<double>(targets);
+    if (rate > 0) move_bias(model.linear_states().find(stats[b].layer, "mlp.router", kBiasState), stats[b].assignments, rate);
   }
-  return loads;
+  return stats;
 }
 
 }  // namespace dt

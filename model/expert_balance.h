@@ -28,18 +28,22 @@ class Transformer;
 std::vector<LinearStateDeclaration> with_model_states(const ModelConfig& config,
                                                       std::vector<LinearStateDeclaration> declared);
 
-// One expert block's loads over a step, summed over the ranks routing its tokens.
-struct ExpertLoad {
+// One expert block's step, summed over the ranks routing its tokens: its loads, and the routers'
+// losses it added to the step's loss (model/moe_mlp.h; 0 where the model has none).
+struct ExpertStats {
   int layer = 0;
   std::vector<double> assignments;  // (E) per expert
+  double aux_loss = 0, z_loss = 0;
 
   // The busiest expert's load over the mean: 1 when balanced, E when one expert takes them all.
   double imbalance() const;
 };
 
-// Sums the loads of every expert block `model` holds over `replicas` (none: this rank's own),
-// moves each block's bias where the model has one and the step's update was `applied`, and
-// starts the next step's count. A collective over replicas. Returns the loads, block by block.
-std::vector<ExpertLoad> end_step_expert_balance(Transformer& model, Communicator* replicas, bool applied);
+// Sums what every expert block `model` holds counted (Stage::expert_record) over `replicas` (none:
+// this rank's own), the losses divided by the step's global target count `targets`; moves each
+// block's bias where the model has one and the step's update was `applied`, and starts the next
+// step's count. A collective over replicas. Returns the stats, block by block.
+std::vector<ExpertStats> end_step_expert_balance(Transformer& model, Communicator* replicas, bool applied,
+                                                 int64_t targets);
 
 }  // namespace dt

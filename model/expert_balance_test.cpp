@@ -42,17 +42,17 @@ TEST(ExpertBalance, TheBiasMovesByTheRateTowardTheMeanLoadAfterAnAppliedStep) {
   const int64_t assignments = int64_t{kB} * kT * config.moe.routing.top_k;
 
   model.forward_backward(tokens.t, targets.t, 1.0f);
-  std::vector<ExpertLoad> loads = end_step_expert_balance(model, nullptr, /*applied=*/false);
+  std::vector<ExpertStats> loads = end_step_expert_balance(model, nullptr, /*applied=*/false, kB * kT);
   ASSERT_EQ(loads.size(), 2u);
-  for (const ExpertLoad& load : loads)
+  for (const ExpertStats& load : loads)
     EXPECT_EQ(std::accumulate(load.assignments.begin(), load.assignments.end(), 0.0), assignments) << load.layer;
   EXPECT_EQ(bias_of(model, 0), std::vector<float>(4, 0.0f)) << "a skipped step moves no bias";
-  EXPECT_EQ(model.stages()[0]->expert_loads(1), std::vector<int64_t>(4, 0)) << "the count starts again";
+  EXPECT_EQ(model.stages()[0]->expert_record(1).loads, std::vector<int64_t>(4, 0)) << "the count starts again";
 
   model.forward_backward(tokens.t, targets.t, 1.0f);
-  loads = end_step_expert_balance(model, nullptr, /*applied=*/true);
+  loads = end_step_expert_balance(model, nullptr, /*applied=*/true, kB * kT);
   bool moved = false;
-  for (const ExpertLoad& load : loads) {
+  for (const ExpertStats& load : loads) {
     const double mean = static_cast<double>(assignments) / 4;
     const std::vector<float> bias = bias_of(model, load.layer);
     double busiest = 0;

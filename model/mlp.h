@@ -13,6 +13,7 @@
 
 #include <memory>
 
+#include "model/attention_core.h"
 #include "model/block_tensors.h"
 #include "model/layers.h"
 
@@ -55,8 +56,10 @@ class DenseMlp final : public Mlp {
   RowParallelLinear proj_;
 };
 
-// Block `layer`'s MLP as its declaration says (model/block_declaration.h).
+// Block `layer`'s MLP as its declaration says (model/block_declaration.h); `scope`: where the
+// tokens it runs lie in their sequences (a mixture of experts' balance loss is per sequence).
 std::unique_ptr<Mlp> make_mlp(const ParameterLayout& layout, int layer, ParallelRegions& regions,
-                              const LinearStates& states = LinearStates::none());
+                              const LinearStates& states = LinearStates::none(),
+                              const AttentionScope& scope = AttentionScope::local());
 
 }  // namespace dt

@@ -1,9 +1,11 @@
 #include "model/moe_mlp.h"
 
+#include "core/device.h"
 #include "kernels/add.h"
 #include "kernels/convert.h"
 #include "kernels/grouped_linear.h"
 #include "kernels/linear.h"
+#include "kernels/moe_router_loss.h"
 #include "kernels/swiglu.h"
 
 namespace dt {
@@ -17,9 +19,12 @@ Tensor first(Tensor t, int64_t rows) { return t.slice_rows(0, rows); }
 
 }  // namespace
 
-MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states)
+MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states, const AttentionScope& scope)
     : routing_(layout.config().moe.routing),
       experts_(layout.config().moe.experts),
+      aux_loss_coef_(layout.config().moe.aux_loss_coef),
+      z_loss_coef_(layout.config().moe.z_loss_coef),
+      scope_(scope),
       router_(&layout.find(block_prefix(layer) + "mlp.router.weight")),
       fc_(&layout.find(block_prefix(layer) + "mlp.experts.fc.weight")),
       proj_(&layout.find(block_prefix(layer) + "mlp.experts.proj.weight")),
@@ -51,6 +56,11 @@ void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActiva
   const ExpertActivations& e = a.experts;
   k::linear_forward(e.logits, router_input(a), router_weight(weights, a), Tensor{});
   k::moe_route_forward(e.scores, e.experts, e.weights, e.logits, bias_, routing_);
+  if (e.counts.defined()) {
+    k::moe_router_stats(e.counts, Tensor{}, Tensor{}, e.scores, e.experts, Tensor{}, routing_.score);
+    scope_.sum_over_sequences(e.counts);
+  }
+  if (e.record != nullptr) record_losses(e);
   const k::MoeDispatch rows = dispatch(e);
   const int64_t R = rows.rows();
   k::moe_permute_forward(first(e.expert_in, R), a.ln2, e.rows);
@@ -64,9 +74,39 @@ Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations
   const int64_t R = rows.rows();
   k::grouped_linear_forward(first(e.expert_out, R), first(e.expert_act, R), weights.stored(*proj_), rows.offsets);
   k::moe_unpermute_forward(e.routed, first(e.expert_out, R), e.weights, e.rows);
-  if (e.loads != nullptr)
-    for (int64_t x = 0; x < experts_; ++x) e.loads[x] += rows.rows_of(x);
+  if (e.record != nullptr)
+    for (int64_t x = 0; x < experts_; ++x) e.record->loads[x] += rows.rows_of(x);
   return e.routed;
+}
+
+double MoeMlp::balance_factor(const ExpertActivations& e) const {
+  const int64_t here = e.scores.dim(0) / e.counts.dim(0);  // each sequence's tokens on this rank
+  return static_cast<double>(aux_loss_coef_) * static_cast<double>(experts_) /
+         static_cast<double>(routing_.top_k * scope_.sequence_length(here));
+}
+
+void MoeMlp::record_losses(const ExpertActivations& e) const {
+  if (aux_loss_coef_ == 0 && z_loss_coef_ == 0) return;
+  k::moe_router_stats(Tensor{}, e.probs, e.z, e.scores, Tensor{}, e.logits, routing_.score);
+  if (aux_loss_coef_ > 0) {
+    const std::vector<float> counts = host_values<float>(e.counts), probs = host_values<float>(e.probs);
+    double sum = 0;
+    for (size_t i = 0; i < counts.size(); ++i) sum += static_cast<double>(counts[i]) * probs[i];
+    e.record->aux_loss += balance_factor(e) * sum;
+  }
+  if (z_loss_coef_ > 0)
+    for (const float z : host_values<float>(e.z)) e.record->z_loss += static_cast<double>(z_loss_coef_) * z;
+}
+
+void MoeMlp::route_backward(const ExpertActivations& e, const ExpertGradients& g) const {
+  Tensor dscores;
+  if (e.counts.defined()) {
+    dscores = g.dscores;
+    k::moe_balance_backward(dscores, e.counts, e.scores, static_cast<float>(balance_factor(e) * g.loss_scale),
+                            routing_.score);
+  }
+  k::moe_route_backward(g.dlogits, g.dweights, dscores, e.scores, e.experts, routing_);
+  if (z_loss_coef_ > 0) k::moe_z_loss_backward(g.dlogits, e.logits, z_loss_coef_ * g.loss_scale);
 }
 
 void MoeMlp::combine_backward(const BlockActivations& a, const BlockGradients& d,
@@ -97,7 +137,7 @@ PendingSum MoeMlp::backward_input(const FlatTensors& weights, const FlatTensors&
   k::moe_permute_backward(dln2, dexpert_in, e.rows);
   // The router's share, in f32, then added in the activations' precision (narrowed into dy's
   // memory, free again, where that is 16-bit).
-  k::moe_route_backward(g.dlogits, g.dweights, /*dscores=*/Tensor{}, e.scores, e.experts, routing_);
+  route_backward(e, g);
   k::linear_backward_input(g.drouter_in, g.dlogits, router_weight(weights, a));
   if (weights_now) k::linear_backward_weight(grads.stored(*router_), Tensor{}, g.dlogits, router_input(a));
   Tensor drouter = g.drouter_in;

@@ -6,7 +6,24 @@
 //   y[n] = sum over j of weights[n, j] · proj_e(swiglu(fc_e(u[n])))    e = experts[n, j]
 //
 // with, where the model balances its experts by bias (model/expert_balance.h), that bias added to
-// the scores to choose the experts. The assignments are laid out expert by expert (kernels/moe_permute.h), so each expert's two
+// the scores to choose the experts.
+//
+// The routers' auxiliary losses (kernels/moe_router_loss.h), where the model trains with them,
+// are added to the loss the step minimizes, normalized as the token losses are: divided by the
+// global batch's target count (train/step.h), so that neither changes with the layout or the
+// micro-batch size. Each block adds
+//
+//   balance: aux_loss_coef · E / (k T) · sum over sequences s of sum_e counts[s, e] · probs[s, e]
+//   z-loss:  z_loss_coef · sum over tokens n of logsumexp(logits[n])²
+//
+// T the whole sequence's length, counts and probs the sequence's assignments and summed
+// probabilities: with nothing masked, the mean over sequences of Switch Transformer's
+// E · sum_e f_e P_e taken over each sequence (DeepSeek-V3's sequence-wise loss, Megatron-Core's
+// seq_aux_loss), and the mean over tokens of ST-MoE's z-loss. A sequence's counts are summed over
+// the ranks that hold its other tokens (context parallelism) in forward. The token losses'
+// gradient scale (Stage::set_loss_scale) scales their gradients too.
+//
+// The assignments are laid out expert by expert (kernels/moe_permute.h), so each expert's two
 // projections are one grouped GEMM over its rows (kernels/grouped_linear.h); dropless: every
 // assignment gets a row. The views are a.experts' and d.experts' (model/block_tensors.h). The
 // rows' layout is computed again from the kept choice wherever a pass needs it on the host
@@ -28,7 +45,8 @@ class MoeMlp final : public Mlp {
  public:
   // Block `layer`'s mlp.router, mlp.experts.fc and mlp.experts.proj of `layout`, with their state
   // in `states`.
-  MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states);
+  // `scope`: where the tokens it runs lie in their sequences.
+  MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states, const AttentionScope& scope);
 
   void forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const override;
   Tensor forward_output(const FlatTensors& weights, const BlockActivations& a) const override;
@@ -46,9 +64,18 @@ class MoeMlp final : public Mlp {
   // From the routed output's gradient: the gradients of the experts' output (into
   // d.dexpert_out) and of the routing weights.
   void combine_backward(const BlockActivations& a, const BlockGradients& d, const kernels::MoeDispatch& rows) const;
+  // The routers' losses of the micro-batch a training forward routed, added to its record.
+  void record_losses(const ExpertActivations& e) const;
+  // The balance loss's factor aux_loss_coef · E / (k T) for e's sequences, T their whole length.
+  double balance_factor(const ExpertActivations& e) const;
+  // From the routing weights' gradient (g.dweights): the router's logits' (g.dlogits), with the
+  // routers' losses' gradients.
+  void route_backward(const ExpertActivations& e, const ExpertGradients& g) const;
 
   kernels::MoeRouting routing_;
   int64_t experts_;
+  float aux_loss_coef_, z_loss_coef_;
+  const AttentionScope& scope_;
   const ParamInfo *router_, *fc_, *proj_;
   LinearStateView router_state_, fc_state_, proj_state_;
   Tensor bias_;  // the router's "expert_bias" state, where the model balances by bias (model/expert_balance.h)

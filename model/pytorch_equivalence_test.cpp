@@ -185,11 +185,16 @@ TEST_P(ModelVsPyTorch, TenStepsFromTheSameStartMatchPyTorch) {
     clipped = clipped || stats.grad_scale < 1;
     // The balancing bias moves by ±rate or not at all: the same bits on both sides, or a choice
     // that differed.
-    end_step_expert_balance(model, nullptr, stats.applied);
-    for (int l = 0; l < config.n_layer && config.moe.bias_update_rate > 0; ++l)
-      if (config.moe_block(l))
+    for (const ExpertStats& block : end_step_expert_balance(model, nullptr, stats.applied, stats.targets)) {
+      const int l = block.layer;
+      if (config.moe.bias_update_rate > 0)
         compare("bias", str("s", s, ".expert_bias.h.", l), model.linear_states().find(l, "mlp.router", "expert_bias"),
                 kExactBound);
+      if (config.moe.aux_loss_coef > 0)
+        compare("loss", str("s", s, ".aux_loss.h.", l), scalar(static_cast<float>(block.aux_loss)).t, kLossBound);
+      if (config.moe.z_loss_coef > 0)
+        compare("loss", str("s", s, ".z_loss.h.", l), scalar(static_cast<float>(block.z_loss)).t, kLossBound);
+    }
     compare("grad_norm", str("s", s, ".grad_norm"), scalar(static_cast<float>(stats.grad_norm)).t, kGradNormBound);
     for (const ParamInfo& p : model.layout().params()) {
       compare_param(p);
@@ -265,6 +270,25 @@ INSTANTIATE_TEST_SUITE_P(
                return c;
              }(),
              2, 37},
+        // Mixtral's routing trained with both routers' losses, at coefficients large enough that
+        // their share of each router gradient is not lost within the bounds (Mixtral: 0.02 and none).
+        Case{"moe_mixtral_top2of4_aux_and_z_losses",
+             [] {
+               ModelConfig c = moe(2, 0, 4, 24, {});
+               c.moe.aux_loss_coef = 0.3f, c.moe.z_loss_coef = 0.05f;
+               return c;
+             }(),
+             2, 29},
+        // The balance loss over normalized sigmoid scores (DeepSeek-V3's sequence-wise loss), with
+        // the bias choosing.
+        Case{"moe_sigmoid_top2of6_aux_loss_and_bias",
+             [] {
+               ModelConfig c = moe(2, 1, 6, 16, {.score = kernels::MoeScore::sigmoid, .top_k = 2, .renormalize = true,
+                                                 .route_scale = 2.5f});
+               c.moe.aux_loss_coef = 0.3f, c.moe.bias_update_rate = 0.01f;
+               return c;
+             }(),
+             2, 24},
         // Qwen1.5-MoE's and OLMoE's (softmax, not renormalized), one expert per token, 3 blocks.
         Case{"moe_softmax_top1of5_unnormalized",
              moe(3, 0, 5, 20, {.score = kernels::MoeScore::softmax, .top_k = 1, .renormalize = false}), 3, 24}),

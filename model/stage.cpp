@@ -33,10 +33,11 @@ struct Stage::ActivationRegions {
     const ActivationRegion& operator[](BlockActivation a) const { return activations[static_cast<size_t>(a)]; }
   };
   // An expert block's working space (model/block_tensors.h), in scratch: none in a stage without
-  // one, the router's f32 copies none in f32.
+  // one, the router's f32 copies none in f32, its logits none where the z-loss keeps them, the
+  // scores' gradient none without the balance loss.
   struct ExpertScratch {
-    ActivationRegion router_in, router_weight, logits, routed;
-    ActivationRegion dexpert_out, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in;
+    ActivationRegion router_in, router_weight, logits, routed, probs, z;
+    ActivationRegion dexpert_out, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in, dscores;
   };
   ActivationRegion input;  // the embeddings' output, or the previous stage's output
   std::vector<Block> blocks;
@@ -51,7 +52,7 @@ struct Stage::ActivationRegions {
 
   // `d`: this rank's widths (the model's on one rank).
   ActivationRegions(const ModelConfig& c, const ShardDims& d, StageUnits units, Recompute recompute, DType precision,
-          int64_t max_rows, int64_t rank_rows, bool sequence_parallel, bool deferred_weights) {
+          int64_t sequences, int64_t max_rows, int64_t rank_rows, bool sequence_parallel, bool deferred_weights) {
     RegionLayout kept(ActivationPool::kept, max_rows), shared(ActivationPool::shared, max_rows),
         scratch(ActivationPool::scratch, max_rows);
     const int64_t C = c.d_model, F = d.ffn_hidden(), QKV = d.qkv_width();
@@ -65,7 +66,7 @@ struct Stage::ActivationRegions {
       Block& b = blocks.emplace_back();
       b.experts = c.moe_block(l);
       for (const ActivationDeclaration& a : declare_block(c, l).activations) {
-        const int64_t width = a.width_of(c, d), rows = a.rows_of(c, max_rows, rank_rows);
+        const int64_t width = a.width_of(c, d), rows = a.rows_of(c, max_rows, rank_rows, sequences);
         std::optional<ActivationRegion>& shared_region = once[static_cast<size_t>(a.id)];
         if (!a.kept(recompute) && !shared_region) shared_region = shared.add(width, a.dtype(precision), rows);
         b.activations[static_cast<size_t>(a.id)] =
@@ -101,14 +102,17 @@ struct Stage::ActivationRegions {
       const int64_t widened = precision == DType::f32 ? 0 : C;
       experts = {.router_in = scratch.add(widened, DType::f32, rank_rows),
                  .router_weight = scratch.add(widened, DType::f32, E),
-                 .logits = scratch.add(E, DType::f32, rank_rows),
+                 .logits = scratch.add(c.moe.z_loss_coef > 0 ? 0 : E, DType::f32, rank_rows),
                  .routed = scratch.add(C, precision, rank_rows),
+                 .probs = scratch.add(c.moe.aux_loss_coef > 0 ? E : 0, DType::f32, sequences),
+                 .z = scratch.add(c.moe.z_loss_coef > 0 ? 1 : 0, DType::f32, sequences),
                  .dexpert_out = scratch.add(C, precision, assignments),
                  .dexpert_act = scratch.add(F_e, precision, assignments),
                  .dexpert_fch = scratch.add(2 * F_e, precision, assignments),
                  .dweights = scratch.add(top_k, DType::f32, rank_rows),
                  .dlogits = scratch.add(E, DType::f32, rank_rows),
-                 .drouter_in = scratch.add(C, DType::f32, rank_rows)};
+                 .drouter_in = scratch.add(C, DType::f32, rank_rows),
+                 .dscores = scratch.add(c.moe.aux_loss_coef > 0 ? E : 0, DType::f32, rank_rows)};
     }
     bytes = {.kept = kept.bytes(), .shared = shared.bytes(), .scratch = scratch.bytes()};
   }
@@ -134,7 +138,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
       scope_(scope),
       order_(layout, units),
       activation_regions_(std::make_unique<ActivationRegions>(
-          config_, dims_, units, recompute, precision, int64_t{batch_size} * seq_len,
+          config_, dims_, units, recompute, precision, batch_size, int64_t{batch_size} * seq_len,
           rank_rows(int64_t{batch_size} * seq_len, layout.shard().size, regions.sequence_parallel()),
           regions.sequence_parallel(), deferred_weights)),
       store_(activation_regions_->bytes.kept, activation_regions_->bytes.shared, activation_regions_->bytes.scratch,
@@ -152,8 +156,8 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
   DT_CHECK((!units.embeddings || layout.held_units().embeddings) && (!units.head || layout.held_units().head),
            "a stage with units its layout does not hold");
   for (int l = units.first_block; l < units.end_block; ++l) {
-    blocks_.emplace_back(layout, l, recompute, regions, states);
-    expert_loads_.emplace_back(config_.moe_block(l) ? config_.moe.experts : 0, 0);
+    blocks_.emplace_back(layout, l, recompute, regions, states, scope);
+    expert_records_.push_back({.loads = std::vector<int64_t>(config_.moe_block(l) ? config_.moe.experts : 0, 0)});
   }
   if (units.embeddings) embedding_.emplace(layout);
   if (units.head) {
@@ -165,17 +169,25 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
 
 Stage::~Stage() = default;
 
-void Stage::reset_expert_loads() {
-  for (std::vector<int64_t>& loads : expert_loads_) std::ranges::fill(loads, 0);
+void Stage::reset_expert_records() {
+  for (ExpertRecord& record : expert_records_) record = {.loads = std::vector<int64_t>(record.loads.size(), 0)};
 }
 
 ActivationBytes Stage::activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
                                         DType precision, int batch_size, int seq_len, TensorShard shard,
                                         bool sequence_parallel, bool deferred_weights) {
   const int64_t rows = int64_t{batch_size} * seq_len;
-  return ActivationRegions(config, shard_dims(config, shard), units, recompute, precision, rows,
+  return ActivationRegions(config, shard_dims(config, shard), units, recompute, precision, batch_size, rows,
                  rank_rows(rows, shard.size, sequence_parallel), sequence_parallel, deferred_weights)
       .bytes;
+}
+
+float Stage::loss_scale() const {
+  const bool router_losses = config_.moe.aux_loss_coef > 0 || config_.moe.z_loss_coef > 0;
+  DT_CHECK(loss_scale_.has_value() || !router_losses,
+           "a backward of a model whose routers train with auxiliary losses, before set_loss_scale: their gradients "
+           "need the scale the token losses' gradient carries");
+  return loss_scale_.value_or(0.0f);
 }
 
 Tensor Stage::rows(int k, const ActivationRegion& r, int64_t N) const {
@@ -201,12 +213,16 @@ BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
   if (!b.experts) return a;
   const ActivationRegions::ExpertScratch& s = activation_regions_->experts;
   const auto assigned = [&](const ActivationRegion& r) { return region(k, r, P * config_.moe.routing.top_k); };
+  const int64_t B = shapes_.at(k).B;
   a.experts = {.scores = mine(b[A::route_scores]), .experts = mine(b[A::route_experts]),
                .weights = mine(b[A::route_weights]), .rows = mine(b[A::route_rows]),
                .expert_in = assigned(b[A::expert_in]), .expert_fch = assigned(b[A::expert_fch]),
                .expert_act = assigned(b[A::expert_act]), .expert_out = assigned(b[A::expert_out]),
-               .router_in = mine(s.router_in), .router_weight = region(k, s.router_weight, dims_.experts),
-               .logits = mine(s.logits), .routed = mine(s.routed)};
+               .counts = region(k, b[A::route_counts], B), .router_in = mine(s.router_in),
+               .router_weight = region(k, s.router_weight, dims_.experts),
+               .logits = mine(config_.moe.z_loss_coef > 0 ? b[A::route_logits] : s.logits), .routed = mine(s.routed),
+               .probs = region(k, s.probs, B), .z = rows(k, s.z, B)};
+  if (b[A::route_counts].width == 0) a.experts.counts = a.experts.probs = Tensor{};
   return a;
 }
 
@@ -219,7 +235,8 @@ ExpertGradients Stage::expert_gradients(int k, size_t i, int64_t N, bool deferre
   const auto assigned = [&](const ActivationRegion& r) { return region(k, r, P * config_.moe.routing.top_k); };
   return {.dexpert_out = assigned(s.dexpert_out), .dexpert_act = assigned(s.dexpert_act),
           .dexpert_fch = assigned(deferred ? b.dexpert_fch : s.dexpert_fch), .dweights = mine(s.dweights),
-          .dlogits = mine(deferred ? b.dlogits : s.dlogits), .drouter_in = mine(s.drouter_in)};
+          .dlogits = mine(deferred ? b.dlogits : s.dlogits), .drouter_in = mine(s.drouter_in),
+          .dscores = s.dscores.width == 0 ? Tensor{} : mine(s.dscores), .loss_scale = loss_scale()};
 }
 
 BlockGradients Stage::deferred_gradients(int k, size_t i, int64_t N) const {
@@ -348,7 +365,7 @@ Tensor Stage::forward(int k, Tensor in, const FlatTensors& weights, bool backwar
     const size_t u = blocks_[i].unit();
     weights_needed(u, order_.forward_next(u));
     BlockActivations a = block_activations(k, i, N);
-    if (!expert_loads_[i].empty()) a.experts.loads = expert_loads_[i].data();
+    if (!expert_records_[i].loads.empty()) a.experts.record = &expert_records_[i];
     blocks_[i].forward(weights, block_input(k, i, N), a, *attention);
     weights_done(u);
   }

@@ -76,10 +76,14 @@ class Stage {
   const StageUnits& units() const { return units_; }
   // Its blocks, first_block first.
   const std::vector<Block>& blocks() const { return blocks_; }
-  // Block i's assignments per expert in the forwards since the last reset: (E) for an expert
-  // block, empty for a dense one (model/expert_balance.h).
-  const std::vector<int64_t>& expert_loads(size_t i) const { return expert_loads_[i]; }
-  void reset_expert_loads();
+  // What block i's forwards counted since the last reset (model/block_tensors.h): for an expert
+  // block its (E) loads and routers' losses; empty loads for a dense one (model/expert_balance.h).
+  const ExpertRecord& expert_record(size_t i) const { return expert_records_[i]; }
+  void reset_expert_records();
+  // The scale the token losses' gradient carries into backward (loss()'s loss_scale, the head's):
+  // the routers' losses' gradients take it too (model/moe_mlp.h). Whoever runs the passes sets it
+  // before a backward of a model with those losses.
+  void set_loss_scale(float scale) { loss_scale_ = scale; }
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
   // The hook calls a stage over `units` of `layout` makes for one micro-batch: its forward with
   // backward following, then its backward (weights now). What the passes do, as data: plan/
@@ -149,7 +153,9 @@ class Stage {
   ParallelRegions& parallel_;
   const AttentionScope& scope_;
   std::vector<Block> blocks_;
-  std::vector<std::vector<int64_t>> expert_loads_;  // by block
+  std::vector<ExpertRecord> expert_records_;  // by block
+  std::optional<float> loss_scale_;
+  float loss_scale() const;
   std::optional<Embedding> embedding_;
   std::optional<Norm> ln_f_;
   std::optional<ColumnParallelLinear> output_;

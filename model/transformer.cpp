@@ -136,6 +136,7 @@ double Transformer::forward(Tensor tokens, Tensor targets) {
 double Transformer::forward_backward(Tensor tokens, Tensor targets, float loss_scale) {
   DT_CHECK(targets.defined(), "forward_backward needs targets");
   check_inputs(tokens, targets);
+  single().set_loss_scale(loss_scale);
   single().forward(0, tokens, weights(), /*backward_follows=*/true);
   const double loss = single().loss(0, targets, loss_scale, /*with_gradient=*/true);
   single().backward(0, Tensor{}, tokens, weights(), grads_);

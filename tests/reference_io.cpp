@@ -36,7 +36,9 @@ void set_model_metadata(ckpt::SafetensorsWriter& writer, const ModelConfig& c) {
                                 {"moe_renormalize", c.moe.routing.renormalize},
                                 {"moe_route_scale", c.moe.routing.route_scale},
                                 {"moe_first_dense_layers", c.moe.first_dense_layers},
-                                {"moe_bias_update_rate", c.moe.bias_update_rate}});
+                                {"moe_bias_update_rate", c.moe.bias_update_rate},
+                                {"moe_aux_loss_coef", c.moe.aux_loss_coef},
+                                {"moe_z_loss_coef", c.moe.z_loss_coef}});
   writer.set_metadata("family", std::string(model_family_name(c.family)));
 }
 

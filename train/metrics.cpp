@@ -63,10 +63,14 @@ void MetricsLog::log_step(const StepMetrics& m) {
                                        {"communication_ms", m.communication_ms},
                                        {"communication_hidden", m.hidden_fraction},
                                        {"peak_bytes", peaks}};
-  if (!m.expert_imbalance.empty()) {
-    nlohmann::ordered_json imbalance = nlohmann::ordered_json::object();
-    for (const auto& [layer, value] : m.expert_imbalance) imbalance[str("h.", layer)] = value;
-    line["expert_imbalance"] = imbalance;
+  const std::pair<const char*, const std::vector<std::pair<int, double>>*> by_block[] = {
+      {"expert_imbalance", &m.expert_imbalance}, {"expert_aux_loss", &m.expert_aux_loss},
+      {"router_z_loss", &m.router_z_loss}};
+  for (const auto& [name, values] : by_block) {
+    if (values->empty()) continue;
+    nlohmann::ordered_json blocks = nlohmann::ordered_json::object();
+    for (const auto& [layer, value] : *values) blocks[str("h.", layer)] = value;
+    line[name] = blocks;
   }
   write_line(line.dump());
   if (!events_) return;
@@ -79,7 +83,9 @@ void MetricsLog::log_step(const StepMetrics& m) {
     events_->add_scalar("train/mfu", m.mfu, m.step);
     events_->add_scalar("train/hfu", m.hfu, m.step);
   }
-  for (const auto& [layer, value] : m.expert_imbalance) events_->add_scalar(str("moe/imbalance/h.", layer), value, m.step);
+  for (const auto& [tag, values] : {std::pair{"moe/imbalance/h.", &m.expert_imbalance},
+                                    {"moe/aux_loss/h.", &m.expert_aux_loss}, {"moe/z_loss/h.", &m.router_z_loss}})
+    for (const auto& [layer, value] : *values) events_->add_scalar(str(tag, layer), value, m.step);
   events_->flush();
 }
 

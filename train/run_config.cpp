@@ -363,7 +363,8 @@ std::string batch_fixes(int global, int micro, int dp) {
 }
 
 // Context parallelism: every chunk of a sequence needs a token; a length the chunks do not divide
-// is padded, which learned positions must cover.
+// is padded, which learned positions must cover, and which experts would route: their loads and
+// balance loss would count the padding.
 void check_context(const RunConfig& config, bool model_complete, Checker& check) {
   const RunConfig::Parallel& p = config.parallel;
   const int T = config.data.seq_len;
@@ -380,6 +381,11 @@ void check_context(const RunConfig& config, bool model_complete, Checker& check)
                                      " equal chunks), beyond model.max_seq_len = ", config.model.max_seq_len,
                                      "; use a data.seq_len that is a multiple of ", chunks, ", or at most ",
                                      config.model.max_seq_len / chunks * chunks));
+  if (model_complete && config.model.moe.experts > 0 && padded != T)
+    check.report("data.seq_len", str("context parallelism would pad sequences of ", T, " tokens to ", padded, " (",
+                                     chunks, " equal chunks), and the experts would route the padding, which their "
+                                     "loads and balance loss would count; use a data.seq_len that is a multiple of ",
+                                     chunks));
 }
 
 // Pipeline parallelism: the schedule must exist for the step's micro-batches, the stages must

@@ -214,6 +214,8 @@ std::vector<ConfigKey> make_keys() {
                 &MoeConfig::first_dense_layers),
       trait_key(ConfigKey::Trait::moe, "model", "moe_bias_update_rate", &C::model, &M::moe,
                 &MoeConfig::bias_update_rate),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_aux_loss_coef", &C::model, &M::moe, &MoeConfig::aux_loss_coef),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_z_loss_coef", &C::model, &M::moe, &MoeConfig::z_loss_coef),
 
       key("init", "from", &C::init, &C::Init::from),
       key("init", "seed", &C::init, &C::Init::seed),

@@ -278,6 +278,13 @@ TEST(RunConfig, ContextParallelSizesTheSequenceCannotTakeNameASizeThatWorks) {
                            "model.max_seq_len = 64; use a data.seq_len that is a multiple of 6, or at most 60"),
             std::string::npos)
       << positions;
+  const auto experts = load_error(write_config(dir, kTiny),
+                                  {"model.preset=\"moe-tiny\"", "parallel.cp=4", "data.seq_len=30"});
+  EXPECT_NE(experts.find("data.seq_len = 30: context parallelism would pad sequences of 30 tokens to 32 (8 equal "
+                         "chunks), and the experts would route the padding, which their loads and balance loss would "
+                         "count; use a data.seq_len that is a multiple of 8"),
+            std::string::npos)
+      << experts;
 }
 
 // gpt2-tiny has 2 blocks; 8 micro-batches of 2 sequences per step.

@@ -122,31 +122,40 @@ void RunReport::start() {
   run_start_ = std::chrono::steady_clock::now();
 }
 
-std::vector<std::pair<int, double>> RunReport::expert_imbalance(const StepStats& stats) {
-  if (config_.model.moe.experts == 0) return {};
-  // Each rank knows its stages' blocks: a block's value is its holders' (0 elsewhere), their max.
-  std::vector<double> by_layer(static_cast<size_t>(config_.model.n_layer), 0.0);
-  for (const ExpertLoad& load : stats.expert_loads) by_layer[static_cast<size_t>(load.layer)] = load.imbalance();
+void RunReport::expert_metrics(const StepStats& stats, StepMetrics& m) {
+  const MoeConfig& moe = config_.model.moe;
+  if (moe.experts == 0) return;
+  // Each rank knows its stages' blocks: a block's values are its holders' (0 elsewhere, and none
+  // is negative), their max. Per layer: imbalance, balance loss, z-loss.
+  const size_t L = static_cast<size_t>(config_.model.n_layer);
+  std::vector<double> by_layer(3 * L, 0.0);
+  for (const ExpertStats& block : stats.expert_stats) {
+    const size_t l = static_cast<size_t>(block.layer);
+    by_layer[l] = block.imbalance(), by_layer[L + l] = block.aux_loss, by_layer[2 * L + l] = block.z_loss;
+  }
   all_reduce_values(control_, by_layer, ReduceOp::max);
-  std::vector<std::pair<int, double>> imbalance;
-  for (int l = 0; l < config_.model.n_layer; ++l)
-    if (config_.model.moe_block(l)) imbalance.emplace_back(l, by_layer[static_cast<size_t>(l)]);
-  return imbalance;
+  for (int l = 0; l < config_.model.n_layer; ++l) {
+    if (!config_.model.moe_block(l)) continue;
+    const size_t i = static_cast<size_t>(l);
+    m.expert_imbalance.emplace_back(l, by_layer[i]);
+    if (moe.aux_loss_coef > 0) m.expert_aux_loss.emplace_back(l, by_layer[L + i]);
+    if (moe.z_loss_coef > 0) m.router_z_loss.emplace_back(l, by_layer[2 * L + i]);
+  }
 }
 
 void RunReport::step(int64_t step, float lr, const StepStats& stats, double seconds) {
-  std::vector<std::pair<int, double>> imbalance = expert_imbalance(stats);
   const std::vector<trace::Span> spans = trace::take();
   const trace::Overlap overlap = trace::overlap(spans);
   if (!trace_part_.empty()) trace::append_chrome_events(trace_part_, rank_, spans);
   const double mfu = flops_.model / seconds / peak_flops_, hfu = flops_.hardware / seconds / peak_flops_;
   const double tokens_per_s = static_cast<double>(tokens_per_step_) / seconds;
-  if (metrics_)
-    metrics_->log_step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
-                        .tokens = tokens_per_step_, .tokens_per_s = tokens_per_s, .step_ms = seconds * 1e3,
-                        .mfu = mfu, .hfu = hfu, .loss_scale = stats.loss_scale, .skipped = !stats.applied,
-                        .communication_ms = overlap.communication_ms, .hidden_fraction = overlap.hidden_fraction(),
-                        .memory = memory_stats(device_), .expert_imbalance = std::move(imbalance)});
+  StepMetrics metrics{.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
+                      .tokens = tokens_per_step_, .tokens_per_s = tokens_per_s, .step_ms = seconds * 1e3,
+                      .mfu = mfu, .hfu = hfu, .loss_scale = stats.loss_scale, .skipped = !stats.applied,
+                      .communication_ms = overlap.communication_ms, .hidden_fraction = overlap.hidden_fraction(),
+                      .memory = memory_stats(device_)};
+  expert_metrics(stats, metrics);
+  if (metrics_) metrics_->log_step(metrics);
   progress_.step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
                   .tokens_per_s = tokens_per_s, .mfu = mfu, .hfu = hfu, .step_ms = seconds * 1e3,
                   .loss_scale = config_.loss_scale.enabled ? stats.loss_scale : 0,

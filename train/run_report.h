@@ -56,9 +56,10 @@ class RunReport {
 
  private:
   const RunConfig& config_;
-  // Each expert block's load imbalance over the step (ExpertLoad::imbalance), gathered from
-  // every rank's stages: a collective over control_ where the model has experts.
-  std::vector<std::pair<int, double>> expert_imbalance(const StepStats& stats);
+  // Each expert block's load imbalance over the step (ExpertStats::imbalance) and the routers'
+  // losses the model trains with, gathered from every rank's stages into `m`: a collective over
+  // control_ where the model has experts.
+  void expert_metrics(const StepStats& stats, StepMetrics& m);
 
   Communicator& control_;
   const Device device_;

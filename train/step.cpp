@@ -23,7 +23,7 @@ StepStats accumulate_gradients(Transformer& model, std::span<const MicroBatch> m
   const float token_scale = static_cast<float>(loss_scale / static_cast<double>(stats.targets));
   model.grads().zero();
   for (Stage* stage : model.stages())
-    if (stage != nullptr) stage->reset_expert_loads();
+    if (stage != nullptr) stage->reset_expert_records();
   double loss_sum = 0;
   if (pipeline != nullptr) {
     // Each of the schedule's actions is a span of its own (pipeline/executor.h).
@@ -73,8 +73,8 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Micro
   StepStats stats = accumulate_gradients(model, micro_batches, scaler != nullptr ? scaler->scale() : 1.0f,
                                          data_parallel, pipeline);
   apply_update(optimizer, lr, max_grad_norm, stats, scaler, step, data_parallel);
-  stats.expert_loads =
-      end_step_expert_balance(model, data_parallel != nullptr ? &data_parallel->group() : nullptr, stats.applied);
+  stats.expert_stats = end_step_expert_balance(model, data_parallel != nullptr ? &data_parallel->group() : nullptr,
+                                               stats.applied, stats.targets);
   return stats;
 }
 

@@ -42,9 +42,9 @@ struct StepStats {
   int64_t targets = 0;    // targets counted
   bool applied = true;    // false: a gradient was not finite and the update was skipped
   std::string nonfinite;  // when skipped: the first gradient tensor holding inf or NaN
-  // Each expert block's loads over the step, summed over the ranks routing its tokens (train_step
-  // only; model/expert_balance.h).
-  std::vector<ExpertLoad> expert_loads;
+  // Each expert block's loads and routers' losses over the step, summed over the ranks routing its
+  // tokens (train_step only; model/expert_balance.h).
+  std::vector<ExpertStats> expert_stats;
 };
 
 // Zeroes the gradients and the experts' load counts, then runs forward and backward of every

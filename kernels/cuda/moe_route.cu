@@ -21,6 +21,7 @@
 #include <limits>
 
 #include "kernels/cuda/storage.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 #include "kernels/moe_math.h"
 #include "kernels/moe_route.h"
 
@@ -33,20 +34,6 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float exp_of(float x) { return expf(x); }
 __device__ __forceinline__ double exp_of(double x) { return exp(x); }
-
-template <typename T>
-__device__ __forceinline__ T warp_max(T v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v = fmax(v, __shfl_xor_sync(kFullMask, v, offset));
-  return v;
-}
-
-template <typename T>
-__device__ __forceinline__ T warp_sum(T v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
 
 // A candidate expert: its choice value, index (-1: none) and score.
 template <typename T>

@@ -12,6 +12,11 @@
 //                      against the CPU's sequential ones. f64 within 1e-13. Exact ties (equal
 //                      logits) and NaN rows give the same experts: equal inputs give equal
 //                      scores on each device, and the rank order is the same code.
+//   router losses      counts exactly (whole numbers); probs, z and the sigmoid's and z-loss's
+//                      gradients within 1e-6 of the largest in f32 (1e-13 in f64): sums over a
+//                      sequence's rows split over warps and over a row's experts split over
+//                      lanes, against the CPU's sums in order, and CUDA's expf and logf; the
+//                      softmax's balance gradient, scale times a count, bit for bit.
 //   dispatch           the same row_of, offsets and drop counts: integer work, and a stable sort
 //                      under the same order, ties of weights (many, and -0 against +0) included.
 //   permute, combine   the same bits for permuted, dx, out and dy: copies, and sums in slot
@@ -28,6 +33,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/device.h"
@@ -36,6 +42,7 @@
 #include "kernels/linear.h"
 #include "kernels/moe_permute.h"
 #include "kernels/moe_route.h"
+#include "kernels/moe_router_loss.h"
 #include "tests/cuda_testing.h"
 #include "tests/storage_testing.h"
 
@@ -229,6 +236,52 @@ TEST(CudaMoeDispatch, GivesTheCpusRowsExactly) {
   const OwnedTensor gpu = to_gpu(experts.t), row_of = to_gpu(zeros(DType::i32, {3, 2}).t);
   const std::string m = testing::error_message([&] { moe_dispatch(row_of.t, gpu.t, Tensor{}, 4, 0); });
   EXPECT_NE(m.find("assignment (token 1, slot 1) names expert 9, outside [0, 4)"), std::string::npos) << m;
+}
+
+// ---- the routers' losses -----------------------------------------------------------------
+
+struct RouterStats {
+  OwnedTensor counts, probs, z, dscores, dlogits;  // on the host
+};
+
+// The statistics of S sequences and both losses' gradients (dlogits from `dlogits_before`).
+RouterStats router_losses_on(Device device, const Routed& r, const Tensor& logits, const Tensor& dlogits_before,
+                             int64_t S, MoeScore score) {
+  const DType dtype = r.scores.t.dtype;
+  const int64_t E = r.scores.t.dim(1);
+  const OwnedTensor scores = copy_to(r.scores.t, device), experts = copy_to(r.experts.t, device);
+  const OwnedTensor x = copy_to(logits, device), dlogits = copy_to(dlogits_before, device);
+  const OwnedTensor counts = copy_to(zeros(dtype, {S, E}).t, device), probs = copy_to(zeros(dtype, {S, E}).t, device);
+  const OwnedTensor z = copy_to(zeros(dtype, {S}).t, device), dscores = copy_to(zeros(dtype, r.scores.t.shape).t, device);
+  moe_router_stats(counts.t, probs.t, z.t, scores.t, experts.t, x.t, score);
+  moe_balance_backward(dscores.t, counts.t, scores.t, 0.3f, score);
+  moe_z_loss_backward(dlogits.t, x.t, 0.01f);
+  return {to_host(counts.t), to_host(probs.t), to_host(z.t), to_host(dscores.t), to_host(dlogits.t)};
+}
+
+TEST(CudaMoeRouterLoss, MatchesTheCpuAndRepeatsBitForBit) {
+  DT_SKIP_WITHOUT_CUDA();
+  constexpr int64_t S = 7;  // sequences of 143 rows
+  for (const RoutingCase& c : kRoutings)
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dtype)));
+      const OwnedTensor logits = random_values(dtype, {N, c.E}, 21);
+      const Routed routed = route_on(Device::cpu, logits.t, Tensor{}, c.routing);
+      const OwnedTensor dlogits = random_values(dtype, {N, c.E}, 22);
+      const RouterStats cpu = router_losses_on(Device::cpu, routed, logits.t, dlogits.t, S, c.routing.score);
+      const RouterStats gpu = router_losses_on(Device::cuda, routed, logits.t, dlogits.t, S, c.routing.score);
+      EXPECT_TRUE(same_bits(gpu.counts.t, cpu.counts.t));
+      const double bound = dtype == DType::f32 ? 1e-6 : 1e-13;
+      for (const auto& [name, g, h] : {std::tuple{"probs", &gpu.probs, &cpu.probs}, {"z", &gpu.z, &cpu.z},
+                                       {"dscores", &gpu.dscores, &cpu.dscores}, {"dlogits", &gpu.dlogits, &cpu.dlogits}})
+        EXPECT_LE(max_error(g->t, h->t), bound) << name;
+      if (c.routing.score == MoeScore::softmax) {
+        EXPECT_TRUE(same_bits(gpu.dscores.t, cpu.dscores.t));
+      }
+      const RouterStats again = router_losses_on(Device::cuda, routed, logits.t, dlogits.t, S, c.routing.score);
+      EXPECT_TRUE(same_bits(again.probs.t, gpu.probs.t) && same_bits(again.z.t, gpu.z.t) &&
+                  same_bits(again.dscores.t, gpu.dscores.t) && same_bits(again.dlogits.t, gpu.dlogits.t));
+    }
 }
 
 // ---- permute and combine -----------------------------------------------------------------

@@ -37,6 +37,8 @@ class ContextParallel final : public AttentionScope {
   std::unique_ptr<TrainingAttention> core(kernels::AttentionHeads heads, int64_t B, int64_t T, Tensor rope_cos,
                                           Tensor rope_sin) const override;
   std::vector<Positions> positions(int64_t T) const override;
+  int64_t sequence_length(int64_t T) const override { return T * group_.size(); }
+  void sum_over_sequences(Tensor values) const override { group_.all_reduce(values, ReduceOp::sum).wait(); }
 
   // This rank's tokens of whole sequences: (B, seq_len) i32 into (B, local_len()), on the CPU;
   // `fill` where the padding falls (a token id for tokens, the ignore index for targets).

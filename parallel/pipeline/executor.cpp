@@ -98,6 +98,8 @@ PipelineRank::PipelineRank(const Schedule& schedule, int rank, std::vector<Stage
     DT_CHECK((stages_[s] != nullptr) == (schedule.stage_rank[s] == rank), "stage ", s, " on rank ",
              schedule.stage_rank[s], ", given to rank ", rank);
   for (const SendRelease& r : send_releases(schedule, rank)) releases_.emplace(r.after, r.send);
+  for (Stage* stage : stages_)
+    if (stage != nullptr) stage->set_loss_scale(loss_scale_);
 }
 
 bool PipelineRank::advance() {

@@ -9,14 +9,16 @@ n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, 
 rope_theta, rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
 rope_original_max_seq_len, and a mixture of experts' moe_experts (0: dense), moe_expert_hidden,
 moe_top_k, moe_sigmoid, moe_renormalize, moe_route_scale, moe_first_dense_layers,
-moe_bias_update_rate) and the optimizer settings. From those initial parameters the
-reference trains on its own; for each step it runs: forward of every micro-batch (logits and
-summed loss recorded), backward of the global-batch mean loss, global-norm clipping, one AdamW
-step; and writes everything to OUT:
+moe_bias_update_rate, moe_aux_loss_coef, moe_z_loss_coef) and the optimizer settings. From those
+initial parameters the reference trains on its own; for each step it runs: forward of every
+micro-batch (logits and summed loss recorded), backward of the global-batch mean loss (plus the
+routers' losses, each over the global batch's target count as model/moe_mlp.h defines them),
+global-norm clipping, one AdamW step; and writes everything to OUT:
   s{i}.mb{k}.logits  (B, T, V)    s{i}.mb{k}.loss_sum ()   s{i}.loss ()   s{i}.grad_norm ()
   s{i}.grad.{name}                 s{i}.param.{name}        (after the optimizer step)
   s{i}.exp_avg.{name}   s{i}.exp_avg_sq.{name}     (AdamW's moments after the step)
   s{i}.expert_bias.h.{l} (E)      (an expert block's balancing bias after the step)
+  s{i}.aux_loss.h.{l} ()  s{i}.z_loss.h.{l} ()   (an expert block's routers' losses in the step)
 """
 import math
 import sys
@@ -133,6 +135,7 @@ class MoeMlp(nn.Module):
         self.register_buffer("loads", torch.zeros(m.moe_experts, dtype=torch.float64), persistent=False)
         self.experts = nn.ModuleDict({"fc": ExpertWeights(m.moe_experts, 2 * m.moe_expert_hidden, m.d_model),
                                       "proj": ExpertWeights(m.moe_experts, m.d_model, m.moe_expert_hidden)})
+        self.aux_sum = self.z_sum = 0.0
 
     def forward(self, x):
         m = self.m
@@ -142,6 +145,7 @@ class MoeMlp(nn.Module):
         chosen = torch.topk(scores + self.expert_bias, m.moe_top_k, dim=-1).indices
         weights = scores.gather(1, chosen)
         self.loads += torch.bincount(chosen.flatten(), minlength=m.moe_experts).double()
+        self.add_router_losses(x.shape[0], x.shape[1], logits, scores, chosen)
         if m.moe_renormalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         weights = weights * m.moe_route_scale
@@ -155,10 +159,30 @@ class MoeMlp(nn.Module):
             out = out.index_add(0, token, y.float() * weights[token, slot, None])
         return out.to(u.dtype).view(x.shape)
 
+    def add_router_losses(self, S, T, logits, scores, chosen):
+        """The micro-batch's balance loss (per sequence of T tokens: coef · E / (k T) · sum_e
+        counts_e · sum of P_e, P the softmax scores or the sigmoid ones normalized, the counts held
+        fixed) and z-loss (coef · sum of logsumexp²), before the division by the target count:
+        kept in self.router_loss for backward, their values added to the step's sums."""
+        m = self.m
+        E, k = m.moe_experts, m.moe_top_k
+        self.router_loss = torch.zeros(())
+        if m.moe_aux_loss_coef > 0:
+            p = scores / (scores.sum(dim=-1, keepdim=True) + 1e-20) if m.moe_sigmoid else scores
+            counts = F.one_hot(chosen, E).view(S, T * k, E).sum(dim=1).float()
+            aux = m.moe_aux_loss_coef * E / (k * T) * (counts * p.view(S, T, E).sum(dim=1)).sum()
+            self.router_loss = self.router_loss + aux
+            self.aux_sum += aux.item()
+        if m.moe_z_loss_coef > 0:
+            z = m.moe_z_loss_coef * (torch.logsumexp(logits, dim=-1) ** 2).sum()
+            self.router_loss = self.router_loss + z
+            self.z_sum += z.item()
+
     def end_step(self):
         """bias += rate · sign(mean load - load), then a new count."""
         self.expert_bias += self.m.moe_bias_update_rate * torch.sign(self.loads.mean() - self.loads).float()
         self.loads.zero_()
+        self.aux_sum = self.z_sum = 0.0
 
 
 def make_norm(m):
@@ -225,7 +249,7 @@ class Description:
                     "moe_first_dense_layers"):
             setattr(self, key, int(meta[key]))
         for key in ("norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                    "moe_route_scale", "moe_bias_update_rate"):
+                    "moe_route_scale", "moe_bias_update_rate", "moe_aux_loss_coef", "moe_z_loss_coef"):
             setattr(self, key, float(meta[key]))
         self.tied = meta["tied"] == "1"
         self.moe_sigmoid = meta["moe_sigmoid"] == "1"
@@ -273,7 +297,8 @@ def main(in_path, out_path):
             logits = model(tokens)
             loss_sum = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX,
                                        reduction="sum")
-            (loss_sum / count).backward()
+            router_loss = sum(b.mlp.router_loss for b in model.h if isinstance(b.mlp, MoeMlp))
+            ((loss_sum + router_loss) / count).backward()
             out[f"s{step}.mb{k}.logits"] = logits.detach()
             out[f"s{step}.mb{k}.loss_sum"] = loss_sum.detach().reshape(())
             total += loss_sum.item()
@@ -286,6 +311,8 @@ def main(in_path, out_path):
         record_update(out, step, params, optimizer)
         for layer, block in enumerate(model.h):
             if isinstance(block.mlp, MoeMlp):
+                out[f"s{step}.aux_loss.h.{layer}"] = torch.tensor(block.mlp.aux_sum / count)
+                out[f"s{step}.z_loss.h.{layer}"] = torch.tensor(block.mlp.z_sum / count)
                 block.mlp.end_step()
                 out[f"s{step}.expert_bias.h.{layer}"] = block.mlp.expert_bias.clone()
     safetensors_io.save(out_path, out)
