@@ -186,9 +186,11 @@ std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, 
            {A::expert_in, W::model, assigned, P, full},   {A::expert_fch, W::expert_ffn_in, assigned, P, full},
            {A::expert_act, W::expert_ffn, assigned, P, full}, {A::expert_out, W::model, assigned, P, Recompute::none}})
     a.push_back(d);
+  // The shared expert's output is kept under full recomputation too: its gate's backward reads it.
   if (shared) {
     a.push_back({A::shared_fch, W::shared_ffn_in, all, P, full});
     a.push_back({A::shared_act, W::shared_ffn, all, P, full});
+    a.push_back({A::shared_out, W::model, part, P, Recompute::none});
   }
   if (gated) a.push_back({A::shared_gate, W::one, part, F, full});
   a.push_back({A::route_counts, W::aux_loss_experts, sequences, F, full});

@@ -87,7 +87,7 @@ struct NormDeclaration {
 enum class BlockActivation {
   ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3,
   route_scores, route_experts, route_weights, route_rows, expert_in, expert_fch, expert_act, expert_out,
-  shared_fch, shared_act, shared_gate, route_counts, route_logits
+  shared_fch, shared_act, shared_out, shared_gate, route_counts, route_logits
 };
 constexpr int kBlockActivations = static_cast<int>(BlockActivation::route_logits) + 1;
 

@@ -93,6 +93,7 @@ TEST(BlockDeclaration, ExpertBlocksDeclareTheRoutersAndTheExpertsActivations) {
   expect(A::expert_out, 48, 10, DType::bf16);
   expect(A::shared_fch, 80, 10, DType::bf16);
   expect(A::shared_act, 40, 10, DType::bf16);
+  expect(A::shared_out, 48, 5, DType::bf16);
   EXPECT_THROW(block.activation(A::shared_gate), Error);  // no gate
   // The routers' losses' activations take memory only where the model trains with them.
   expect(A::route_counts, 0, 2, DType::f32);
@@ -101,7 +102,8 @@ TEST(BlockDeclaration, ExpertBlocksDeclareTheRoutersAndTheExpertsActivations) {
   expect(A::route_counts, 4, 2, DType::f32);
   expect(A::route_logits, 4, 5, DType::f32);
   for (const ActivationDeclaration& a : block.activations)
-    EXPECT_EQ(a.kept(Recompute::full), a.id == A::res3 || a.id == A::expert_out) << static_cast<int>(a.id);
+    EXPECT_EQ(a.kept(Recompute::full), a.id == A::res3 || a.id == A::expert_out || a.id == A::shared_out)
+        << static_cast<int>(a.id);
   for (size_t i = 1; i < block.activations.size(); ++i)
     EXPECT_LT(block.activations[i - 1].id, block.activations[i].id);  // the regions' order
 }

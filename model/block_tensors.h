@@ -31,10 +31,14 @@ struct ExpertRecord {
 // or rebuilt where the model trains with the z-loss, else scratch. record, where given (a training
 // forward's), is what forward adds this micro-batch's counts to, with the routers' losses it
 // trains with computed in scratch: each sequence's probabilities (S, E) and z-loss (S), f32.
+// A shared expert's (undefined without one), F_s its hidden width: its fc output (P, 2 F_s) and
+// activation (P, F_s), kept or rebuilt as declared; its output (P, C) and, where gated, its gate's
+// logit (P) f32, kept.
 struct ExpertActivations {
   Tensor scores, experts, weights, rows;
   Tensor expert_in, expert_fch, expert_act, expert_out, counts;
   Tensor router_in, router_weight, logits, routed, probs, z;
+  Tensor shared_fch, shared_act, shared_out, shared_gate;
   ExpertRecord* record = nullptr;
 };
 
@@ -54,10 +58,13 @@ struct BlockActivations {
 // A mixture of experts' backward, sizes as ExpertActivations': the gradients of the experts'
 // output (A, C) (the experts' input's share its memory), activation (A, F_e) and fc output
 // (A, 2 F_e), of the routing weights (P, k) and logits (P, E) (f32), and of the router's f32 input
-// (P, C). Working space, except what a deferred weight pass reads: dexpert_fch and dlogits,
-// which are then kept per block and micro-batch like dfch.
+// (P, C); a shared expert's output (P, C), activation (P, F_s), fc output (P, 2 F_s) and gate
+// logit (P) f32, and the gate's share of the router's input gradient (P, C) f32. Working space,
+// except what a deferred weight pass reads: dexpert_fch, dlogits and dshared_fch, which are then
+// kept per block and micro-batch like dfch.
 struct ExpertGradients {
   Tensor dexpert_out, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in;
+  Tensor dshared_out, dshared_act, dshared_fch, dshared_gate, dgate_in;
   Tensor dscores;          // (P, E) f32 working space, where the model trains with the balance loss
   float loss_scale = 0;    // what the token losses' gradient is scaled by: the routers' losses' take it too
 };

@@ -59,6 +59,7 @@ InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
   const int64_t R = chunk_rows_, C = c.d_model, KV = 2 * int64_t{c.kv_heads()} * c.head_size();
   const bool moe = c.moe.experts > 0;
   const int64_t E = c.moe.experts, top_k = moe ? c.moe.routing.top_k : 0, A = R * top_k, F_e = c.moe.expert_hidden;
+  const int64_t F_s = c.moe.shared_hidden, gates = F_s > 0 && c.moe.shared_gate ? R : 0;
   cache_ = Buffer(static_cast<size_t>(int64_t{c.n_layer} * max_tokens * KV) * sizeof(float), MemTag::activations);
 
   // Every view starts on a cache line; one list both sizes and places them.
@@ -77,7 +78,9 @@ InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
       {&experts_.weights, DType::f32, {R, top_k}},     {&experts_.rows, DType::i32, {R, top_k}},
       {&experts_.expert_in, DType::f32, {A, C}},       {&experts_.expert_fch, DType::f32, {A, 2 * F_e}},
       {&experts_.expert_act, DType::f32, {A, F_e}},    {&experts_.expert_out, DType::f32, {A, C}},
-      {&experts_.logits, DType::f32, {R, E}},          {&experts_.routed, DType::f32, {R, moe ? C : 0}}};
+      {&experts_.logits, DType::f32, {R, E}},          {&experts_.routed, DType::f32, {R, moe ? C : 0}},
+      {&experts_.shared_fch, DType::f32, {R, 2 * F_s}}, {&experts_.shared_act, DType::f32, {R, F_s}},
+      {&experts_.shared_out, DType::f32, {R, F_s > 0 ? C : 0}}, {&experts_.shared_gate, DType::f32, {gates}}};
   auto bytes = [](const Region& r) {
     return (static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype) + 63) / 64 * 64;
   };
@@ -147,7 +150,12 @@ void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
                                        .expert_act = assigned(experts_.expert_act),
                                        .expert_out = assigned(experts_.expert_out), .router_in = Tensor{},
                                        .router_weight = Tensor{}, .logits = rows(experts_.logits),
-                                       .routed = rows(experts_.routed)}};
+                                       .routed = rows(experts_.routed), .probs = Tensor{}, .z = Tensor{},
+                                       .shared_fch = rows(experts_.shared_fch),
+                                       .shared_act = rows(experts_.shared_act),
+                                       .shared_out = rows(experts_.shared_out),
+                                       .shared_gate = experts_.shared_gate.numel() > 0 ? rows(experts_.shared_gate)
+                                                                                       : Tensor{}}};
   for (const Block& block : blocks_) {
     CachedAttention attention(*this, block.layer(), first, M);
     block.forward(params_, x, a, attention);

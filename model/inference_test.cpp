@@ -107,7 +107,15 @@ INSTANTIATE_TEST_SUITE_P(
                            1},
                       // Experts: a token's choice is its own, whether it comes in a prefill or alone.
                       Case{"moe", sized("moe-tiny", 64), 9},
-                      Case{"moe_two_chunks", sized("moe-tiny", 300), 200}),
+                      Case{"moe_two_chunks", sized("moe-tiny", 300), 200},
+                      // A gated shared expert beside them (Qwen-MoE's).
+                      Case{"moe_shared_gated",
+                           [] {
+                             ModelConfig c = sized("moe-tiny", 64);
+                             c.moe.shared_hidden = 24, c.moe.shared_gate = true;
+                             return c;
+                           }(),
+                           9}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // prefill appends: a prompt given in pieces gives the logits of the prompt given at once, up to

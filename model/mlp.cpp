@@ -55,9 +55,6 @@ const LinearStateView& DenseMlp::linear_state(std::string_view linear) const {
 std::unique_ptr<Mlp> make_mlp(const ParameterLayout& layout, int layer, ParallelRegions& regions,
                               const LinearStates& states, const AttentionScope& scope) {
   if (!layout.config().moe_block(layer)) return std::make_unique<DenseMlp>(layout, layer, regions, states);
-  if (layout.config().moe.shared_hidden > 0)
-    throw ConfigError(str("block ", layer, "'s mixture of experts has a shared expert (model.moe_shared_hidden = ",
-                          layout.config().moe.shared_hidden, "), which does not run yet; use moe_shared_hidden = 0"));
   if (regions.shard().size > 1)
     throw ConfigError(str("block ", layer, "'s MLP is a mixture of experts, which does not run under tensor "
                           "parallelism yet (parallel.tp = ", regions.shard().size, "); use parallel.tp = 1"));

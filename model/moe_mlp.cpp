@@ -6,6 +6,7 @@
 #include "kernels/grouped_linear.h"
 #include "kernels/linear.h"
 #include "kernels/moe_router_loss.h"
+#include "kernels/sigmoid_gate.h"
 #include "kernels/swiglu.h"
 
 namespace dt {
@@ -33,6 +34,14 @@ MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& sta
       proj_state_(states.of(layer, "mlp.experts.proj")) {
   for (const auto& [kind, state] : router_state_.all())
     if (kind == "expert_bias") bias_ = state;
+  const MoeConfig& moe = layout.config().moe;
+  if (moe.shared_hidden == 0) return;
+  shared_fc_ = &layout.find(block_prefix(layer) + "mlp.shared.fc.weight");
+  shared_proj_ = &layout.find(block_prefix(layer) + "mlp.shared.proj.weight");
+  shared_fc_state_ = states.of(layer, "mlp.shared.fc"), shared_proj_state_ = states.of(layer, "mlp.shared.proj");
+  if (!moe.shared_gate) return;
+  shared_gate_ = &layout.find(block_prefix(layer) + "mlp.shared_gate.weight");
+  shared_gate_state_ = states.of(layer, "mlp.shared_gate");
 }
 
 Tensor MoeMlp::router_input(const BlockActivations& a) {
@@ -48,13 +57,22 @@ Tensor MoeMlp::router_weight(const FlatTensors& weights, const BlockActivations&
   return a.experts.router_weight;
 }
 
+Tensor MoeMlp::gate_weight(const FlatTensors& weights, const BlockActivations& a) const {
+  const Tensor weight = weights.stored(*shared_gate_);
+  if (weight.dtype == DType::f32) return weight;
+  const Tensor widened = a.experts.router_weight.slice_rows(0, 1);
+  k::convert(widened, weight);
+  return widened;
+}
+
 k::MoeDispatch MoeMlp::dispatch(const ExpertActivations& e) const {
   return k::moe_dispatch(e.rows, e.experts, e.weights, experts_, /*capacity=*/0);
 }
 
 void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const {
   const ExpertActivations& e = a.experts;
-  k::linear_forward(e.logits, router_input(a), router_weight(weights, a), Tensor{});
+  const Tensor u = router_input(a);
+  k::linear_forward(e.logits, u, router_weight(weights, a), Tensor{});
   k::moe_route_forward(e.scores, e.experts, e.weights, e.logits, bias_, routing_);
   if (e.counts.defined()) {
     k::moe_router_stats(e.counts, Tensor{}, Tensor{}, e.scores, e.experts, Tensor{}, routing_.score);
@@ -66,6 +84,11 @@ void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActiva
   k::moe_permute_forward(first(e.expert_in, R), a.ln2, e.rows);
   k::grouped_linear_forward(first(e.expert_fch, R), first(e.expert_in, R), weights.stored(*fc_), rows.offsets);
   k::swiglu_forward(first(e.expert_act, R), first(e.expert_fch, R));
+  if (shared_fc_ == nullptr) return;
+  k::linear_forward(e.shared_fch, a.ln2, weights.stored(*shared_fc_), Tensor{});
+  k::swiglu_forward(e.shared_act, e.shared_fch);
+  if (shared_gate_ != nullptr)
+    k::linear_forward(e.shared_gate.reshape({u.dim(0), 1}), u, gate_weight(weights, a), Tensor{});
 }
 
 Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations& a) const {
@@ -74,6 +97,13 @@ Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations
   const int64_t R = rows.rows();
   k::grouped_linear_forward(first(e.expert_out, R), first(e.expert_act, R), weights.stored(*proj_), rows.offsets);
   k::moe_unpermute_forward(e.routed, first(e.expert_out, R), e.weights, e.rows);
+  if (shared_fc_ != nullptr) {
+    k::linear_forward(e.shared_out, e.shared_act, weights.stored(*shared_proj_), Tensor{});
+    if (shared_gate_ != nullptr)
+      k::sigmoid_gate_forward(e.routed, e.routed, e.shared_out, e.shared_gate);
+    else
+      k::add_forward(e.routed, e.routed, e.shared_out);
+  }
   if (e.record != nullptr)
     for (int64_t x = 0; x < experts_; ++x) e.record->loads[x] += rows.rows_of(x);
   return e.routed;
@@ -109,6 +139,29 @@ void MoeMlp::route_backward(const ExpertActivations& e, const ExpertGradients& g
   if (z_loss_coef_ > 0) k::moe_z_loss_backward(g.dlogits, e.logits, z_loss_coef_ * g.loss_scale);
 }
 
+Tensor MoeMlp::shared_output_gradient(const BlockActivations& a, const BlockGradients& d) const {
+  if (shared_gate_ == nullptr) return d.dout;
+  const ExpertGradients& g = d.experts;
+  k::sigmoid_gate_backward(g.dshared_out, g.dshared_gate, d.dout, a.experts.shared_out, a.experts.shared_gate);
+  return g.dshared_out;
+}
+
+void MoeMlp::shared_backward(const FlatTensors* weights, const FlatTensors* grads, const BlockActivations& a,
+                             const BlockGradients& d, Tensor dln2, Tensor scratch) const {
+  const ExpertActivations& e = a.experts;
+  const ExpertGradients& g = d.experts;
+  const Tensor dh = shared_output_gradient(a, d);
+  if (weights != nullptr) {
+    k::linear_backward_input(g.dshared_act, dh, weights->stored(*shared_proj_));
+    k::swiglu_backward(g.dshared_fch, g.dshared_act, e.shared_fch);
+    k::linear_backward_input(scratch, g.dshared_fch, weights->stored(*shared_fc_));
+    k::accumulate(dln2, scratch);
+  }
+  if (grads == nullptr) return;
+  k::linear_backward_weight(grads->stored(*shared_proj_), Tensor{}, dh, e.shared_act);
+  k::linear_backward_weight(grads->stored(*shared_fc_), Tensor{}, g.dshared_fch, a.ln2);
+}
+
 void MoeMlp::combine_backward(const BlockActivations& a, const BlockGradients& d,
                               const k::MoeDispatch& rows) const {
   const ExpertActivations& e = a.experts;
@@ -135,11 +188,21 @@ PendingSum MoeMlp::backward_input(const FlatTensors& weights, const FlatTensors&
   if (weights_now) k::grouped_linear_backward_weight(grads.stored(*fc_), dfch, first(e.expert_in, R), rows.offsets);
   const Tensor dln2 = first(d.dtmp, a.ln2.dim(0));
   k::moe_permute_backward(dln2, dexpert_in, e.rows);
-  // The router's share, in f32, then added in the activations' precision (narrowed into dy's
-  // memory, free again, where that is 16-bit).
+  // The shared expert's share, through dy's memory, free again.
+  if (shared_fc_ != nullptr)
+    shared_backward(&weights, weights_now ? &grads : nullptr, a, d, dln2, first(g.dexpert_out, dln2.dim(0)));
+  // The router's share (and the shared expert's gate's), in f32, then added in the activations'
+  // precision (narrowed into dy's memory where that is 16-bit).
   route_backward(e, g);
+  const Tensor u = router_input(a);
   k::linear_backward_input(g.drouter_in, g.dlogits, router_weight(weights, a));
-  if (weights_now) k::linear_backward_weight(grads.stored(*router_), Tensor{}, g.dlogits, router_input(a));
+  if (weights_now) k::linear_backward_weight(grads.stored(*router_), Tensor{}, g.dlogits, u);
+  if (shared_gate_ != nullptr) {
+    const Tensor dz = g.dshared_gate.reshape({u.dim(0), 1});
+    k::linear_backward_input(g.dgate_in, dz, gate_weight(weights, a));
+    k::accumulate(g.drouter_in, g.dgate_in);
+    if (weights_now) k::linear_backward_weight(grads.stored(*shared_gate_), Tensor{}, dz, u);
+  }
   Tensor drouter = g.drouter_in;
   if (dln2.dtype != DType::f32) {
     drouter = first(g.dexpert_out, dln2.dim(0));
@@ -159,15 +222,25 @@ void MoeMlp::backward_weight(const FlatTensors& grads, const BlockActivations& a
                                     rows.offsets);
   k::grouped_linear_backward_weight(grads.stored(*fc_), first(g.dexpert_fch, R), first(e.expert_in, R), rows.offsets);
   // The router's input is widened again: its scratch has served other blocks since.
-  k::linear_backward_weight(grads.stored(*router_), Tensor{}, g.dlogits, router_input(a));
+  const Tensor u = router_input(a);
+  k::linear_backward_weight(grads.stored(*router_), Tensor{}, g.dlogits, u);
+  if (shared_fc_ == nullptr) return;
+  shared_backward(nullptr, &grads, a, d, Tensor{}, Tensor{});
+  if (shared_gate_ != nullptr)
+    k::linear_backward_weight(grads.stored(*shared_gate_), Tensor{}, g.dshared_gate.reshape({u.dim(0), 1}), u);
 }
 
 const LinearStateView& MoeMlp::linear_state(std::string_view linear) const {
   if (linear == "mlp.router") return router_state_;
   if (linear == "mlp.experts.fc") return fc_state_;
   if (linear == "mlp.experts.proj") return proj_state_;
+  if (shared_fc_ != nullptr && linear == "mlp.shared.fc") return shared_fc_state_;
+  if (shared_fc_ != nullptr && linear == "mlp.shared.proj") return shared_proj_state_;
+  if (shared_gate_ != nullptr && linear == "mlp.shared_gate") return shared_gate_state_;
   throw Error(str("the mixture of experts has no linear layer '", linear,
-                  "'; its linear layers are mlp.router, mlp.experts.fc, mlp.experts.proj"));
+                  "'; its linear layers are mlp.router, mlp.experts.fc, mlp.experts.proj",
+                  shared_fc_ != nullptr ? ", mlp.shared.fc, mlp.shared.proj" : "",
+                  shared_gate_ != nullptr ? ", mlp.shared_gate" : ""));
 }
 
 }  // namespace dt

@@ -4,7 +4,10 @@
 //   logits = u @ mlp.router^T                      in f32: u and the weight widened where 16-bit
 //   scores, experts, weights = route(logits)       top_k of E (kernels/moe_route.h)
 //   y[n] = sum over j of weights[n, j] · proj_e(swiglu(fc_e(u[n])))    e = experts[n, j]
+//          + g[n] · shared.proj(swiglu(shared.fc(u[n])))                  where there is a shared expert
 //
+// with g[n] = sigmoid(u[n] · shared_gate) where it is gated (Qwen-MoE; the gate's logit in f32, as
+// the router's, kernels/sigmoid_gate.h), else 1;
 // with, where the model balances its experts by bias (model/expert_balance.h), that bias added to
 // the scores to choose the experts.
 //
@@ -30,7 +33,7 @@
 // (moe_dispatch: the same rows, from the same experts), so no pass keeps host state per
 // micro-batch.
 //
-// The router, experts and their state are whole on every rank. Each rank routes its own rows; a
+// The router, experts, shared expert and their state are whole on every rank. Each rank routes its own rows; a
 // run with tensor parallelism (whose ranks hold the same rows without sequence parallelism) is
 // refused until expert parallelism places the experts.
 #pragma once
@@ -56,9 +59,18 @@ class MoeMlp final : public Mlp {
   const LinearStateView& linear_state(std::string_view linear) const override;
 
  private:
-  // The router's input and weight in f32: a.ln2 and its weight, or their widened copies.
+  // The router's input and weight in f32: a.ln2 and its weight, or their widened copies; the shared
+  // expert's gate weight likewise (into the router weight's scratch).
   static Tensor router_input(const BlockActivations& a);
   Tensor router_weight(const FlatTensors& weights, const BlockActivations& a) const;
+  Tensor gate_weight(const FlatTensors& weights, const BlockActivations& a) const;
+  // The shared expert's gradients: its output's (g.dshared_out where gated, else d.dout itself), and
+  // with `weights` its input's added into dln2 (through `scratch`, (P, C)) and the gate logit's
+  // (g.dshared_gate); with `grads` its weights', from what g holds (g.dshared_fch, computed
+  // here when `weights` is given).
+  Tensor shared_output_gradient(const BlockActivations& a, const BlockGradients& d) const;
+  void shared_backward(const FlatTensors* weights, const FlatTensors* grads, const BlockActivations& a,
+                       const BlockGradients& d, Tensor dln2, Tensor scratch) const;
   // The rows' layout of a.experts' kept choice (sets a.experts.rows again, to the same values).
   kernels::MoeDispatch dispatch(const ExpertActivations& e) const;
   // From the routed output's gradient: the gradients of the experts' output (into
@@ -77,7 +89,8 @@ class MoeMlp final : public Mlp {
   float aux_loss_coef_, z_loss_coef_;
   const AttentionScope& scope_;
   const ParamInfo *router_, *fc_, *proj_;
-  LinearStateView router_state_, fc_state_, proj_state_;
+  const ParamInfo *shared_fc_ = nullptr, *shared_proj_ = nullptr, *shared_gate_ = nullptr;  // where there are
+  LinearStateView router_state_, fc_state_, proj_state_, shared_fc_state_, shared_proj_state_, shared_gate_state_;
   Tensor bias_;  // the router's "expert_bias" state, where the model balances by bias (model/expert_balance.h)
 };
 

@@ -289,6 +289,24 @@ INSTANTIATE_TEST_SUITE_P(
                return c;
              }(),
              2, 24},
+        // Qwen1.5-MoE's: softmax top 2 of 6, not renormalized, with a shared expert through its
+        // sigmoid gate (computed in f32, as the router is).
+        Case{"moe_qwen_top2of6_shared_gated",
+             [] {
+               ModelConfig c = moe(2, 0, 6, 16, {.score = kernels::MoeScore::softmax, .top_k = 2, .renormalize = false});
+               c.moe.shared_hidden = 24, c.moe.shared_gate = true;
+               return c;
+             }(),
+             2, 29},
+        // A shared expert added without a gate (DeepSeek-V3's), beside sigmoid routing, after a dense block.
+        Case{"moe_sigmoid_top2of4_shared_ungated",
+             [] {
+               ModelConfig c = moe(2, 1, 4, 16, {.score = kernels::MoeScore::sigmoid, .top_k = 2, .renormalize = true,
+                                                 .route_scale = 2.5f});
+               c.moe.shared_hidden = 20;
+               return c;
+             }(),
+             2, 24},
         // Qwen1.5-MoE's and OLMoE's (softmax, not renormalized), one expert per token, 3 blocks.
         Case{"moe_softmax_top1of5_unnormalized",
              moe(3, 0, 5, 20, {.score = kernels::MoeScore::softmax, .top_k = 1, .renormalize = false}), 3, 24}),

@@ -28,16 +28,18 @@ struct Stage::ActivationRegions {
   struct Block {
     bool experts = false;  // an expert block (ModelConfig::moe_block)
     std::array<ActivationRegion, kBlockActivations> activations;  // by BlockActivation
-    // Kept for a deferred weight pass: an expert block's dexpert_fch and dlogits in place of dfch.
-    ActivationRegion dout, dres2, dfch, dqkv, dexpert_fch, dlogits;
+    // Kept for a deferred weight pass: an expert block's dexpert_fch, dlogits and dshared_fch in
+    // place of dfch.
+    ActivationRegion dout, dres2, dfch, dqkv, dexpert_fch, dlogits, dshared_fch;
     const ActivationRegion& operator[](BlockActivation a) const { return activations[static_cast<size_t>(a)]; }
   };
   // An expert block's working space (model/block_tensors.h), in scratch: none in a stage without
   // one, the router's f32 copies none in f32, its logits none where the z-loss keeps them, the
-  // scores' gradient none without the balance loss.
+  // scores' gradient none without the balance loss, the shared expert's none without one.
   struct ExpertScratch {
     ActivationRegion router_in, router_weight, logits, routed, probs, z;
     ActivationRegion dexpert_out, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in, dscores;
+    ActivationRegion dshared_out, dshared_act, dshared_fch, dshared_gate, dgate_in;
   };
   ActivationRegion input;  // the embeddings' output, or the previous stage's output
   std::vector<Block> blocks;
@@ -75,7 +77,7 @@ struct Stage::ActivationRegions {
     }
     // What a deferred weight pass reads beside the activations: each block's output gradient and
     // x''s (this rank's rows), and its fc and qkv outputs' gradients.
-    const int64_t E = d.experts, top_k = c.moe.routing.top_k, F_e = d.expert_hidden;
+    const int64_t E = d.experts, top_k = c.moe.routing.top_k, F_e = d.expert_hidden, F_s = d.shared_ffn.size();
     const int64_t assignments = rank_rows * top_k;
     for (Block& b : blocks) {
       if (!deferred_weights) break;
@@ -86,6 +88,7 @@ struct Stage::ActivationRegions {
         continue;
       }
       b.dexpert_fch = kept.add(2 * F_e, precision, assignments), b.dlogits = kept.add(E, DType::f32, rank_rows);
+      b.dshared_fch = kept.add(2 * F_s, precision, rank_rows);
     }
     if (deferred_weights) dinput = kept.add(C, precision, rank_rows);
     if (units.head) {
@@ -112,7 +115,12 @@ struct Stage::ActivationRegions {
                  .dweights = scratch.add(top_k, DType::f32, rank_rows),
                  .dlogits = scratch.add(E, DType::f32, rank_rows),
                  .drouter_in = scratch.add(C, DType::f32, rank_rows),
-                 .dscores = scratch.add(c.moe.aux_loss_coef > 0 ? E : 0, DType::f32, rank_rows)};
+                 .dscores = scratch.add(c.moe.aux_loss_coef > 0 ? E : 0, DType::f32, rank_rows),
+                 .dshared_out = scratch.add(F_s > 0 && c.moe.shared_gate ? C : 0, precision, rank_rows),
+                 .dshared_act = scratch.add(F_s, precision, rank_rows),
+                 .dshared_fch = scratch.add(2 * F_s, precision, rank_rows),
+                 .dshared_gate = scratch.add(F_s > 0 && c.moe.shared_gate ? 1 : 0, DType::f32, rank_rows),
+                 .dgate_in = scratch.add(F_s > 0 && c.moe.shared_gate ? C : 0, DType::f32, rank_rows)};
     }
     bytes = {.kept = kept.bytes(), .shared = shared.bytes(), .scratch = scratch.bytes()};
   }
@@ -223,6 +231,11 @@ BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
                .logits = mine(config_.moe.z_loss_coef > 0 ? b[A::route_logits] : s.logits), .routed = mine(s.routed),
                .probs = region(k, s.probs, B), .z = rows(k, s.z, B)};
   if (b[A::route_counts].width == 0) a.experts.counts = a.experts.probs = Tensor{};
+  if (config_.moe.shared_hidden > 0) {
+    a.experts.shared_fch = all(b[A::shared_fch]), a.experts.shared_act = all(b[A::shared_act]);
+    a.experts.shared_out = mine(b[A::shared_out]);
+    if (config_.moe.shared_gate) a.experts.shared_gate = rows(k, b[A::shared_gate], P);
+  }
   return a;
 }
 
@@ -233,10 +246,16 @@ ExpertGradients Stage::expert_gradients(int k, size_t i, int64_t N, bool deferre
   const int64_t P = parallel_.rows(N).size();
   const auto mine = [&](const ActivationRegion& r) { return region(k, r, P); };
   const auto assigned = [&](const ActivationRegion& r) { return region(k, r, P * config_.moe.routing.top_k); };
-  return {.dexpert_out = assigned(s.dexpert_out), .dexpert_act = assigned(s.dexpert_act),
-          .dexpert_fch = assigned(deferred ? b.dexpert_fch : s.dexpert_fch), .dweights = mine(s.dweights),
-          .dlogits = mine(deferred ? b.dlogits : s.dlogits), .drouter_in = mine(s.drouter_in),
-          .dscores = s.dscores.width == 0 ? Tensor{} : mine(s.dscores), .loss_scale = loss_scale()};
+  ExpertGradients g{.dexpert_out = assigned(s.dexpert_out), .dexpert_act = assigned(s.dexpert_act),
+                    .dexpert_fch = assigned(deferred ? b.dexpert_fch : s.dexpert_fch), .dweights = mine(s.dweights),
+                    .dlogits = mine(deferred ? b.dlogits : s.dlogits), .drouter_in = mine(s.drouter_in),
+                    .dscores = s.dscores.width == 0 ? Tensor{} : mine(s.dscores), .loss_scale = loss_scale()};
+  if (config_.moe.shared_hidden > 0) {
+    g.dshared_act = mine(s.dshared_act), g.dshared_fch = mine(deferred ? b.dshared_fch : s.dshared_fch);
+    if (config_.moe.shared_gate)
+      g.dshared_out = mine(s.dshared_out), g.dshared_gate = rows(k, s.dshared_gate, P), g.dgate_in = mine(s.dgate_in);
+  }
+  return g;
 }
 
 BlockGradients Stage::deferred_gradients(int k, size_t i, int64_t N) const {

@@ -36,6 +36,8 @@ void set_model_metadata(ckpt::SafetensorsWriter& writer, const ModelConfig& c) {
                                 {"moe_renormalize", c.moe.routing.renormalize},
                                 {"moe_route_scale", c.moe.routing.route_scale},
                                 {"moe_first_dense_layers", c.moe.first_dense_layers},
+                                {"moe_shared_hidden", c.moe.shared_hidden},
+                                {"moe_shared_gate", c.moe.shared_gate},
                                 {"moe_bias_update_rate", c.moe.bias_update_rate},
                                 {"moe_aux_loss_coef", c.moe.aux_loss_coef},
                                 {"moe_z_loss_coef", c.moe.z_loss_coef}});

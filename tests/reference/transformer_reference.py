@@ -9,8 +9,8 @@ n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, 
 rope_theta, rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
 rope_original_max_seq_len, and a mixture of experts' moe_experts (0: dense), moe_expert_hidden,
 moe_top_k, moe_sigmoid, moe_renormalize, moe_route_scale, moe_first_dense_layers,
-moe_bias_update_rate, moe_aux_loss_coef, moe_z_loss_coef) and the optimizer settings. From those
-initial parameters the reference trains on its own; for each step it runs: forward of every
+moe_bias_update_rate, moe_aux_loss_coef, moe_z_loss_coef, moe_shared_hidden, moe_shared_gate) and
+the optimizer settings. From those initial parameters the reference trains on its own; for each step it runs: forward of every
 micro-batch (logits and summed loss recorded), backward of the global-batch mean loss (plus the
 routers' losses, each over the global batch's target count as model/moe_mlp.h defines them),
 global-norm clipping, one AdamW step; and writes everything to OUT:
@@ -124,7 +124,9 @@ class ExpertWeights(nn.Module):
 class MoeMlp(nn.Module):
     """A mixture of SwiGLU experts: the router in f32, the top k experts of each token by score
     (softmax or sigmoid), their weights renormalized over the k or not and scaled; each expert
-    computed on its tokens, its output added with the token's weight."""
+    computed on its tokens, its output added with the token's weight; and a shared SwiGLU expert
+    every token passes through, scaled by sigmoid(u · shared_gate) (computed in f32) where gated
+    (Qwen-MoE)."""
 
     def __init__(self, m):
         super().__init__()
@@ -136,6 +138,11 @@ class MoeMlp(nn.Module):
         self.experts = nn.ModuleDict({"fc": ExpertWeights(m.moe_experts, 2 * m.moe_expert_hidden, m.d_model),
                                       "proj": ExpertWeights(m.moe_experts, m.d_model, m.moe_expert_hidden)})
         self.aux_sum = self.z_sum = 0.0
+        if m.moe_shared_hidden > 0:
+            self.shared = nn.ModuleDict({"fc": nn.Linear(m.d_model, 2 * m.moe_shared_hidden, bias=False),
+                                         "proj": nn.Linear(m.moe_shared_hidden, m.d_model, bias=False)})
+            if m.moe_shared_gate:
+                self.shared_gate = nn.Linear(m.d_model, 1, bias=False)
 
     def forward(self, x):
         m = self.m
@@ -157,7 +164,13 @@ class MoeMlp(nn.Module):
             gate, up = (u[token] @ self.experts["fc"].weight[e].t()).chunk(2, dim=-1)
             y = (F.silu(gate) * up) @ self.experts["proj"].weight[e].t()
             out = out.index_add(0, token, y.float() * weights[token, slot, None])
-        return out.to(u.dtype).view(x.shape)
+        out = out.to(u.dtype)
+        if m.moe_shared_hidden > 0:
+            gate, up = self.shared["fc"](u).chunk(2, dim=-1)
+            h = self.shared["proj"](F.silu(gate) * up)
+            g = torch.sigmoid(F.linear(u.float(), self.shared_gate.weight.float())) if m.moe_shared_gate else 1.0
+            out = (out.float() + g * h.float()).to(u.dtype)
+        return out.view(x.shape)
 
     def add_router_losses(self, S, T, logits, scores, chosen):
         """The micro-batch's balance loss (per sequence of T tokens: coef · E / (k T) · sum_e
@@ -246,7 +259,7 @@ class Description:
         self.family = meta["family"]
         for key in ("n_layer", "d_model", "n_head", "n_kv_head", "ffn_hidden", "vocab_size", "max_seq_len",
                     "rope_original_max_seq_len", "moe_experts", "moe_expert_hidden", "moe_top_k",
-                    "moe_first_dense_layers"):
+                    "moe_first_dense_layers", "moe_shared_hidden"):
             setattr(self, key, int(meta[key]))
         for key in ("norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
                     "moe_route_scale", "moe_bias_update_rate", "moe_aux_loss_coef", "moe_z_loss_coef"):
@@ -254,6 +267,7 @@ class Description:
         self.tied = meta["tied"] == "1"
         self.moe_sigmoid = meta["moe_sigmoid"] == "1"
         self.moe_renormalize = meta["moe_renormalize"] == "1"
+        self.moe_shared_gate = meta["moe_shared_gate"] == "1"
 
 
 def adamw(params, m):
