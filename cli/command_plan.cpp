@@ -169,6 +169,10 @@ int command_plan(int argc, char** argv, int first) {
   const StepLayout layout = run_step_layout(config, per_node);
   const StepTime time = predict_step_time(config.model, layout, profile);
   const bool fits = static_cast<double>(memory.total()) <= profile.memory_bytes;
+  // A micro-batch's rows each rank routes through the experts (tensor parallelism does not run
+  // with experts).
+  const int64_t routed_rows = int64_t{layout.micro_batch} * (layout.seq_len / layout.cp);
+  const MoeConfig& moe = config.model.moe;
   const std::vector<std::pair<const char*, double>> terms = {
       {"GEMMs", time.gemm},
       {"attention", time.attention},
@@ -196,6 +200,10 @@ int command_plan(int argc, char** argv, int first) {
     j["memory_bytes"]["total"] = memory.total();
     j["memory_bytes"]["available"] = profile.memory_bytes;
     j["fits"] = fits;
+    if (moe.experts > 0)
+      j["expert_rows"] = {{"per_micro_batch", moe.expert_rows(routed_rows)},
+                          {"dropless", moe.capacity_factor == 0},
+                          {"capacity", moe.capacity(routed_rows)}};
     for (const auto& [name, seconds] : terms) j["step_seconds"][name] = seconds;
     j["step_seconds"]["total"] = time.total;
     j["tokens_per_s"] = time.tokens_per_s;
@@ -215,6 +223,17 @@ int command_plan(int argc, char** argv, int first) {
               config.dims().describe().c_str(), profile.name.c_str(), per_node, layout.zero_stage,
               layout.sp ? ", sequence parallel" : "", layout.micro_batch, layout.micro_batches,
               layout.pp > 1 ? str(", ", layout.schedule, " schedule").c_str() : "");
+  if (moe.experts > 0) {
+    const std::string bound =
+        moe.capacity_factor > 0
+            ? str("within a capacity factor of ", moe.capacity_factor, ": at most ", moe.capacity(routed_rows),
+                  " rows an expert, ", moe.expert_rows(routed_rows), " a micro-batch")
+            : str("dropless: the activations sized for the worst case, every token's ", moe.routing.top_k,
+                  " assignments (", moe.expert_rows(routed_rows), " rows a micro-batch)");
+    std::printf("experts: %d a block, top %lld; %s; their GEMMs timed as if each had rows enough for a dense "
+                "GEMM's efficiency\n",
+                moe.experts, static_cast<long long>(moe.routing.top_k), bound.c_str());
+  }
   std::printf("\nmemory per GPU (the largest rank)        GiB\n");
   for (int t = 0; t < kNumMemTags; ++t)
     if (const size_t peak = memory.peak(static_cast<MemTag>(t)); peak > 0)

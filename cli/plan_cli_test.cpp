@@ -30,6 +30,22 @@ TEST(PlanCli, PrintsMemoryByTagTheStepByTermAndThroughput) {
     EXPECT_NE(result.output.find(expected), std::string::npos) << expected << "\n" << result.output;
 }
 
+// A mixture of experts is planned too, and the plan says what it assumes of the experts' rows:
+// the worst case where dropless, the capacity's bound within one.
+TEST(PlanCli, AnExpertModelsPlanStatesTheExpertRowsItAssumes) {
+  const std::string moe = str("plan ", kConfig, " model.preset=\"moe-tiny\" model.vocab_size=256 data.seq_len=64");
+  const auto dropless = run_dtrain(moe);
+  ASSERT_EQ(dropless.status, 0) << dropless.output;
+  EXPECT_NE(dropless.output.find("experts: 4 a block, top 2; dropless: the activations sized for the worst case, "
+                                 "every token's 2 assignments ("),
+            std::string::npos)
+      << dropless.output;
+  const auto bounded = run_dtrain(moe + " model.moe_capacity_factor=0.5");
+  ASSERT_EQ(bounded.status, 0) << bounded.output;
+  EXPECT_NE(bounded.output.find("within a capacity factor of 0.5: at most "), std::string::npos) << bounded.output;
+  EXPECT_NE(bounded.output.find("GEMMs"), std::string::npos) << bounded.output;
+}
+
 // The JSON holds the same figures, and they add up: the tags to the total, the terms to the step,
 // the batch's tokens over the step to tokens/s.
 TEST(PlanCli, JsonHoldsTheFiguresAndTheyAddUp) {

@@ -480,6 +480,28 @@ TEST(TrainCli, AMixtureOfExpertsTrainsLikeOneProcessUnderEveryLayoutAndLogsItsLo
   std::map<std::string, int> points = tensorboard_points(run.path("one"));
   for (const char* tag : {"moe/imbalance/h.", "moe/aux_loss/h.", "moe/z_loss/h."})
     for (const char* block : {"0", "1"}) EXPECT_EQ(points[str(tag, block)], 6) << tag << block;
+
+  // Within a capacity of half each expert's share, assignments are dropped and their share logged;
+  // dp 2 keeps each micro-batch whole on a rank, so it drops the same ones and trains alike.
+  const std::string capacity = three + " model.moe_capacity_factor=0.5";
+  ASSERT_EQ(run_dtrain(run.args("capacity", capacity)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("capacity_dp2", capacity + " parallel.dp=2"), testing::mpirun(2)).status, 0);
+  const std::vector<double> capacity_losses = run.losses("capacity"), capacity_dp2 = run.losses("capacity_dp2");
+  ASSERT_EQ(capacity_dp2.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) EXPECT_NEAR(capacity_dp2[s], capacity_losses[s], 1e-5 * capacity_losses[s]) << s;
+  std::ifstream capacity_metrics(run.path("capacity") / "metrics.jsonl");
+  for (std::string line; std::getline(capacity_metrics, line);) {
+    const auto entry = nlohmann::json::parse(line);
+    if (entry.contains("val_loss")) continue;
+    for (const char* block : {"h.0", "h.1"}) {
+      // The experts keep at most 4 capacities of ceil(0.5 · 128 rows · 2 / 4) = 32 rows of a
+      // micro-batch's 256 assignments: half or more are dropped.
+      const double dropped = entry["expert_dropped"].value(block, -1.0);
+      EXPECT_GE(dropped, 0.5) << line;
+      EXPECT_LT(dropped, 1.0) << line;
+    }
+  }
+  EXPECT_EQ(tensorboard_points(run.path("capacity"))["moe/dropped/h.0"], 3);
 }
 
 // ZeRO in 16-bit precision keeps the f32 master weights only as each rank's parts: two ranks

@@ -124,7 +124,7 @@ int64_t ActivationDeclaration::rows_of(const ModelConfig& config, int64_t all_ro
     case ActivationRows::local:
       return local_rows;
     case ActivationRows::assignments:
-      return local_rows * config.moe.routing.top_k;
+      return config.moe.expert_rows(local_rows);
     case ActivationRows::sequences:
       return sequences;
   }

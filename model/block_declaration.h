@@ -101,9 +101,9 @@ enum class ActivationWidth {
   model, norm_mean, one, qkv, attention, heads, ffn_in, ffn,
   experts, top_k, expert_ffn_in, expert_ffn, shared_ffn_in, shared_ffn, aux_loss_experts, z_loss_experts
 };
-// Its rows: all N of the micro-batch, this rank's part of them under sequence parallelism, top_k
-// per row of that part (the experts' rows when none is dropped: the most there can be), or one per
-// sequence of the micro-batch.
+// Its rows: all N of the micro-batch, this rank's part of them under sequence parallelism, the
+// experts' rows for that part (top_k per row, or fewer within a capacity: MoeConfig::expert_rows),
+// or one per sequence of the micro-batch.
 enum class ActivationRows { all, local, assignments, sequences };
 // What it holds: values in the run's precision, f32 (per-row statistics, the router's scores and
 // weights) or i32 indices.

@@ -101,6 +101,9 @@ TEST(BlockDeclaration, ExpertBlocksDeclareTheRoutersAndTheExpertsActivations) {
   c.moe.aux_loss_coef = 0.01f, c.moe.z_loss_coef = 0.001f;
   expect(A::route_counts, 4, 2, DType::f32);
   expect(A::route_logits, 4, 5, DType::f32);
+  // Within a capacity of ceil(0.5 · 5 · 2 / 4) = 2 rows per expert, 8 of the 10 assignments.
+  c.moe.capacity_factor = 0.5f;
+  expect(A::expert_in, 48, 8, DType::bf16);
   for (const ActivationDeclaration& a : block.activations)
     EXPECT_EQ(a.kept(Recompute::full), a.id == A::res3 || a.id == A::expert_out || a.id == A::shared_out)
         << static_cast<int>(a.id);

@@ -12,10 +12,12 @@
 namespace dt {
 
 // What a training forward of an expert block counts on the host over a step's micro-batches
-// (model/expert_balance.h): the assignments per expert, and the routers' auxiliary losses
-// (model/moe_mlp.h) times the global batch's target count, which the step divides by.
+// (model/expert_balance.h): the assignments the router made to each expert, those dropped over
+// the capacity, and the routers' auxiliary losses (model/moe_mlp.h) times the global batch's
+// target count, which the step divides by.
 struct ExpertRecord {
   std::vector<int64_t> loads;  // (E)
+  int64_t dropped = 0;
   double aux_loss = 0, z_loss = 0;
 };
 
@@ -33,13 +35,15 @@ struct ExpertRecord {
 // trains with computed in scratch: each sequence's probabilities (S, E) and z-loss (S), f32.
 // A shared expert's (undefined without one), F_s its hidden width: its fc output (P, 2 F_s) and
 // activation (P, F_s), kept or rebuilt as declared; its output (P, C) and, where gated, its gate's
-// logit (P) f32, kept.
+// logit (P) f32, kept. keep_all: generation's, every assignment kept whatever the capacity factor
+// (a token's output must not depend on how the prompt is cut into chunks).
 struct ExpertActivations {
   Tensor scores, experts, weights, rows;
   Tensor expert_in, expert_fch, expert_act, expert_out, counts;
   Tensor router_in, router_weight, logits, routed, probs, z;
   Tensor shared_fch, shared_act, shared_out, shared_gate;
   ExpertRecord* record = nullptr;
+  bool keep_all = false;
 };
 
 // One block's activations for N rows, (N, width) views, or (this rank's rows, width) for ln1, ln2,

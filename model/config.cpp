@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -100,6 +101,17 @@ int ModelConfig::padded_vocab_size() const {
   return (vocab_size + m - 1) / m * m;
 }
 
+int64_t MoeConfig::capacity(int64_t rows) const {
+  if (capacity_factor <= 0) return 0;
+  return static_cast<int64_t>(std::ceil(static_cast<double>(capacity_factor) * static_cast<double>(rows) *
+                                        static_cast<double>(routing.top_k) / static_cast<double>(experts)));
+}
+
+int64_t MoeConfig::expert_rows(int64_t rows) const {
+  const int64_t assignments = rows * routing.top_k;
+  return capacity_factor > 0 ? std::min(assignments, int64_t{experts} * capacity(rows)) : assignments;
+}
+
 namespace {
 
 // The mixture-of-experts fields, when there are experts (with none, nothing reads them).
@@ -129,6 +141,9 @@ void check_moe(const ModelConfig& c, FieldProblems& problems) {
                    "must be in [0, 1] (0: no load-balancing loss; Mixtral: 0.02, Megatron-Core's default 0.01)");
   problems.require(std::isfinite(m.z_loss_coef) && m.z_loss_coef >= 0 && m.z_loss_coef <= 1, "model.moe_z_loss_coef",
                    m.z_loss_coef, "must be in [0, 1] (0: no router z-loss; ST-MoE: 0.001)");
+  problems.require(std::isfinite(m.capacity_factor) && m.capacity_factor >= 0 && m.capacity_factor <= 64,
+                   "model.moe_capacity_factor", m.capacity_factor,
+                   "must be 0 (dropless: no token dropped) or in (0, 64] (Switch Transformer: 1.0 to 1.25)");
   problems.require(m.first_dense_layers >= 0 && m.first_dense_layers < c.n_layer, "model.moe_first_dense_layers",
                    m.first_dense_layers, str("must be in [0, n_layer = ", c.n_layer, "): at least one block has experts"));
 }

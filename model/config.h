@@ -63,6 +63,15 @@ struct MoeConfig {
   // taken per sequence) and the router z-loss (ST-MoE: 0.001).
   float aux_loss_coef = 0;
   float z_loss_coef = 0;
+  // Dropless (0), or each expert takes at most capacity(N) of a micro-batch's N rows on a rank
+  // (Megatron-Core's moe_expert_capacity_factor), the assignments over it dropped lowest routing
+  // weight first (kernels/moe_permute.h). Training's passes only: generation keeps every one.
+  float capacity_factor = 0;
+
+  // ceil(capacity_factor · N · top_k / E) rows per expert; 0 when dropless.
+  int64_t capacity(int64_t rows) const;
+  // The experts' rows for N routed rows at most: N · top_k, or E · capacity(N) when fewer.
+  int64_t expert_rows(int64_t rows) const;
 };
 
 struct ModelConfig {

@@ -32,6 +32,19 @@ TEST(ModelConfig, PresetParameterCountsArePublished) {
 // A mixture-of-experts block holds a router (E, C), every expert's gate and up projections
 // (E, 2 F_e, C) and down projections (E, C, F_e), and a shared expert split over tensor-parallel
 // ranks like a dense MLP; blocks before first_dense_layers keep the dense MLP.
+// ceil(factor · N · k / E) rows per expert; the experts' rows are N · k, or E capacities when fewer.
+TEST(ModelConfig, AnExpertsCapacityIsTheFactorTimesItsShareOfTheAssignments) {
+  MoeConfig m = model_preset("moe-tiny").moe;  // top 2 of 4
+  EXPECT_EQ(m.capacity(37), 0);                 // dropless
+  EXPECT_EQ(m.expert_rows(37), 74);
+  m.capacity_factor = 1.25f;                    // 1.25 · 37 · 2 / 4 = 23.125
+  EXPECT_EQ(m.capacity(37), 24);
+  EXPECT_EQ(m.expert_rows(37), 74);             // 4 · 24 = 96 > 74: no fewer rows than dropless
+  m.capacity_factor = 0.5f;                     // 9.25
+  EXPECT_EQ(m.capacity(37), 10);
+  EXPECT_EQ(m.expert_rows(37), 40);
+}
+
 TEST(ModelConfig, ExpertBlocksHoldRouterExpertsAndSharedExpert) {
   ModelConfig c = model_preset("moe-tiny");  // d_model 48, 4 experts of 32
   c.n_layer = 3;
@@ -174,6 +187,8 @@ TEST(ModelConfig, InvalidExpertDescriptionsNameFieldValueAndRange) {
                "model.moe_bias_update_rate = -0.001: must be in [0, 1] (0: no balancing bias");
   expect_error(error_with([](ModelConfig& c) { c.moe.aux_loss_coef = 1.5f; }),
                "model.moe_aux_loss_coef = 1.5: must be in [0, 1] (0: no load-balancing loss");
+  expect_error(error_with([](ModelConfig& c) { c.moe.capacity_factor = -1; }),
+               "model.moe_capacity_factor = -1: must be 0 (dropless: no token dropped) or in (0, 64]");
   expect_error(error_with([](ModelConfig& c) { c.moe.z_loss_coef = std::nanf(""); }),
                "model.moe_z_loss_coef = nan: must be in [0, 1] (0: no router z-loss");
   expect_error(error_with([](ModelConfig& c) { c.moe.first_dense_layers = 2; }),

@@ -31,6 +31,11 @@ std::vector<LinearStateDeclaration> with_model_states(const ModelConfig& config,
   return declared;
 }
 
+double ExpertStats::dropped_fraction() const {
+  const double total = std::accumulate(assignments.begin(), assignments.end(), 0.0);
+  return total == 0 ? 0 : dropped / total;
+}
+
 double ExpertStats::imbalance() const {
   const double total = std::accumulate(assignments.begin(), assignments.end(), 0.0);
   if (total == 0) return 1;
@@ -40,7 +45,7 @@ double ExpertStats::imbalance() const {
 std::vector<ExpertStats> end_step_expert_balance(Transformer& model, Communicator* replicas, bool applied,
                                                  int64_t targets) {
   std::vector<ExpertStats> stats;
-  // Per block: its E loads, then its two losses.
+  // Per block: its E loads, the dropped ones, then its two losses.
   std::vector<double> flat;
   for (Stage* stage : model.stages()) {
     if (stage == nullptr) continue;
@@ -49,6 +54,7 @@ std::vector<ExpertStats> end_step_expert_balance(Transformer& model, Communicato
       if (counted.loads.empty()) continue;
       stats.push_back({.layer = stage->blocks()[i].layer()});
       flat.insert(flat.end(), counted.loads.begin(), counted.loads.end());
+      flat.push_back(static_cast<double>(counted.dropped));
       flat.push_back(counted.aux_loss);
       flat.push_back(counted.z_loss);
     }
@@ -58,10 +64,12 @@ std::vector<ExpertStats> end_step_expert_balance(Transformer& model, Communicato
   const size_t E = static_cast<size_t>(model.config().moe.experts);
   const float rate = applied ? model.config().moe.bias_update_rate : 0.0f;
   for (size_t b = 0; b < stats.size(); ++b) {
-    const auto block = flat.begin() + static_cast<std::ptrdiff_t>(b * (E + 2));
-    stats[b].assignments.assign(block, block + static_cast<std::ptrdiff_t>(E));
-    stats[b].aux_loss = block[static_cast<std::ptrdiff_t>(E)] / static_cast<double>(targets);
-    stats[b].z_loss = block[static_cast<std::ptrdiff_t>(E) + 1] / static_cast<double>(targets);
+    const auto block = flat.begin() + static_cast<std::ptrdiff_t>(b * (E + 3));
+    const auto after = block + static_cast<std::ptrdiff_t>(E);
+    stats[b].assignments.assign(block, after);
+    stats[b].dropped = after[0];
+    stats[b].aux_loss = after[1] / static_cast<double>(targets);
+    stats[b].z_loss = after[2] / static_cast<double>(targets);
     if (rate > 0) move_bias(model.linear_states().find(stats[b].layer, "mlp.router", kBiasState), stats[b].assignments, rate);
   }
   return stats;

@@ -28,15 +28,19 @@ class Transformer;
 std::vector<LinearStateDeclaration> with_model_states(const ModelConfig& config,
                                                       std::vector<LinearStateDeclaration> declared);
 
-// One expert block's step, summed over the ranks routing its tokens: its loads, and the routers'
-// losses it added to the step's loss (model/moe_mlp.h; 0 where the model has none).
+// One expert block's step, summed over the ranks routing its tokens: its loads (the router's
+// assignments, kept or dropped), those dropped over the capacity, and the routers' losses it
+// added to the step's loss (model/moe_mlp.h; 0 where the model has none).
 struct ExpertStats {
   int layer = 0;
   std::vector<double> assignments;  // (E) per expert
+  double dropped = 0;
   double aux_loss = 0, z_loss = 0;
 
   // The busiest expert's load over the mean: 1 when balanced, E when one expert takes them all.
   double imbalance() const;
+  // The share of the assignments dropped: 0 when dropless.
+  double dropped_fraction() const;
 };
 
 // Sums what every expert block `model` holds counted (Stage::expert_record) over `replicas` (none:

@@ -155,7 +155,8 @@ void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
                                        .shared_act = rows(experts_.shared_act),
                                        .shared_out = rows(experts_.shared_out),
                                        .shared_gate = experts_.shared_gate.numel() > 0 ? rows(experts_.shared_gate)
-                                                                                       : Tensor{}}};
+                                                                                       : Tensor{},
+                                       .keep_all = true}};
   for (const Block& block : blocks_) {
     CachedAttention attention(*this, block.layer(), first, M);
     block.forward(params_, x, a, attention);

@@ -25,6 +25,7 @@ MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& sta
       experts_(layout.config().moe.experts),
       aux_loss_coef_(layout.config().moe.aux_loss_coef),
       z_loss_coef_(layout.config().moe.z_loss_coef),
+      moe_(layout.config().moe),
       scope_(scope),
       router_(&layout.find(block_prefix(layer) + "mlp.router.weight")),
       fc_(&layout.find(block_prefix(layer) + "mlp.experts.fc.weight")),
@@ -66,7 +67,7 @@ Tensor MoeMlp::gate_weight(const FlatTensors& weights, const BlockActivations& a
 }
 
 k::MoeDispatch MoeMlp::dispatch(const ExpertActivations& e) const {
-  return k::moe_dispatch(e.rows, e.experts, e.weights, experts_, /*capacity=*/0);
+  return k::moe_dispatch(e.rows, e.experts, e.weights, experts_, e.keep_all ? 0 : moe_.capacity(e.rows.dim(0)));
 }
 
 void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const {
@@ -105,7 +106,10 @@ Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations
       k::add_forward(e.routed, e.routed, e.shared_out);
   }
   if (e.record != nullptr)
-    for (int64_t x = 0; x < experts_; ++x) e.record->loads[x] += rows.rows_of(x);
+    for (int64_t x = 0; x < experts_; ++x) {
+      e.record->loads[x] += rows.rows_of(x) + rows.dropped[x];
+      e.record->dropped += rows.dropped[x];
+    }
   return e.routed;
 }
 

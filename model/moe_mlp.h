@@ -9,7 +9,10 @@
 // with g[n] = sigmoid(u[n] · shared_gate) where it is gated (Qwen-MoE; the gate's logit in f32, as
 // the router's, kernels/sigmoid_gate.h), else 1;
 // with, where the model balances its experts by bias (model/expert_balance.h), that bias added to
-// the scores to choose the experts.
+// the scores to choose the experts. Within a capacity (MoeConfig::capacity_factor) each expert
+// takes at most capacity(P) of the rank's P rows of the micro-batch, the assignments over it
+// dropped lowest weight first (a token whose every assignment is dropped passes the layer on the
+// residual stream alone); generation keeps every one (ExpertActivations::keep_all).
 //
 // The routers' auxiliary losses (kernels/moe_router_loss.h), where the model trains with them,
 // are added to the loss the step minimizes, normalized as the token losses are: divided by the
@@ -87,6 +90,7 @@ class MoeMlp final : public Mlp {
   kernels::MoeRouting routing_;
   int64_t experts_;
   float aux_loss_coef_, z_loss_coef_;
+  MoeConfig moe_;  // the model's settings, whose capacity(N) the dispatch keeps to
   const AttentionScope& scope_;
   const ParamInfo *router_, *fc_, *proj_;
   const ParamInfo *shared_fc_ = nullptr, *shared_proj_ = nullptr, *shared_gate_ = nullptr;  // where there are

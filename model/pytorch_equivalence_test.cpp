@@ -187,6 +187,8 @@ TEST_P(ModelVsPyTorch, TenStepsFromTheSameStartMatchPyTorch) {
     // that differed.
     for (const ExpertStats& block : end_step_expert_balance(model, nullptr, stats.applied, stats.targets)) {
       const int l = block.layer;
+      if (config.moe.capacity_factor > 0)
+        EXPECT_GT(block.dropped, 0) << "step " << s << " block " << l << " dropped nothing: lower the capacity";
       if (config.moe.bias_update_rate > 0)
         compare("bias", str("s", s, ".expert_bias.h.", l), model.linear_states().find(l, "mlp.router", "expert_bias"),
                 kExactBound);
@@ -307,6 +309,15 @@ INSTANTIATE_TEST_SUITE_P(
                return c;
              }(),
              2, 24},
+        // Mixtral's routing within a capacity of 1.0: the busiest experts drop their assignments of
+        // least weight (some in every step, checked), with the balancing bias.
+        Case{"moe_mixtral_top2of4_capacity1_bias",
+             [] {
+               ModelConfig c = moe(2, 0, 4, 24, {});
+               c.moe.capacity_factor = 1.0f, c.moe.bias_update_rate = 0.01f;
+               return c;
+             }(),
+             2, 29},
         // Qwen1.5-MoE's and OLMoE's (softmax, not renormalized), one expert per token, 3 blocks.
         Case{"moe_softmax_top1of5_unnormalized",
              moe(3, 0, 5, 20, {.score = kernels::MoeScore::softmax, .top_k = 1, .renormalize = false}), 3, 24}),

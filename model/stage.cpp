@@ -78,7 +78,8 @@ struct Stage::ActivationRegions {
     // What a deferred weight pass reads beside the activations: each block's output gradient and
     // x''s (this rank's rows), and its fc and qkv outputs' gradients.
     const int64_t E = d.experts, top_k = c.moe.routing.top_k, F_e = d.expert_hidden, F_s = d.shared_ffn.size();
-    const int64_t assignments = rank_rows * top_k;
+    // The experts' rows, and the experts' output gradient's, which also serves P-row scratch.
+    const int64_t assignments = c.moe.expert_rows(rank_rows), dy_rows = std::max(assignments, rank_rows);
     for (Block& b : blocks) {
       if (!deferred_weights) break;
       b.dout = kept.add(C, precision, rank_rows), b.dres2 = kept.add(C, precision, rank_rows);
@@ -109,7 +110,7 @@ struct Stage::ActivationRegions {
                  .routed = scratch.add(C, precision, rank_rows),
                  .probs = scratch.add(c.moe.aux_loss_coef > 0 ? E : 0, DType::f32, sequences),
                  .z = scratch.add(c.moe.z_loss_coef > 0 ? 1 : 0, DType::f32, sequences),
-                 .dexpert_out = scratch.add(C, precision, assignments),
+                 .dexpert_out = scratch.add(C, precision, dy_rows),
                  .dexpert_act = scratch.add(F_e, precision, assignments),
                  .dexpert_fch = scratch.add(2 * F_e, precision, assignments),
                  .dweights = scratch.add(top_k, DType::f32, rank_rows),
@@ -220,7 +221,7 @@ BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
                      .branch = mine(activation_regions_->local), .gathered = all(activation_regions_->gathered)};
   if (!b.experts) return a;
   const ActivationRegions::ExpertScratch& s = activation_regions_->experts;
-  const auto assigned = [&](const ActivationRegion& r) { return region(k, r, P * config_.moe.routing.top_k); };
+  const auto assigned = [&](const ActivationRegion& r) { return region(k, r, config_.moe.expert_rows(P)); };
   const int64_t B = shapes_.at(k).B;
   a.experts = {.scores = mine(b[A::route_scores]), .experts = mine(b[A::route_experts]),
                .weights = mine(b[A::route_weights]), .rows = mine(b[A::route_rows]),
@@ -245,8 +246,8 @@ ExpertGradients Stage::expert_gradients(int k, size_t i, int64_t N, bool deferre
   const ActivationRegions::ExpertScratch& s = activation_regions_->experts;
   const int64_t P = parallel_.rows(N).size();
   const auto mine = [&](const ActivationRegion& r) { return region(k, r, P); };
-  const auto assigned = [&](const ActivationRegion& r) { return region(k, r, P * config_.moe.routing.top_k); };
-  ExpertGradients g{.dexpert_out = assigned(s.dexpert_out), .dexpert_act = assigned(s.dexpert_act),
+  const auto assigned = [&](const ActivationRegion& r) { return region(k, r, config_.moe.expert_rows(P)); };
+  ExpertGradients g{.dexpert_out = region(k, s.dexpert_out, std::max(config_.moe.expert_rows(P), P)), .dexpert_act = assigned(s.dexpert_act),
                     .dexpert_fch = assigned(deferred ? b.dexpert_fch : s.dexpert_fch), .dweights = mine(s.dweights),
                     .dlogits = mine(deferred ? b.dlogits : s.dlogits), .drouter_in = mine(s.drouter_in),
                     .dscores = s.dscores.width == 0 ? Tensor{} : mine(s.dscores), .loss_scale = loss_scale()};

@@ -49,6 +49,7 @@ std::string run_toml(const LayoutCell& cell, int world, const std::string& data_
              cell.family == "llama_tied" ? "tied_embeddings = true\n" : "",
              cell.family == "moe" ? "moe_bias_update_rate = 0.01\nmoe_aux_loss_coef = 0.1\nmoe_z_loss_coef = 0.01\n"
                                      "moe_shared_hidden = 24\nmoe_shared_gate = true\n"
+                                     "moe_capacity_factor = 1.25\n"
                                    : "",
              cell.pp > 1 ? str("n_layer = ", stages + 1, "\n") : "", "[data]\ndir = \"", data_dir,
              "\"\nseq_len = 32\n[train]\nsteps = 2\nmicro_batch_size = 4\nglobal_batch_size = ",

@@ -1,6 +1,7 @@
 #include "plan/step_time.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -55,44 +56,60 @@ class Estimator {
   Estimator(const ModelConfig& model, const StepLayout& l, const HardwareProfile& hw)
       : model_(model), l_(l), hw_(hw), dims_(shard_dims(model, {0, l.tp})),
         element_(static_cast<double>(dtype_size(l.precision))),
-        tokens_(static_cast<double>(l.micro_batch) * l.seq_len / l.cp), block_(block()), head_(head()) {}
+        tokens_(static_cast<double>(l.micro_batch) * l.seq_len / l.cp), dense_block_(block(false)),
+        expert_block_(block(true)), head_(head()) {}
 
-  // The roofline time of an (m × k) @ (k × n) product in the run's precision.
-  double gemm(double m, double n, double k) const {
-    const double flops = 2 * m * n * k, bytes = element_ * (m * k + k * n + m * n);
-    return std::max(flops / (hw_.peak(l_.precision) * hw_.gemm_efficiency), streaming(bytes));
+  // The roofline time of an (m × k) @ (k × n) product in `dtype` (the run's precision by default),
+  // or of `groups` of them over m rows in all with a (k × n) weight each (the experts' grouped
+  // GEMM: it reaches a dense GEMM's efficiency only when each group has rows enough, which the
+  // estimate assumes).
+  double gemm(double m, double n, double k, double groups = 1, std::optional<DType> dtype = std::nullopt) const {
+    const DType type = dtype.value_or(l_.precision);
+    const double flops = 2 * m * n * k;
+    const double bytes = static_cast<double>(dtype_size(type)) * (m * k + groups * k * n + m * n);
+    return std::max(flops / (hw_.peak(type) * hw_.gemm_efficiency), streaming(bytes));
   }
   double streaming(double bytes) const { return bytes / (hw_.memory_bandwidth * hw_.memory_efficiency); }
 
-  // A stage's passes for one micro-batch: its blocks', and the head's where it holds it. Every
-  // block of a model is alike, so one is timed, once.
+  // A stage's passes for one micro-batch: its blocks', and the head's where it holds it. A model's
+  // blocks are of two kinds at most, dense and expert blocks (model/config.h), each timed once.
   StagePasses stage(const StageUnits& units) const {
-    const double blocks = units.end_block - units.first_block;
-    StagePasses s{block_.forward.times(blocks), block_.backward_input.times(blocks),
-                  block_.backward_weight.times(blocks)};
+    StagePasses s;
+    for (int l = units.first_block; l < units.end_block; ++l) {
+      const StagePasses& b = model_.moe_block(l) ? expert_block_ : dense_block_;
+      s.forward += b.forward, s.backward_input += b.backward_input, s.backward_weight += b.backward_weight;
+    }
     if (units.head)
       s.forward += head_.forward, s.backward_input += head_.backward_input, s.backward_weight += head_.backward_weight;
     return s;
   }
 
  private:
-  // One block, one micro-batch, on the busiest tensor-parallel rank: the first, whose share of
-  // every split is the largest (model/tensor_shard.h).
-  StagePasses block() const {
+  // One dense or expert block, one micro-batch, on the busiest tensor-parallel rank: the first,
+  // whose share of every split is the largest (model/tensor_shard.h). An expert block's experts
+  // run on its assignments' rows (every token's top k, or fewer within a capacity), spread over
+  // the experts; the router in f32.
+  StagePasses block(bool experts) const {
     const double C = model_.d_model, t = tokens_;
+    // A block of the kind asked for: the first expert block, or the first dense one (none: not timed).
+    const int layer = experts ? model_.moe.first_dense_layers : 0;
+    if (experts != model_.moe_block(layer)) return {};
     // Of the model's query and key/value heads, 1 / (this rank's share): tp where the split is even.
     const double query_parts = static_cast<double>(model_.n_head) / dims_.heads.n_head();
     const double kv_parts = static_cast<double>(model_.kv_heads()) / dims_.heads.n_kv_head();
     StagePasses p;
-    for (const LinearDeclaration* linear : declare_block(model_, 0).linears()) {
+    const double assigned = static_cast<double>(model_.moe.expert_rows(static_cast<int64_t>(t)));
+    for (const LinearDeclaration* linear : declare_block(model_, layer).linears()) {
       const double in = static_cast<double>(linear->in_features(model_, dims_));
       const double out = static_cast<double>(linear->out_features(model_, dims_));
-      p.forward.gemm += gemm(t, out, in);
-      p.backward_input.gemm += gemm(t, in, out);
-      p.backward_weight.gemm += gemm(out, in, t);
+      const double rows = linear->per_expert ? assigned : t, groups = linear->per_expert ? dims_.experts : 1;
+      const std::optional<DType> dtype = linear->name == "mlp.router" ? std::optional(DType::f32) : std::nullopt;
+      p.forward.gemm += gemm(rows, out, in, groups, dtype);
+      p.backward_input.gemm += gemm(rows, in, out, groups, dtype);
+      p.backward_weight.gemm += gemm(out, in, rows, groups, dtype);
     }
     double kept = static_cast<double>(
-        Stage::activation_bytes(model_, {.embeddings = false, .first_block = 0, .end_block = 1, .head = false},
+        Stage::activation_bytes(model_, {.embeddings = false, .first_block = layer, .end_block = layer + 1, .head = false},
                                 Recompute::none, l_.precision, l_.micro_batch, l_.seq_len / l_.cp, {0, l_.tp}, l_.sp)
             .kept);
     const double causal_flops = attention_core_flops(model_, l_.seq_len) * t / query_parts;
@@ -144,7 +161,7 @@ class Estimator {
   const HardwareProfile& hw_;
   ShardDims dims_;  // the busiest tensor-parallel rank's sizes
   double element_, tokens_;
-  StagePasses block_, head_;  // after the members block() and head() read
+  StagePasses dense_block_, expert_block_, head_;  // after the members block() and head() read
 };
 
 // One of the rank's passes: the mean over its stages (interleaved and V schedules hold several),
@@ -166,9 +183,6 @@ StepTime predict_step_time(const ModelConfig& model, const StepLayout& l, const 
                l.seq_len >= l.cp,
            "plan: layout dp ", l.dp, " tp ", l.tp, " pp ", l.pp, " cp ", l.cp, ", ", l.micro_batches,
            " micro-batches of ", l.micro_batch, " x ", l.seq_len);
-  if (model.moe.experts > 0)
-    throw ConfigError("plan: the step-time model does not cover mixture-of-experts blocks yet (their routing, "
-                      "grouped GEMMs and all-to-all); it predicts dense models only");
   const Estimator e(model, l, hw);
   StepTime r;
 

@@ -45,6 +45,30 @@ TEST(StepTime, ComputeTermsAreTheFlopsOverTheProfilesRates) {
   EXPECT_NEAR(t.mfu, t.model_tflops_per_gpu * 1e12 / 989e12, 1e-12);
 }
 
+// Mixtral 8x7B's blocks (two of them), one H100, 2 x 4096 tokens in bf16: the experts' grouped
+// GEMMs run the top 2 of each token's rows, 6 C F_e per row forward, compute-bound (each expert
+// has 2048 rows on average); the router's (E = 8 outputs) is in f32 and memory-bound: its three
+// products each move 4 (t C + C E + t E) bytes. Within a capacity of half each expert's share
+// the experts run half the rows.
+TEST(StepTime, AnExpertBlocksGemmsAreItsActiveRowsAndItsRouterInF32) {
+  ModelConfig model = model_preset("mixtral-8x7b");
+  model.n_layer = 2;
+  const HardwareProfile h100 = load_hardware_profile("h100-sxm");
+  StepLayout layout;
+  layout.micro_batch = 2;
+  layout.seq_len = 4096;
+  const double t = 8192, C = 4096, QKV = 6144, F_e = 14336, E = 8, k = 2, Vp = 32000, L = 2;
+  const double router = 3 * 4 * (t * C + C * E + t * E) / (3350e9 * 0.8);
+  const auto gemm_seconds = [&](double expert_rows) {
+    const double flops = 3 * (t * L * (2 * C * QKV + 2 * C * C) + expert_rows * L * 6 * C * F_e + t * 2 * C * Vp);
+    return flops / (989e12 * 0.75) + L * router;
+  };
+  // 1e-9: sums in another order; a missing product or a router timed in bf16 is off by percents.
+  EXPECT_NEAR(predict_step_time(model, layout, h100).gemm / gemm_seconds(k * t), 1.0, 1e-9);
+  model.moe.capacity_factor = 0.5f;
+  EXPECT_NEAR(predict_step_time(model, layout, h100).gemm / gemm_seconds(k * t / 2), 1.0, 1e-9);
+}
+
 // Equal stages (a vocabulary of 8 makes the head nothing): 1F1B idles (p - 1) / m of its busy
 // time on the busiest rank, and ZB-H1 less — a third of it only where the forward, the input
 // pass and the weight pass take a unit each; here the weight pass is the weight gradients' GEMMs

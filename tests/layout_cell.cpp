@@ -31,7 +31,9 @@ constexpr int kB = 2, kT = 16;
 // moved after each step from the loads every rank counts (model/expert_balance.h), at a rate that
 // changes choices within the cell's steps, and trained with both routers' losses (model/moe_mlp.h),
 // the balance loss's counts per sequence summed over the ranks holding its tokens, at weights
-// that make their share of the router's gradient count; with a gated shared expert (Qwen-MoE's).
+// that make their share of the router's gradient count; with a gated shared expert (Qwen-MoE's);
+// and, where context parallelism does not split the micro-batches (which a capacity refuses), each
+// expert within a capacity of 1.25 its share (model/config.h), which drops assignments.
 // Under pipeline parallelism one block more than
 // stages, so that one stage has two and the stages are uneven.
 ModelConfig test_model(const LayoutCell& cell, int stages) {
@@ -41,6 +43,7 @@ ModelConfig test_model(const LayoutCell& cell, int stages) {
   if (cell.family == "moe") {
     c.moe.bias_update_rate = 0.01f, c.moe.aux_loss_coef = 0.1f, c.moe.z_loss_coef = 0.01f;
     c.moe.shared_hidden = 24, c.moe.shared_gate = true;
+    if (cell.cp == 1) c.moe.capacity_factor = 1.25f;
   }
   if (cell.pp > 1) c.n_layer = stages + 1;
   return c;

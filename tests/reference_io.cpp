@@ -40,7 +40,8 @@ void set_model_metadata(ckpt::SafetensorsWriter& writer, const ModelConfig& c) {
                                 {"moe_shared_gate", c.moe.shared_gate},
                                 {"moe_bias_update_rate", c.moe.bias_update_rate},
                                 {"moe_aux_loss_coef", c.moe.aux_loss_coef},
-                                {"moe_z_loss_coef", c.moe.z_loss_coef}});
+                                {"moe_z_loss_coef", c.moe.z_loss_coef},
+                                {"moe_capacity_factor", c.moe.capacity_factor}});
   writer.set_metadata("family", std::string(model_family_name(c.family)));
 }
 

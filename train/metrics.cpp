@@ -65,7 +65,7 @@ void MetricsLog::log_step(const StepMetrics& m) {
                                        {"peak_bytes", peaks}};
   const std::pair<const char*, const std::vector<std::pair<int, double>>*> by_block[] = {
       {"expert_imbalance", &m.expert_imbalance}, {"expert_aux_loss", &m.expert_aux_loss},
-      {"router_z_loss", &m.router_z_loss}};
+      {"router_z_loss", &m.router_z_loss}, {"expert_dropped", &m.expert_dropped}};
   for (const auto& [name, values] : by_block) {
     if (values->empty()) continue;
     nlohmann::ordered_json blocks = nlohmann::ordered_json::object();
@@ -84,7 +84,8 @@ void MetricsLog::log_step(const StepMetrics& m) {
     events_->add_scalar("train/hfu", m.hfu, m.step);
   }
   for (const auto& [tag, values] : {std::pair{"moe/imbalance/h.", &m.expert_imbalance},
-                                    {"moe/aux_loss/h.", &m.expert_aux_loss}, {"moe/z_loss/h.", &m.router_z_loss}})
+                                    {"moe/aux_loss/h.", &m.expert_aux_loss}, {"moe/z_loss/h.", &m.router_z_loss},
+                                    {"moe/dropped/h.", &m.expert_dropped}})
     for (const auto& [layer, value] : *values) events_->add_scalar(str(tag, layer), value, m.step);
   events_->flush();
 }

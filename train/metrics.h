@@ -6,10 +6,11 @@
 //    "hfu", "loss_scale", "skipped", "communication_ms", "communication_hidden",
 //    "peak_bytes": {"parameters": ..., ...}}
 // (grad_norm, lr, mfu and hfu are null on a skipped step), with a mixture of experts also
-// "expert_imbalance": {"h.1": ..., ...} and, where the model trains with them, "expert_aux_loss"
-// and "router_z_loss" alike, and {"step", "val_loss"} when evaluated. The same numbers go to
+// "expert_imbalance": {"h.1": ..., ...} and, where the model trains with them, "expert_aux_loss",
+// "router_z_loss" and (within a capacity) "expert_dropped" alike, and {"step", "val_loss"} when evaluated. The same numbers go to
 // TensorBoard as train/loss, train/lr, train/grad_norm, train/tokens_per_s, train/mfu, train/hfu,
-// train/loss_scale, moe/imbalance/h.<l>, moe/aux_loss/h.<l>, moe/z_loss/h.<l> and val/loss.
+// train/loss_scale, moe/imbalance/h.<l>, moe/aux_loss/h.<l>, moe/z_loss/h.<l>, moe/dropped/h.<l>
+// and val/loss.
 #pragma once
 
 #include <cstdint>
@@ -42,9 +43,10 @@ struct StepMetrics {
   double hidden_fraction = 1;
   MemoryStats memory;  // peak bytes per tag are recorded
   // Each expert block's step (model/expert_balance.h), as (block, value): the busiest expert's load
-  // over the mean, and the routers' losses the model trains with (none where it has none); none
-  // for a dense model. "loss" is the token losses' mean alone, comparable with a dense model's.
-  std::vector<std::pair<int, double>> expert_imbalance, expert_aux_loss, router_z_loss;
+  // over the mean, the routers' losses the model trains with and the share of assignments dropped
+  // over a capacity (each none where the model has none); none for a dense model. "loss" is the
+  // token losses' mean alone, comparable with a dense model's.
+  std::vector<std::pair<int, double>> expert_imbalance, expert_aux_loss, router_z_loss, expert_dropped;
 };
 
 class MetricsLog {

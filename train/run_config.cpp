@@ -381,6 +381,11 @@ void check_context(const RunConfig& config, bool model_complete, Checker& check)
                                      " equal chunks), beyond model.max_seq_len = ", config.model.max_seq_len,
                                      "; use a data.seq_len that is a multiple of ", chunks, ", or at most ",
                                      config.model.max_seq_len / chunks * chunks));
+  if (model_complete && config.model.moe.experts > 0 && config.model.moe.capacity_factor > 0)
+    check.report("model.moe_capacity_factor", str("an expert's capacity is counted over each rank's rows of a "
+                                                  "micro-batch, which context parallelism splits (parallel.cp = ",
+                                                  p.cp, "), so other tokens would be dropped than on one rank; use "
+                                                  "moe_capacity_factor = 0 (dropless) or parallel.cp = 1"));
   if (model_complete && config.model.moe.experts > 0 && padded != T)
     check.report("data.seq_len", str("context parallelism would pad sequences of ", T, " tokens to ", padded, " (",
                                      chunks, " equal chunks), and the experts would route the padding, which their "

@@ -216,6 +216,7 @@ std::vector<ConfigKey> make_keys() {
                 &MoeConfig::bias_update_rate),
       trait_key(ConfigKey::Trait::moe, "model", "moe_aux_loss_coef", &C::model, &M::moe, &MoeConfig::aux_loss_coef),
       trait_key(ConfigKey::Trait::moe, "model", "moe_z_loss_coef", &C::model, &M::moe, &MoeConfig::z_loss_coef),
+      trait_key(ConfigKey::Trait::moe, "model", "moe_capacity_factor", &C::model, &M::moe, &MoeConfig::capacity_factor),
 
       key("init", "from", &C::init, &C::Init::from),
       key("init", "seed", &C::init, &C::Init::seed),

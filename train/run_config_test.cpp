@@ -285,6 +285,13 @@ TEST(RunConfig, ContextParallelSizesTheSequenceCannotTakeNameASizeThatWorks) {
                          "count; use a data.seq_len that is a multiple of 8"),
             std::string::npos)
       << experts;
+  const auto capacity = load_error(write_config(dir, kTiny), {"model.preset=\"moe-tiny\"", "parallel.cp=2",
+                                                              "data.seq_len=32", "model.moe_capacity_factor=1.25"});
+  EXPECT_NE(capacity.find("model.moe_capacity_factor = 1.25: an expert's capacity is counted over each rank's rows of "
+                          "a micro-batch, which context parallelism splits (parallel.cp = 2), so other tokens would "
+                          "be dropped than on one rank; use moe_capacity_factor = 0 (dropless) or parallel.cp = 1"),
+            std::string::npos)
+      << capacity;
 }
 
 // gpt2-tiny has 2 blocks; 8 micro-batches of 2 sequences per step.

@@ -126,12 +126,13 @@ void RunReport::expert_metrics(const StepStats& stats, StepMetrics& m) {
   const MoeConfig& moe = config_.model.moe;
   if (moe.experts == 0) return;
   // Each rank knows its stages' blocks: a block's values are its holders' (0 elsewhere, and none
-  // is negative), their max. Per layer: imbalance, balance loss, z-loss.
+  // is negative), their max. Per layer: imbalance, balance loss, z-loss, dropped share.
   const size_t L = static_cast<size_t>(config_.model.n_layer);
-  std::vector<double> by_layer(3 * L, 0.0);
+  std::vector<double> by_layer(4 * L, 0.0);
   for (const ExpertStats& block : stats.expert_stats) {
     const size_t l = static_cast<size_t>(block.layer);
     by_layer[l] = block.imbalance(), by_layer[L + l] = block.aux_loss, by_layer[2 * L + l] = block.z_loss;
+    by_layer[3 * L + l] = block.dropped_fraction();
   }
   all_reduce_values(control_, by_layer, ReduceOp::max);
   for (int l = 0; l < config_.model.n_layer; ++l) {
@@ -140,6 +141,7 @@ void RunReport::expert_metrics(const StepStats& stats, StepMetrics& m) {
     m.expert_imbalance.emplace_back(l, by_layer[i]);
     if (moe.aux_loss_coef > 0) m.expert_aux_loss.emplace_back(l, by_layer[L + i]);
     if (moe.z_loss_coef > 0) m.router_z_loss.emplace_back(l, by_layer[2 * L + i]);
+    if (moe.capacity_factor > 0) m.expert_dropped.emplace_back(l, by_layer[3 * L + i]);
   }
 }
 

@@ -9,8 +9,8 @@ n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, 
 rope_theta, rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
 rope_original_max_seq_len, and a mixture of experts' moe_experts (0: dense), moe_expert_hidden,
 moe_top_k, moe_sigmoid, moe_renormalize, moe_route_scale, moe_first_dense_layers,
-moe_bias_update_rate, moe_aux_loss_coef, moe_z_loss_coef, moe_shared_hidden, moe_shared_gate) and
-the optimizer settings. From those initial parameters the reference trains on its own; for each step it runs: forward of every
+moe_bias_update_rate, moe_aux_loss_coef, moe_z_loss_coef, moe_shared_hidden, moe_shared_gate,
+moe_capacity_factor) and the optimizer settings. From those initial parameters the reference trains on its own; for each step it runs: forward of every
 micro-batch (logits and summed loss recorded), backward of the global-batch mean loss (plus the
 routers' losses, each over the global batch's target count as model/moe_mlp.h defines them),
 global-norm clipping, one AdamW step; and writes everything to OUT:
@@ -124,7 +124,9 @@ class ExpertWeights(nn.Module):
 class MoeMlp(nn.Module):
     """A mixture of SwiGLU experts: the router in f32, the top k experts of each token by score
     (softmax or sigmoid), their weights renormalized over the k or not and scaled; each expert
-    computed on its tokens, its output added with the token's weight; and a shared SwiGLU expert
+    computed on its tokens, its output added with the token's weight, within a capacity of
+    ceil(factor · N · k / E) of the micro-batch's N rows each where the factor is set (the
+    assignments of largest weight kept, the earlier first among equal ones); and a shared SwiGLU expert
     every token passes through, scaled by sigmoid(u · shared_gate) (computed in f32) where gated
     (Qwen-MoE)."""
 
@@ -159,8 +161,12 @@ class MoeMlp(nn.Module):
         # Each token's weighted sum in f32, rounded once to a 16-bit model's type (as dtrain's
         # combine, kernels/moe_permute.h; Hugging Face's Mixtral rounds after each expert).
         out = torch.zeros(u.shape, dtype=torch.float32)
+        capacity = math.ceil(m.moe_capacity_factor * u.shape[0] * m.moe_top_k / m.moe_experts)
         for e in range(m.moe_experts):
-            token, slot = (chosen == e).nonzero(as_tuple=True)
+            token, slot = (chosen == e).nonzero(as_tuple=True)  # in assignment order
+            if m.moe_capacity_factor > 0:
+                kept = torch.sort(-weights[token, slot].detach(), stable=True).indices[:capacity]
+                token, slot = token[kept], slot[kept]
             gate, up = (u[token] @ self.experts["fc"].weight[e].t()).chunk(2, dim=-1)
             y = (F.silu(gate) * up) @ self.experts["proj"].weight[e].t()
             out = out.index_add(0, token, y.float() * weights[token, slot, None])
@@ -262,7 +268,8 @@ class Description:
                     "moe_first_dense_layers", "moe_shared_hidden"):
             setattr(self, key, int(meta[key]))
         for key in ("norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                    "moe_route_scale", "moe_bias_update_rate", "moe_aux_loss_coef", "moe_z_loss_coef"):
+                    "moe_route_scale", "moe_bias_update_rate", "moe_aux_loss_coef", "moe_z_loss_coef",
+                    "moe_capacity_factor"):
             setattr(self, key, float(meta[key]))
         self.tied = meta["tied"] == "1"
         self.moe_sigmoid = meta["moe_sigmoid"] == "1"
