@@ -107,7 +107,24 @@ INSTANTIATE_TEST_SUITE_P(
                                return c;
                              }()},
                       // Mixtral: 4 experts, each token's top 2.
-                      HfCase{"mixtral", sized("moe-tiny", 97, 64)}),
+                      HfCase{"mixtral", sized("moe-tiny", 97, 64)},
+                      // Qwen2: Llama's block with biases on q, k and v.
+                      HfCase{"qwen2",
+                             [] {
+                               ModelConfig c = sized("llama-tiny", 97, 64);
+                               c.qkv_bias = true;
+                               return c;
+                             }()},
+                      // Qwen2-MoE: a dense first block, then 6 experts (top 2, not renormalized)
+                      // beside a gated shared expert, with Qwen's q, k, v biases.
+                      HfCase{"qwen2_moe",
+                             [] {
+                               ModelConfig c = sized("moe-tiny", 97, 64);
+                               c.n_layer = 3, c.qkv_bias = true;
+                               c.moe.experts = 6, c.moe.routing.renormalize = false, c.moe.first_dense_layers = 1;
+                               c.moe.shared_hidden = 40, c.moe.shared_gate = true;
+                               return c;
+                             }()}),
     [](const auto& info) { return std::string(info.param.name); });
 
 std::string load_error(const ModelConfig& config, const std::string& path) {

@@ -120,21 +120,78 @@ ModelConfig mixtral_from_hf(const HfKeys& k) {
   return c;
 }
 
-// The model fields a Hugging Face Mixtral cannot express, as "model.key = value", or "" where
-// none: its experts are every block's, softmax-scored, renormalized and unscaled, without a
-// shared expert.
-std::string outside_mixtral(const ModelConfig& c) {
+// Qwen2: Llama's block with biases on q, k and v, attention over the whole sequence.
+ModelConfig qwen2_from_hf(const HfKeys& k) {
+  if (k.boolean("use_sliding_window", false))
+    k.fail("use_sliding_window", " = true: dtrain's attention is over the whole sequence (false)");
+  ModelConfig c = llama_from_hf(k);
+  c.qkv_bias = true;
+  return c;
+}
+
+// Qwen2-MoE: Qwen2's attention; each MLP after the dense ones of mlp_only_layers (a prefix of the
+// blocks, of intermediate_size) the top num_experts_per_tok of num_experts SwiGLU experts of
+// moe_intermediate_size by softmax score, renormalized where norm_topk_prob, beside a shared
+// expert of shared_expert_intermediate_size through its sigmoid gate.
+ModelConfig qwen2_moe_from_hf(const HfKeys& k) {
+  if (k.has("decoder_sparse_step") && k.integer("decoder_sparse_step") != 1)
+    k.fail("decoder_sparse_step", str(" = ", k.integer("decoder_sparse_step"), ": dtrain's expert blocks are every "
+                                      "block after the dense ones (1)"));
+  ModelConfig c = qwen2_from_hf(k);
+  int dense = 0;
+  if (k.has("mlp_only_layers")) {
+    const json& layers = k.at("mlp_only_layers");
+    for (const json& l : layers)
+      if (!l.is_number_integer() || l.get<int>() != dense++)
+        k.fail("mlp_only_layers", str(" = ", layers.dump(), ": dtrain's dense blocks are the first ones, [0, 1, ...]"));
+  }
+  c.moe = {.experts = k.integer("num_experts"),
+           .expert_hidden = k.integer("moe_intermediate_size"),
+           .routing = {.score = kernels::MoeScore::softmax, .top_k = k.integer("num_experts_per_tok"),
+                       .renormalize = k.boolean("norm_topk_prob", false), .route_scale = 1},
+           .shared_hidden = k.integer("shared_expert_intermediate_size"),
+           .shared_gate = true,
+           .first_dense_layers = dense};
+  return c;
+}
+
+// The Hugging Face architecture a model is written as ("gpt2", "llama", "qwen2", "mixtral",
+// "qwen2_moe"), and the first of its fields that architecture cannot express, as
+// "model.key = value", or "" where none.
+struct HfArchitecture {
+  std::string model_type, outside;
+};
+
+HfArchitecture hf_architecture(const ModelConfig& c) {
+  if (c.family == ModelFamily::gpt2) return {"gpt2", ""};
   const MoeConfig& m = c.moe;
-  if (m.first_dense_layers != 0) return str("model.moe_first_dense_layers = ", m.first_dense_layers);
-  if (m.routing.score != kernels::MoeScore::softmax) return "model.moe_score = \"sigmoid\"";
-  if (!m.routing.renormalize) return "model.moe_renormalize = false";
-  if (m.routing.route_scale != 1) return str("model.moe_route_scale = ", m.routing.route_scale);
-  if (m.shared_hidden != 0) return str("model.moe_shared_hidden = ", m.shared_hidden);
-  if (c.ffn_hidden() != m.expert_hidden)
-    return str("model.ffn_hidden_size = ", c.ffn_hidden(), " (Mixtral's intermediate_size is the experts' ",
-               m.expert_hidden, ")");
-  if (c.rope_scaling_factor > 0) return str("model.rope_scaling_factor = ", c.rope_scaling_factor);
-  return "";
+  const auto first = [](std::initializer_list<std::pair<bool, std::string>> checks) {
+    for (const auto& [outside, field] : checks)
+      if (outside) return field;
+    return std::string();
+  };
+  if (m.experts == 0) {
+    if (!c.qkv_bias) return {"llama", ""};
+    return {"qwen2", first({{c.rope_scaling_factor > 0, str("model.rope_scaling_factor = ", c.rope_scaling_factor)}})};
+  }
+  const std::pair<bool, std::string> routing[] = {
+      {m.routing.score != kernels::MoeScore::softmax, "model.moe_score = \"sigmoid\""},
+      {m.routing.route_scale != 1, str("model.moe_route_scale = ", m.routing.route_scale)},
+      {c.rope_scaling_factor > 0, str("model.rope_scaling_factor = ", c.rope_scaling_factor)}};
+  const std::string shared = first({routing[0], routing[1], routing[2]});
+  if (m.shared_hidden > 0)
+    return {"qwen2_moe", !shared.empty() ? shared
+                                         : first({{!m.shared_gate, "model.moe_shared_gate = false"},
+                                                  {!c.qkv_bias, "model.qkv_bias = false"}})};
+  return {"mixtral",
+          !shared.empty()
+              ? shared
+              : first({{m.first_dense_layers != 0, str("model.moe_first_dense_layers = ", m.first_dense_layers)},
+                       {!m.routing.renormalize, "model.moe_renormalize = false"},
+                       {c.qkv_bias, "model.qkv_bias = true"},
+                       {c.ffn_hidden() != m.expert_hidden,
+                        str("model.ffn_hidden_size = ", c.ffn_hidden(), " (Mixtral's intermediate_size is the experts' ",
+                            m.expert_hidden, ")")}})};
 }
 
 // A float field written as the shortest decimal that reads back as the same float: 1e-05, not
@@ -169,18 +226,24 @@ ModelConfig model_config_from_hf(const std::filesystem::path& config_json) {
     config = llama_from_hf(keys);
   else if (type == "mixtral")
     config = mixtral_from_hf(keys);
+  else if (type == "qwen2")
+    config = qwen2_from_hf(keys);
+  else if (type == "qwen2_moe")
+    config = qwen2_moe_from_hf(keys);
   else
-    keys.fail("model_type", str(" = ", type.dump(), ": dtrain reads \"gpt2\", \"llama\" and \"mixtral\" models"));
+    keys.fail("model_type", str(" = ", type.dump(), ": dtrain reads \"gpt2\", \"llama\", \"qwen2\", \"mixtral\" and "
+                                "\"qwen2_moe\" models"));
   with_context(str("Hugging Face config '", config_json.string(), "'"), [&] { validate_model_config(config); });
   return config;
 }
 
 json hf_config_json(const ModelConfig& c) {
   validate_model_config(c);
-  if (c.moe.experts > 0 && !outside_mixtral(c).empty())
-    throw ConfigError(str("this mixture of experts has no Hugging Face configuration: ", outside_mixtral(c),
-                          " is not what Mixtral computes, the one MoE family dtrain writes; keep it as a dtrain "
-                          "checkpoint"));
+  const HfArchitecture architecture = hf_architecture(c);
+  if (!architecture.outside.empty())
+    throw ConfigError(str("this model has no Hugging Face configuration: ", architecture.outside,
+                          " is not what Hugging Face's ", architecture.model_type,
+                          " computes, the architecture dtrain would write it as; keep it as a dtrain checkpoint"));
   json j;
   if (c.family == ModelFamily::gpt2) {
     j = {{"model_type", "gpt2"},
@@ -212,11 +275,25 @@ json hf_config_json(const ModelConfig& c) {
          {"hidden_act", "silu"},
          {"attention_bias", false},
          {"mlp_bias", false}};
-    if (c.moe.experts > 0) {
-      j.erase("rope_scaling"), j.erase("attention_bias"), j.erase("mlp_bias");
+    if (architecture.model_type != "llama") j.erase("rope_scaling"), j.erase("attention_bias"), j.erase("mlp_bias");
+    if (architecture.model_type == "mixtral") {
       j["model_type"] = "mixtral", j["architectures"] = {"MixtralForCausalLM"};
       j["num_local_experts"] = c.moe.experts, j["num_experts_per_tok"] = c.moe.routing.top_k;
       j["sliding_window"] = nullptr, j["router_jitter_noise"] = 0.0;
+    }
+    if (architecture.model_type == "qwen2" || architecture.model_type == "qwen2_moe") {
+      j["model_type"] = "qwen2", j["architectures"] = {"Qwen2ForCausalLM"};
+      j["use_sliding_window"] = false, j["sliding_window"] = nullptr;
+    }
+    if (architecture.model_type == "qwen2_moe") {
+      j["model_type"] = "qwen2_moe", j["architectures"] = {"Qwen2MoeForCausalLM"};
+      j["num_experts"] = c.moe.experts, j["num_experts_per_tok"] = c.moe.routing.top_k;
+      j["moe_intermediate_size"] = c.moe.expert_hidden;
+      j["shared_expert_intermediate_size"] = c.moe.shared_hidden;
+      j["norm_topk_prob"] = c.moe.routing.renormalize, j["decoder_sparse_step"] = 1;
+      std::vector<int> dense(static_cast<size_t>(c.moe.first_dense_layers));
+      for (int l = 0; l < c.moe.first_dense_layers; ++l) dense[static_cast<size_t>(l)] = l;
+      j["mlp_only_layers"] = dense, j["output_router_logits"] = false;
     }
     if (c.rope_scaling_factor > 0)
       j["rope_scaling"] = {{"rope_type", "llama3"},

@@ -10,6 +10,16 @@
 //         tie_word_embeddings (absent: false), rope_scaling null or {rope_type "llama3", factor,
 //         low_freq_factor, high_freq_factor, original_max_position_embeddings}; hidden_act must
 //         be "silu" and attention_bias and mlp_bias false.
+//   qwen2 (model_type "qwen2"): llama's keys, with biases on q, k and v (ModelConfig::qkv_bias);
+//         use_sliding_window must be false.
+//   mixtral (model_type "mixtral"): llama's keys and num_local_experts, num_experts_per_tok (every
+//         block's MLP the experts, softmax-scored and renormalized); sliding_window null and
+//         router_jitter_noise 0.
+//   qwen2_moe (model_type "qwen2_moe"): qwen2's keys and num_experts, num_experts_per_tok,
+//         moe_intermediate_size, shared_expert_intermediate_size (gated), norm_topk_prob,
+//         mlp_only_layers (the first blocks, dense, of intermediate_size); decoder_sparse_step 1.
+// A model is written as the one of these that computes it, or refused naming the field none can
+// express.
 // Whatever the file says that we would compute differently is rejected with the file, the key
 // and the value, never ignored.
 #pragma once

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <fstream>
 
 #include "core/error.h"
@@ -32,7 +34,9 @@ void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.moe.routing.renormalize, b.moe.routing.renormalize);
   EXPECT_EQ(a.moe.routing.route_scale, b.moe.routing.route_scale);
   EXPECT_EQ(a.moe.shared_hidden, b.moe.shared_hidden);
+  EXPECT_EQ(a.moe.shared_gate, b.moe.shared_gate);
   EXPECT_EQ(a.moe.first_dense_layers, b.moe.first_dense_layers);
+  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   if (a.family == ModelFamily::llama) {
     EXPECT_EQ(a.rope_theta, b.rope_theta);
     EXPECT_EQ(a.rope_scaling_factor, b.rope_scaling_factor);
@@ -92,7 +96,8 @@ TEST(HfConfig, ReadsAMixtralConfigWrittenByTransformers) {
 
 // What we write, transformers reads with the same sizes; and we read it back unchanged.
 TEST(HfConfig, WrittenConfigsLoadInTransformers) {
-  for (const char* preset : {"gpt2-124m", "gpt2-tiny", "llama3.2-1b", "llama-tiny", "llama3-8b", "moe-tiny", "mixtral-8x7b"}) {
+  for (const char* preset :
+       {"gpt2-124m", "gpt2-tiny", "llama3.2-1b", "llama-tiny", "llama3-8b", "moe-tiny", "mixtral-8x7b", "qwen1.5-moe-a2.7b"}) {
     SCOPED_TRACE(preset);
     const ModelConfig c = model_preset(preset);
     testing::TempDir dir;
@@ -121,10 +126,19 @@ TEST(HfConfig, WrittenConfigsLoadInTransformers) {
       EXPECT_EQ(seen["intermediate_size"], c.ffn_hidden_size);
       EXPECT_EQ(seen["vocab_size"], c.vocab_size);
       EXPECT_EQ(seen["max_position_embeddings"], c.max_seq_len);
-      EXPECT_EQ(seen["rms_norm_eps"], 1e-5);
+      EXPECT_EQ(seen["rms_norm_eps"], c.norm_eps == 1e-6f ? 1e-6 : 1e-5);
       EXPECT_EQ(seen["rope_theta"], c.rope_theta);
       EXPECT_EQ(seen["tie_word_embeddings"], c.tied_embeddings);
-      if (c.moe.experts > 0) {
+      if (c.moe.shared_hidden > 0) {
+        EXPECT_EQ(seen["model_type"], "qwen2_moe");
+        EXPECT_EQ(seen["num_experts"], c.moe.experts);
+        EXPECT_EQ(seen["num_experts_per_tok"], c.moe.routing.top_k);
+        EXPECT_EQ(seen["moe_intermediate_size"], c.moe.expert_hidden);
+        EXPECT_EQ(seen["shared_expert_intermediate_size"], c.moe.shared_hidden);
+        EXPECT_EQ(seen["norm_topk_prob"], c.moe.routing.renormalize);
+        EXPECT_EQ(seen["mlp_only_layers"].size(), static_cast<size_t>(c.moe.first_dense_layers));
+        EXPECT_EQ(seen["use_sliding_window"], false);
+      } else if (c.moe.experts > 0) {
         EXPECT_EQ(seen["model_type"], "mixtral");
         EXPECT_EQ(seen["num_local_experts"], c.moe.experts);
         EXPECT_EQ(seen["num_experts_per_tok"], c.moe.routing.top_k);
@@ -167,28 +181,69 @@ TEST(HfConfig, RejectsWhatWeWouldComputeDifferently) {
   llama["num_hidden_layers"] = "2";
   expect_rejected(llama, "num_hidden_layers = \"2\": expected an integer");
   llama["model_type"] = "mistral";
-  expect_rejected(llama, "model_type = \"mistral\": dtrain reads \"gpt2\", \"llama\" and \"mixtral\" models");
+  expect_rejected(llama, "model_type = \"mistral\": dtrain reads \"gpt2\", \"llama\", \"qwen2\", \"mixtral\" and "
+                         "\"qwen2_moe\" models");
   nlohmann::json mixtral = ckpt::hf_config_json(model_preset("moe-tiny"));
   mixtral["sliding_window"] = 4096;
   expect_rejected(mixtral, "sliding_window = 4096: dtrain's attention is over the whole sequence");
   mixtral = ckpt::hf_config_json(model_preset("moe-tiny"));
   mixtral["router_jitter_noise"] = 0.01;
   expect_rejected(mixtral, "router_jitter_noise = 0.01: dtrain computes only 0.0");
+  nlohmann::json qwen = ckpt::hf_config_json(model_preset("qwen1.5-moe-a2.7b"));
+  qwen["mlp_only_layers"] = {0, 2};
+  expect_rejected(qwen, "mlp_only_layers = [0,2]: dtrain's dense blocks are the first ones, [0, 1, ...]");
+  qwen = ckpt::hf_config_json(model_preset("qwen1.5-moe-a2.7b"));
+  qwen["decoder_sparse_step"] = 2;
+  expect_rejected(qwen, "decoder_sparse_step = 2: dtrain's expert blocks are every block after the dense ones");
+  qwen["model_type"] = "qwen2", qwen["use_sliding_window"] = true;
+  expect_rejected(qwen, "use_sliding_window = true: dtrain's attention is over the whole sequence");
 }
 
-// A mixture of experts that Mixtral's configuration cannot express is not written as one.
-TEST(HfConfig, AMixtureOfExpertsOtherThanMixtralsIsNotWritten) {
-  ModelConfig c = model_preset("moe-tiny");
-  c.moe.routing.score = kernels::MoeScore::sigmoid;
-  try {
-    ckpt::hf_config_json(c);
-    FAIL() << "a sigmoid-scored mixture of experts written as Mixtral";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("this mixture of experts has no Hugging Face configuration: model.moe_score "
-                                         "= \"sigmoid\" is not what Mixtral computes"),
-              std::string::npos)
-        << e.what();
-  }
+// A model the architecture it would be written as cannot express is not written: Mixtral without
+// a shared expert, Qwen2-MoE with one, Qwen2 with q, k, v biases; the field is named.
+TEST(HfConfig, AModelItsArchitectureCannotExpressIsNotWritten) {
+  const auto refusal = [](const std::function<void(ModelConfig&)>& change, const char* preset) {
+    ModelConfig c = model_preset(preset);
+    change(c);
+    try {
+      ckpt::hf_config_json(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("written");
+  };
+  const std::pair<std::string, std::string> cases[] = {
+      {refusal([](ModelConfig& c) { c.moe.routing.score = kernels::MoeScore::sigmoid; }, "moe-tiny"),
+       "model.moe_score = \"sigmoid\" is not what Hugging Face's mixtral computes"},
+      {refusal([](ModelConfig& c) { c.qkv_bias = true; }, "moe-tiny"),
+       "model.qkv_bias = true is not what Hugging Face's mixtral computes"},
+      {refusal([](ModelConfig& c) { c.moe.shared_gate = false; }, "qwen1.5-moe-a2.7b"),
+       "model.moe_shared_gate = false is not what Hugging Face's qwen2_moe computes"},
+      {refusal([](ModelConfig& c) { c.qkv_bias = false; }, "qwen1.5-moe-a2.7b"),
+       "model.qkv_bias = false is not what Hugging Face's qwen2_moe computes"},
+      {refusal([](ModelConfig& c) { c.qkv_bias = true; }, "llama3.2-1b"),
+       "model.rope_scaling_factor = 32 is not what Hugging Face's qwen2 computes"}};
+  for (const auto& [message, expected] : cases)
+    EXPECT_NE(message.find(str("this model has no Hugging Face configuration: ", expected)), std::string::npos)
+        << message;
+}
+
+TEST(HfConfig, ReadsAQwen2MoeConfigWrittenByTransformers) {
+  testing::TempDir dir;
+  ASSERT_EQ(testing::run_reference_script(
+                "hf_config_reference.py",
+                str("write ", dir.path().string(),
+                    " qwen2_moe num_hidden_layers=3 hidden_size=64 num_attention_heads=8 num_key_value_heads=2 "
+                    "intermediate_size=96 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-06 "
+                    "rope_theta=1000000.0 num_experts=6 num_experts_per_tok=3 moe_intermediate_size=32 "
+                    "shared_expert_intermediate_size=80 norm_topk_prob=true mlp_only_layers=[0]")),
+            0);
+  ModelConfig expected{.family = ModelFamily::llama, .n_layer = 3, .d_model = 64, .n_head = 8, .n_kv_head = 2,
+                       .ffn_hidden_size = 96, .vocab_size = 1000, .max_seq_len = 512, .tied_embeddings = false,
+                       .qkv_bias = true, .norm_eps = 1e-6f, .rope_theta = 1e6};
+  expected.moe = {.experts = 6, .expert_hidden = 32, .routing = {.top_k = 3, .renormalize = true},
+                  .shared_hidden = 80, .shared_gate = true, .first_dense_layers = 1};
+  expect_same_model(ckpt::model_config_from_hf(dir.path() / "config.json"), expected);
 }
 
 }  // namespace

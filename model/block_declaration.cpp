@@ -78,6 +78,10 @@ int64_t LinearDeclaration::out_features(const ModelConfig& config, const ShardDi
   return style == LinearStyle::column ? spans_width(spans, dims) : config.d_model;
 }
 
+bool LinearDeclaration::has_bias(const ModelConfig& config) const {
+  return config.traits().biases || (config.qkv_bias && name == "attn.qkv");
+}
+
 int64_t ActivationDeclaration::width_of(const ModelConfig& config, const ShardDims& dims) const {
   switch (width) {
     case ActivationWidth::model:
@@ -208,19 +212,27 @@ MlpShape mlp_shape(const ModelConfig& config, int layer) {
   return config.moe.shared_gate ? MlpShape::experts_shared_gated : MlpShape::experts_shared;
 }
 
-// A mixture of experts' layers after ln_2 (Mixtral's and Qwen-MoE's Hugging Face names; "{e}"
-// stands for an expert's index): the router, each expert's gate and up projections stacked by
-// rows as in the dense mlp.fc and its down projection, and the shared expert with its gate.
+// A mixture of experts' layers after ln_2 ("{e}" stands for an expert's index): the router, each
+// expert's gate and up projections stacked by rows as in the dense mlp.fc and its down
+// projection, and the shared expert with its gate. Their Hugging Face names are Mixtral's
+// without a shared expert, Qwen2-MoE's with one.
 std::vector<std::variant<NormDeclaration, LinearDeclaration>> expert_layers(MlpShape shape) {
   using S = Span;
+  if (shape == MlpShape::experts)
+    return {
+        LinearDeclaration{"mlp.router", LinearStyle::column, {S::experts}, false, {{"block_sparse_moe.gate", 1}}},
+        LinearDeclaration{"mlp.experts.fc", LinearStyle::column, {S::expert_ffn, S::expert_ffn}, false,
+                          {{"block_sparse_moe.experts.{e}.w1", 1}, {"block_sparse_moe.experts.{e}.w3", 1}}, true},
+        LinearDeclaration{"mlp.experts.proj", LinearStyle::row, {S::expert_ffn}, true,
+                          {{"block_sparse_moe.experts.{e}.w2", 1}}, true},
+    };
   std::vector<std::variant<NormDeclaration, LinearDeclaration>> layers = {
-      LinearDeclaration{"mlp.router", LinearStyle::column, {S::experts}, false, {{"block_sparse_moe.gate", 1}}},
+      LinearDeclaration{"mlp.router", LinearStyle::column, {S::experts}, false, {{"mlp.gate", 1}}},
       LinearDeclaration{"mlp.experts.fc", LinearStyle::column, {S::expert_ffn, S::expert_ffn}, false,
-                        {{"block_sparse_moe.experts.{e}.w1", 1}, {"block_sparse_moe.experts.{e}.w3", 1}}, true},
+                        {{"mlp.experts.{e}.gate_proj", 1}, {"mlp.experts.{e}.up_proj", 1}}, true},
       LinearDeclaration{"mlp.experts.proj", LinearStyle::row, {S::expert_ffn}, true,
-                        {{"block_sparse_moe.experts.{e}.w2", 1}}, true},
+                        {{"mlp.experts.{e}.down_proj", 1}}, true},
   };
-  if (shape == MlpShape::experts) return layers;
   layers.push_back(LinearDeclaration{"mlp.shared.fc", LinearStyle::column, {S::shared_ffn, S::shared_ffn}, false,
                                      {{"mlp.shared_expert.gate_proj", 1}, {"mlp.shared_expert.up_proj", 1}}});
   layers.push_back(LinearDeclaration{"mlp.shared.proj", LinearStyle::row, {S::shared_ffn}, true,

@@ -71,6 +71,9 @@ struct LinearDeclaration {
   // This rank's (in, out) features: the split dimension's share.
   int64_t in_features(const ModelConfig& config, const ShardDims& dims) const;
   int64_t out_features(const ModelConfig& config, const ShardDims& dims) const;
+  // Whether it has a bias: every layer of a family with biases, and Qwen's q, k and v projections
+  // (ModelConfig::qkv_bias).
+  bool has_bias(const ModelConfig& config) const;
 };
 
 struct NormDeclaration {

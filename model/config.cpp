@@ -53,6 +53,20 @@ constexpr ModelConfig mixtral(int n_layer, int d_model, int n_head, int n_kv_hea
   return c;
 }
 
+// Qwen1.5-MoE: Qwen2's attention (q, k, v biases), every MLP the top k of the experts by softmax
+// score, not renormalized, beside a gated shared expert of `shared` (also the dense MLP's width).
+constexpr ModelConfig qwen_moe(int n_layer, int d_model, int n_head, int experts, int top_k, int expert_hidden,
+                               int shared, int max_seq_len, int vocab_size) {
+  ModelConfig c = llama(n_layer, d_model, n_head, n_head, shared, false, max_seq_len, 0, vocab_size);
+  c.rope_theta = 1e6, c.norm_eps = 1e-6f, c.qkv_bias = true;
+  c.moe = {.experts = experts,
+           .expert_hidden = expert_hidden,
+           .routing = {.score = kernels::MoeScore::softmax, .top_k = top_k, .renormalize = false, .route_scale = 1},
+           .shared_hidden = shared,
+           .shared_gate = true};
+  return c;
+}
+
 constexpr Preset kPresets[] = {
     {"gpt2-124m", gpt2(12, 768, 12)},
     {"gpt2-355m", gpt2(24, 1024, 16)},
@@ -70,6 +84,7 @@ constexpr Preset kPresets[] = {
     // 6 query heads over 2 KV heads, an untied output layer and the odd vocabulary of gpt2-tiny.
     {"llama-tiny", llama(2, 48, 6, 2, 128, false, 64, 0, 997)},
     {"mixtral-8x7b", mixtral(32, 4096, 32, 8, 8, 14336, 32768)},
+    {"qwen1.5-moe-a2.7b", qwen_moe(24, 2048, 16, 60, 4, 1408, 5632, 8192, 151936)},
     // llama-tiny's attention with 4 experts of hidden width 32, two per token.
     {"moe-tiny", mixtral(2, 48, 6, 2, 4, 32, 64, 997)},
 };
@@ -189,6 +204,9 @@ void check_model_config(const ModelConfig& c, FieldProblems& problems) {
                 "family"));
   if (!traits.untied_output)
     require(c.tied_embeddings, "tied_embeddings", c.tied_embeddings, str("must be true for ", family));
+  if (traits.biases)
+    problems.require(!c.qkv_bias, "model.qkv_bias", "true",
+                     str("must be false for ", family, ", whose layers all have biases"));
   if (traits.positions == PositionKind::rotary && c.n_head >= 1 && c.d_model >= 1 && c.d_model % c.n_head == 0)
     require(c.head_size() % 2 == 0, "d_model", c.d_model,
             str("gives head size d_model / n_head = ", c.head_size(), ", but rotary embedding needs an even head size"));

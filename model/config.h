@@ -84,6 +84,7 @@ struct ModelConfig {
   int vocab_size = 0;   // V: the tokenizer's vocabulary; what logits, loss and saved tensors use
   int max_seq_len = 0;  // longest sequence: rows of gpt2's position embedding, llama's context
   bool tied_embeddings = true;  // the output projection is wte (else its own lm_head)
+  bool qkv_bias = false;        // llama: biases on the q, k and v projections (Qwen2, Qwen-MoE)
   float norm_eps = 1e-5f;
   // Rotary embedding (llama): base theta, and Llama 3's frequency scaling when factor > 0
   // (kernels/rope.h).

@@ -26,6 +26,11 @@ TEST(ModelConfig, PresetParameterCountsArePublished) {
   const ParameterLayout mixtral(model_preset("mixtral-8x7b"));
   EXPECT_EQ(mixtral.num_parameters(), 46'702'792'704);
   EXPECT_EQ(mixtral.active_parameters(), 12'879'925'248);
+  // Qwen1.5-MoE-A2.7B: 14.3B parameters in total, 2.7B activated (Qwen's model card), the q, k, v
+  // biases and the shared expert with its gate among them.
+  const ParameterLayout qwen(model_preset("qwen1.5-moe-a2.7b"));
+  EXPECT_EQ(qwen.num_parameters(), 14'315'784'192);
+  EXPECT_EQ(qwen.active_parameters(), 2'689'173'504);
   EXPECT_EQ(ParameterLayout(model_preset("llama3-8b")).active_parameters(), 8'030'261'248);  // dense: all
 }
 
@@ -122,6 +127,11 @@ TEST(ModelConfig, InvalidDescriptionsNameFieldValueAndRange) {
   const std::string both = error_of(c);  // every problem reported at once
   EXPECT_NE(both.find("model.vocab_size = -5"), std::string::npos) << both;
   EXPECT_NE(both.find("model.max_seq_len = -1"), std::string::npos) << both;
+  c = model_preset("gpt2-tiny");
+  c.qkv_bias = true;
+  EXPECT_NE(error_of(c).find("model.qkv_bias = true: must be false for gpt2, whose layers all have biases"),
+            std::string::npos)
+      << error_of(c);
 }
 
 TEST(ModelConfig, InvalidLlamaDescriptionsNameFieldValueAndRange) {

@@ -16,9 +16,9 @@ namespace k = kernels;
 
 namespace {
 
-// `prefix`.bias where the family's layers have biases, else none.
+// `prefix`.bias where the layer has a bias (LinearDeclaration::has_bias), else none.
 const ParamInfo* linear_bias(const ParameterLayout& layout, const std::string& prefix) {
-  return layout.config().traits().biases ? &layout.find(prefix + ".bias") : nullptr;
+  return layout.find_if_any(prefix + ".bias");
 }
 
 Tensor view(const FlatTensors& tensors, const ParamInfo* info) { return info ? tensors.stored(*info) : Tensor{}; }
@@ -85,7 +85,7 @@ void LinearProduct::backward_weight(const FlatTensors& grads, Tensor dout, Tenso
 
 ColumnParallelLinear::ColumnParallelLinear(const ParameterLayout& layout, const std::string& prefix,
                                            ParallelRegions& regions, LinearStateView state)
-    : product_(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), layout.config().traits().biases),
+    : product_(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), linear_bias(layout, prefix) != nullptr),
       regions_(&regions),
       state_(std::move(state)) {}
 

@@ -128,10 +128,10 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
       params_.back().is_expert = true;
     } else if (decl.style == LinearStyle::column) {
       add(name + ".weight", rows({width, C}, pieces), ParamInit::normal, init_std);
-      if (traits.biases) add(name + ".bias", rows({width}, std::move(pieces)), ParamInit::zeros, 0);
+      if (decl.has_bias(config)) add(name + ".bias", rows({width}, std::move(pieces)), ParamInit::zeros, 0);
     } else {
       add(name + ".weight", TensorSlice{{C, width}, 1, std::move(pieces)}, ParamInit::normal, init_std);
-      if (traits.biases) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
+      if (decl.has_bias(config)) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
     }
   };
   const kernels::FlatRange vocab = dims_.vocab;
@@ -209,9 +209,14 @@ void ParameterLayout::add(std::string name, TensorSlice slice, ParamInit init, f
   params_.push_back(std::move(p));
 }
 
-const ParamInfo& ParameterLayout::find(std::string_view name) const {
+const ParamInfo* ParameterLayout::find_if_any(std::string_view name) const {
   for (const auto& p : params_)
-    if (p.name == name) return p;
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const ParamInfo& ParameterLayout::find(std::string_view name) const {
+  if (const ParamInfo* p = find_if_any(name)) return *p;
   std::vector<std::string> names;
   for (const auto& p : params_) names.push_back(p.name);
   const std::string suggestion = closest_match(name, names);

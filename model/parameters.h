@@ -134,6 +134,7 @@ class ParameterLayout {
   bool holds_wte_copy() const { return held_.head && !held_.embeddings && config_.tied_embeddings; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(std::string_view name) const;  // throws dt::Error naming close matches
+  const ParamInfo* find_if_any(std::string_view name) const;  // nullptr where there is none
   int64_t num_parameters() const;   // unpadded elements only: the published count
   // Those a token's forward reads: an expert layer's top_k of E (the published "active" count).
   int64_t active_parameters() const;

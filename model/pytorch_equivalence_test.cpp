@@ -254,6 +254,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"llama_gqa6over2_untied_vocab997_seq37", llama(2, 48, 6, 2, 128, 997, false, 10000, 8), 2, 37},
         // Multi-query attention (one KV head), tied embeddings, Llama 3's theta, batch 3.
         Case{"llama_mqa_tied_batch3", llama(2, 32, 4, 1, 80, 61, true, 500000, 0), 3, 24},
+        // Qwen2's attention: biases on q, k and v (not on the output projection), grouped 6 over 2.
+        Case{"llama_qkv_bias_gqa6over2",
+             [] {
+               ModelConfig c = llama(2, 48, 6, 2, 128, 300, false, 10000, 0);
+               c.qkv_bias = true;
+               return c;
+             }(),
+             2, 29},
         // Plain multi-head, head size 10, three layers.
         Case{"llama_mha_layers3_seq29", llama(3, 40, 4, 4, 96, 300, false, 10000, 0), 2, 29},
         // Mixtral's routing (top 2 of 4 softmax scores, renormalized) after a dense block.

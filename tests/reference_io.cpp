@@ -23,6 +23,7 @@ void set_model_metadata(ckpt::SafetensorsWriter& writer, const ModelConfig& c) {
                                 {"vocab_size", c.vocab_size},
                                 {"max_seq_len", c.max_seq_len},
                                 {"tied", c.tied_embeddings},
+                                {"qkv_bias", c.qkv_bias},
                                 {"norm_eps", c.norm_eps},
                                 {"rope_theta", c.rope_theta},
                                 {"rope_scaling_factor", c.rope_scaling_factor},

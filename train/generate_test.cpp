@@ -87,7 +87,15 @@ INSTANTIATE_TEST_SUITE_P(
                                return c;
                              }()},
                       // Mixtral's top 2 of 4 experts, a token's choice the same in the prompt and alone.
-                      HfCase{"mixtral", sized("moe-tiny", 97, 64)}),
+                      HfCase{"mixtral", sized("moe-tiny", 97, 64)},
+                      // Qwen2-MoE: q, k, v biases, 6 experts (top 2) beside a gated shared expert.
+                      HfCase{"qwen2_moe",
+                             [] {
+                               ModelConfig c = sized("moe-tiny", 97, 64);
+                               c.qkv_bias = true, c.moe.experts = 6, c.moe.routing.renormalize = false;
+                               c.moe.shared_hidden = 40, c.moe.shared_gate = true;
+                               return c;
+                             }()}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A small random model of our own for the tests that need no reference.

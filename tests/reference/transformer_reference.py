@@ -5,7 +5,7 @@ Usage: /usr/bin/python3 transformer_reference.py IN.safetensors OUT.safetensors
 IN holds the initial parameters under dtrain's names and shapes (weights are (out, in), as
 torch.nn.Linear; llama's mlp.fc stacks the gate rows over the up rows), the inputs
 `s{step}.mb{k}.tokens` / `.targets`, and in its metadata the model description (family,
-n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, norm_eps,
+n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied, qkv_bias, norm_eps,
 rope_theta, rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor,
 rope_original_max_seq_len, and a mixture of experts' moe_experts (0: dense), moe_expert_hidden,
 moe_top_k, moe_sigmoid, moe_renormalize, moe_route_scale, moe_first_dense_layers,
@@ -72,7 +72,7 @@ class Attention(nn.Module):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_size = m.n_head, m.n_kv_head, m.d_model // m.n_head
         bias = m.family == "gpt2"
-        self.qkv = nn.Linear(m.d_model, (m.n_head + 2 * m.n_kv_head) * self.head_size, bias=bias)
+        self.qkv = nn.Linear(m.d_model, (m.n_head + 2 * m.n_kv_head) * self.head_size, bias=bias or m.qkv_bias)
         self.proj = nn.Linear(m.d_model, m.d_model, bias=bias)
 
     def forward(self, x, rope):
@@ -272,6 +272,7 @@ class Description:
                     "moe_capacity_factor"):
             setattr(self, key, float(meta[key]))
         self.tied = meta["tied"] == "1"
+        self.qkv_bias = meta["qkv_bias"] == "1"
         self.moe_sigmoid = meta["moe_sigmoid"] == "1"
         self.moe_renormalize = meta["moe_renormalize"] == "1"
         self.moe_shared_gate = meta["moe_shared_gate"] == "1"
