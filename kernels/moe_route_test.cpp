@@ -20,6 +20,7 @@ namespace dt::kernels {
 namespace {
 
 using testing::element;
+using testing::normalized_error;
 using testing::OwnedTensor;
 using testing::random_normal;
 using testing::zeros;
@@ -152,17 +153,6 @@ std::vector<double> reference_dlogits(const Reference& ref, const Tensor& dweigh
     }
   }
   return dlogits;
-}
-
-// max |actual - expected| / max |expected|.
-double normalized_error(const Tensor& actual, const std::vector<double>& expected) {
-  double worst = 0, scale = 1e-30;
-  for (int64_t i = 0; i < actual.numel(); ++i) {
-    const double d = std::fabs(element(actual, i) - expected[i]);
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    scale = std::max(scale, std::fabs(expected[i]));
-  }
-  return worst / scale;
 }
 
 std::vector<int32_t> ints(const Tensor& t) {

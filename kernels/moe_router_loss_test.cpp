@@ -16,6 +16,7 @@ namespace dt::kernels {
 namespace {
 
 using testing::element;
+using testing::normalized_error;
 using testing::OwnedTensor;
 using testing::random_normal;
 using testing::zeros;
@@ -99,17 +100,6 @@ Reference reference_stats(const Routed& r, MoeScore score) {
     ref.z[q] += std::pow(m + std::log(sum), 2);
   }
   return ref;
-}
-
-// max |actual - expected| / max |expected|.
-double normalized_error(const Tensor& actual, const std::vector<double>& expected) {
-  double worst = 0, scale = 1e-30;
-  for (int64_t i = 0; i < actual.numel(); ++i) {
-    const double d = std::fabs(element(actual, i) - expected[i]);
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    scale = std::max(scale, std::fabs(expected[i]));
-  }
-  return worst / scale;
 }
 
 // ---- tests -------------------------------------------------------------------------------

@@ -39,9 +39,11 @@ struct ExpertRecord {
 // (a token's output must not depend on how the prompt is cut into chunks).
 struct ExpertActivations {
   Tensor scores, experts, weights, rows;
-  Tensor expert_in, expert_fch, expert_act, expert_out, counts;
-  Tensor router_in, router_weight, logits, routed, probs, z;
-  Tensor shared_fch, shared_act, shared_out, shared_gate;
+  Tensor expert_in, expert_fch, expert_act, expert_out;
+  Tensor counts{};  // where the model has the balance loss
+  Tensor router_in, router_weight, logits, routed;
+  Tensor probs{}, z{};  // where a training forward records the routers' losses
+  Tensor shared_fch{}, shared_act{}, shared_out{}, shared_gate{};  // where there is a shared expert
   ExpertRecord* record = nullptr;
   bool keep_all = false;
 };
@@ -68,9 +70,9 @@ struct BlockActivations {
 // kept per block and micro-batch like dfch.
 struct ExpertGradients {
   Tensor dexpert_out, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in;
-  Tensor dshared_out, dshared_act, dshared_fch, dshared_gate, dgate_in;
-  Tensor dscores;          // (P, E) f32 working space, where the model trains with the balance loss
-  float loss_scale = 0;    // what the token losses' gradient is scaled by: the routers' losses' take it too
+  Tensor dscores{};  // (P, E) f32 working space, where the model trains with the balance loss
+  Tensor dshared_out{}, dshared_act{}, dshared_fch{}, dshared_gate{}, dgate_in{};  // where there is a shared expert
+  float loss_scale = 0;  // what the token losses' gradient is scaled by: the routers' losses' take it too
 };
 
 // One block's gradients for N rows in backward. dout is the output's gradient (given); dres2 the

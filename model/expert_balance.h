@@ -33,7 +33,7 @@ std::vector<LinearStateDeclaration> with_model_states(const ModelConfig& config,
 // added to the step's loss (model/moe_mlp.h; 0 where the model has none).
 struct ExpertStats {
   int layer = 0;
-  std::vector<double> assignments;  // (E) per expert
+  std::vector<double> assignments = {};  // (E) per expert
   double dropped = 0;
   double aux_loss = 0, z_loss = 0;
 

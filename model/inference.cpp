@@ -150,7 +150,7 @@ void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
                                        .expert_act = assigned(experts_.expert_act),
                                        .expert_out = assigned(experts_.expert_out), .router_in = Tensor{},
                                        .router_weight = Tensor{}, .logits = rows(experts_.logits),
-                                       .routed = rows(experts_.routed), .probs = Tensor{}, .z = Tensor{},
+                                       .routed = rows(experts_.routed),
                                        .shared_fch = rows(experts_.shared_fch),
                                        .shared_act = rows(experts_.shared_act),
                                        .shared_out = rows(experts_.shared_out),

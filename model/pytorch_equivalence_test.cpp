@@ -187,8 +187,9 @@ TEST_P(ModelVsPyTorch, TenStepsFromTheSameStartMatchPyTorch) {
     // that differed.
     for (const ExpertStats& block : end_step_expert_balance(model, nullptr, stats.applied, stats.targets)) {
       const int l = block.layer;
-      if (config.moe.capacity_factor > 0)
+      if (config.moe.capacity_factor > 0) {
         EXPECT_GT(block.dropped, 0) << "step " << s << " block " << l << " dropped nothing: lower the capacity";
+      }
       if (config.moe.bias_update_rate > 0)
         compare("bias", str("s", s, ".expert_bias.h.", l), model.linear_states().find(l, "mlp.router", "expert_bias"),
                 kExactBound);

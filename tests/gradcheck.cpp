@@ -28,6 +28,16 @@ double element(const Tensor& t, int64_t i) {
   return t.dtype == DType::f64 ? t.ptr<double>()[i] : static_cast<double>(t.ptr<float>()[i]);
 }
 
+double normalized_error(const Tensor& actual, const std::vector<double>& expected) {
+  double worst = 0, scale = 1e-30;
+  for (int64_t i = 0; i < actual.numel(); ++i) {
+    const double d = std::fabs(element(actual, i) - expected[static_cast<size_t>(i)]);
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    scale = std::max(scale, std::fabs(expected[static_cast<size_t>(i)]));
+  }
+  return worst / scale;
+}
+
 OwnedTensor converted(const Tensor& t, DType dtype) {
   OwnedTensor o = zeros(dtype, t.shape);
   for (int64_t i = 0; i < t.numel(); ++i) {

@@ -25,6 +25,9 @@ OwnedTensor random_normal(DType dtype, Shape shape, uint64_t seed, double std = 
 OwnedTensor converted(const Tensor& t, DType dtype);
 // Element i as double, for f32 or f64 tensors.
 double element(const Tensor& t, int64_t i);
+// max |actual[i] - expected[i]| / max |expected[i]| for an f32 or f64 tensor against values worked
+// out in f64; a NaN counts as an infinite error.
+double normalized_error(const Tensor& actual, const std::vector<double>& expected);
 
 // One input whose analytic gradient is checked: `value` is perturbed, `grad` holds dL/dvalue.
 struct GradInput {

@@ -46,7 +46,8 @@ struct StepMetrics {
   // over the mean, the routers' losses the model trains with and the share of assignments dropped
   // over a capacity (each none where the model has none); none for a dense model. "loss" is the
   // token losses' mean alone, comparable with a dense model's.
-  std::vector<std::pair<int, double>> expert_imbalance, expert_aux_loss, router_z_loss, expert_dropped;
+  std::vector<std::pair<int, double>> expert_imbalance = {}, expert_aux_loss = {}, router_z_loss = {},
+                                      expert_dropped = {};
 };
 
 class MetricsLog {
