@@ -21,11 +21,7 @@ Tensor first(Tensor t, int64_t rows) { return t.slice_rows(0, rows); }
 }  // namespace
 
 MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states, const AttentionScope& scope)
-    : routing_(layout.config().moe.routing),
-      experts_(layout.config().moe.experts),
-      aux_loss_coef_(layout.config().moe.aux_loss_coef),
-      z_loss_coef_(layout.config().moe.z_loss_coef),
-      moe_(layout.config().moe),
+    : moe_(layout.config().moe),
       scope_(scope),
       router_(&layout.find(block_prefix(layer) + "mlp.router.weight")),
       fc_(&layout.find(block_prefix(layer) + "mlp.experts.fc.weight")),
@@ -35,12 +31,11 @@ MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& sta
       proj_state_(states.of(layer, "mlp.experts.proj")) {
   for (const auto& [kind, state] : router_state_.all())
     if (kind == "expert_bias") bias_ = state;
-  const MoeConfig& moe = layout.config().moe;
-  if (moe.shared_hidden == 0) return;
+  if (moe_.shared_hidden == 0) return;
   shared_fc_ = &layout.find(block_prefix(layer) + "mlp.shared.fc.weight");
   shared_proj_ = &layout.find(block_prefix(layer) + "mlp.shared.proj.weight");
   shared_fc_state_ = states.of(layer, "mlp.shared.fc"), shared_proj_state_ = states.of(layer, "mlp.shared.proj");
-  if (!moe.shared_gate) return;
+  if (!moe_.shared_gate) return;
   shared_gate_ = &layout.find(block_prefix(layer) + "mlp.shared_gate.weight");
   shared_gate_state_ = states.of(layer, "mlp.shared_gate");
 }
@@ -67,16 +62,16 @@ Tensor MoeMlp::gate_weight(const FlatTensors& weights, const BlockActivations& a
 }
 
 k::MoeDispatch MoeMlp::dispatch(const ExpertActivations& e) const {
-  return k::moe_dispatch(e.rows, e.experts, e.weights, experts_, e.keep_all ? 0 : moe_.capacity(e.rows.dim(0)));
+  return k::moe_dispatch(e.rows, e.experts, e.weights, moe_.experts, e.keep_all ? 0 : moe_.capacity(e.rows.dim(0)));
 }
 
 void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const {
   const ExpertActivations& e = a.experts;
   const Tensor u = router_input(a);
   k::linear_forward(e.logits, u, router_weight(weights, a), Tensor{});
-  k::moe_route_forward(e.scores, e.experts, e.weights, e.logits, bias_, routing_);
+  k::moe_route_forward(e.scores, e.experts, e.weights, e.logits, bias_, moe_.routing);
   if (e.counts.defined()) {
-    k::moe_router_stats(e.counts, Tensor{}, Tensor{}, e.scores, e.experts, Tensor{}, routing_.score);
+    k::moe_router_stats(e.counts, Tensor{}, Tensor{}, e.scores, e.experts, Tensor{}, moe_.routing.score);
     scope_.sum_over_sequences(e.counts);
   }
   if (e.record != nullptr) record_losses(e);
@@ -106,7 +101,7 @@ Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations
       k::add_forward(e.routed, e.routed, e.shared_out);
   }
   if (e.record != nullptr)
-    for (int64_t x = 0; x < experts_; ++x) {
+    for (int64_t x = 0; x < moe_.experts; ++x) {
       e.record->loads[x] += rows.rows_of(x) + rows.dropped[x];
       e.record->dropped += rows.dropped[x];
     }
@@ -115,21 +110,21 @@ Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations
 
 double MoeMlp::balance_factor(const ExpertActivations& e) const {
   const int64_t here = e.scores.dim(0) / e.counts.dim(0);  // each sequence's tokens on this rank
-  return static_cast<double>(aux_loss_coef_) * static_cast<double>(experts_) /
-         static_cast<double>(routing_.top_k * scope_.sequence_length(here));
+  return static_cast<double>(moe_.aux_loss_coef) * static_cast<double>(moe_.experts) /
+         static_cast<double>(moe_.routing.top_k * scope_.sequence_length(here));
 }
 
 void MoeMlp::record_losses(const ExpertActivations& e) const {
-  if (aux_loss_coef_ == 0 && z_loss_coef_ == 0) return;
-  k::moe_router_stats(Tensor{}, e.probs, e.z, e.scores, Tensor{}, e.logits, routing_.score);
-  if (aux_loss_coef_ > 0) {
+  if (moe_.aux_loss_coef == 0 && moe_.z_loss_coef == 0) return;
+  k::moe_router_stats(Tensor{}, e.probs, e.z, e.scores, Tensor{}, e.logits, moe_.routing.score);
+  if (moe_.aux_loss_coef > 0) {
     const std::vector<float> counts = host_values<float>(e.counts), probs = host_values<float>(e.probs);
     double sum = 0;
     for (size_t i = 0; i < counts.size(); ++i) sum += static_cast<double>(counts[i]) * probs[i];
     e.record->aux_loss += balance_factor(e) * sum;
   }
-  if (z_loss_coef_ > 0)
-    for (const float z : host_values<float>(e.z)) e.record->z_loss += static_cast<double>(z_loss_coef_) * z;
+  if (moe_.z_loss_coef > 0)
+    for (const float z : host_values<float>(e.z)) e.record->z_loss += static_cast<double>(moe_.z_loss_coef) * z;
 }
 
 void MoeMlp::route_backward(const ExpertActivations& e, const ExpertGradients& g) const {
@@ -137,10 +132,10 @@ void MoeMlp::route_backward(const ExpertActivations& e, const ExpertGradients& g
   if (e.counts.defined()) {
     dscores = g.dscores;
     k::moe_balance_backward(dscores, e.counts, e.scores, static_cast<float>(balance_factor(e) * g.loss_scale),
-                            routing_.score);
+                            moe_.routing.score);
   }
-  k::moe_route_backward(g.dlogits, g.dweights, dscores, e.scores, e.experts, routing_);
-  if (z_loss_coef_ > 0) k::moe_z_loss_backward(g.dlogits, e.logits, z_loss_coef_ * g.loss_scale);
+  k::moe_route_backward(g.dlogits, g.dweights, dscores, e.scores, e.experts, moe_.routing);
+  if (moe_.z_loss_coef > 0) k::moe_z_loss_backward(g.dlogits, e.logits, moe_.z_loss_coef * g.loss_scale);
 }
 
 Tensor MoeMlp::shared_output_gradient(const BlockActivations& a, const BlockGradients& d) const {

@@ -87,10 +87,7 @@ class MoeMlp final : public Mlp {
   // routers' losses' gradients.
   void route_backward(const ExpertActivations& e, const ExpertGradients& g) const;
 
-  kernels::MoeRouting routing_;
-  int64_t experts_;
-  float aux_loss_coef_, z_loss_coef_;
-  MoeConfig moe_;  // the model's settings, whose capacity(N) the dispatch keeps to
+  MoeConfig moe_;  // the model's: its routing, losses and capacity
   const AttentionScope& scope_;
   const ParamInfo *router_, *fc_, *proj_;
   const ParamInfo *shared_fc_ = nullptr, *shared_proj_ = nullptr, *shared_gate_ = nullptr;  // where there are
