@@ -126,6 +126,7 @@ TEST(HfConfig, WrittenConfigsLoadInTransformers) {
       EXPECT_EQ(seen["intermediate_size"], c.ffn_hidden_size);
       EXPECT_EQ(seen["vocab_size"], c.vocab_size);
       EXPECT_EQ(seen["max_position_embeddings"], c.max_seq_len);
+      // Written as the shortest decimal of the f32 value (Qwen's 1e-06, the others' 1e-05), read exactly.
       EXPECT_EQ(seen["rms_norm_eps"], c.norm_eps == 1e-6f ? 1e-6 : 1e-5);
       EXPECT_EQ(seen["rope_theta"], c.rope_theta);
       EXPECT_EQ(seen["tie_word_embeddings"], c.tied_embeddings);

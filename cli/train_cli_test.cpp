@@ -488,6 +488,8 @@ TEST(TrainCli, AMixtureOfExpertsTrainsLikeOneProcessUnderEveryLayoutAndLogsItsLo
   ASSERT_EQ(run_dtrain(run.args("capacity_dp2", capacity + " parallel.dp=2"), testing::mpirun(2)).status, 0);
   const std::vector<double> capacity_losses = run.losses("capacity"), capacity_dp2 = run.losses("capacity_dp2");
   ASSERT_EQ(capacity_dp2.size(), 3u);
+  // The dense runs' bound above: per-rank sums added over ranks instead of micro-batches (~1e-8 of
+  // the losses); an assignment dropped on one side and kept on the other would move them by far more.
   for (size_t s = 0; s < 3; ++s) EXPECT_NEAR(capacity_dp2[s], capacity_losses[s], 1e-5 * capacity_losses[s]) << s;
   std::ifstream capacity_metrics(run.path("capacity") / "metrics.jsonl");
   for (std::string line; std::getline(capacity_metrics, line);) {
