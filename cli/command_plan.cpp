@@ -66,6 +66,7 @@ std::string what_it_pays(const LayoutCandidate& c) {
   };
   add("tp", t.tensor_parallel);
   add("cp", t.context_parallel);
+  add("ep", t.expert_parallel);
   add("bubble", t.bubble);
   add("pp transfers", t.pipeline_transfers);
   add("dp", t.data_parallel);
@@ -179,6 +180,7 @@ int command_plan(int argc, char** argv, int first) {
       {"streaming kernels", time.streaming},
       {"tensor-parallel collectives", time.tensor_parallel},
       {"context-parallel ring", time.context_parallel},
+      {"expert-parallel all-to-alls", time.expert_parallel},
       {"pipeline bubble", time.bubble},
       {"pipeline transfers", time.pipeline_transfers},
       {"data-parallel, not hidden", time.data_parallel},
@@ -189,7 +191,8 @@ int command_plan(int argc, char** argv, int first) {
     j["profile"] = profile.name;
     j["gpus"] = layout.gpus();
     j["gpus_per_node"] = per_node;
-    j["layout"] = {{"dp", layout.dp}, {"tp", layout.tp}, {"pp", layout.pp}, {"cp", layout.cp}, {"sp", layout.sp},
+    j["layout"] = {{"dp", layout.dp}, {"tp", layout.tp}, {"pp", layout.pp}, {"cp", layout.cp}, {"ep", layout.ep},
+                   {"sp", layout.sp},
                    {"zero_stage", layout.zero_stage}, {"micro_batch", layout.micro_batch},
                    {"micro_batches", layout.micro_batches}, {"seq_len", layout.seq_len},
                    {"recompute", std::string(recompute_name(layout.recompute))},
@@ -203,7 +206,9 @@ int command_plan(int argc, char** argv, int first) {
     if (moe.experts > 0)
       j["expert_rows"] = {{"per_micro_batch", moe.expert_rows(routed_rows)},
                           {"dropless", moe.capacity_factor == 0},
-                          {"capacity", moe.capacity(routed_rows)}};
+                          {"capacity", moe.capacity(routed_rows)},
+                          {"received", moe.received_rows(routed_rows, even_part(moe.experts, layout.ep, 0).size(),
+                                                         layout.ep)}};
     for (const auto& [name, seconds] : terms) j["step_seconds"][name] = seconds;
     j["step_seconds"]["total"] = time.total;
     j["tokens_per_s"] = time.tokens_per_s;
@@ -230,9 +235,16 @@ int command_plan(int argc, char** argv, int first) {
                   " rows an expert, ", moe.expert_rows(routed_rows), " a micro-batch")
             : str("dropless: the activations sized for the worst case, every token's ", moe.routing.top_k,
                   " assignments (", moe.expert_rows(routed_rows), " rows a micro-batch)");
-    std::printf("experts: %d a block, top %lld; %s; their GEMMs timed as if each had rows enough for a dense "
+    const int64_t local = even_part(moe.experts, layout.ep, 0).size();
+    const std::string spread =
+        layout.ep == 1 ? ""
+                       : str("; over ", layout.ep, " ep ranks (", local, " a rank at most), whose experts receive at "
+                             "most ", moe.received_rows(routed_rows, local, layout.ep), " rows a micro-batch (",
+                             moe.capacity_factor > 0 ? "every rank's capacities" : "dropless: every rank's rows",
+                             "), timed as if balanced");
+    std::printf("experts: %d a block, top %lld; %s%s; their GEMMs timed as if each had rows enough for a dense "
                 "GEMM's efficiency\n",
-                moe.experts, static_cast<long long>(moe.routing.top_k), bound.c_str());
+                moe.experts, static_cast<long long>(moe.routing.top_k), bound.c_str(), spread.c_str());
   }
   std::printf("\nmemory per GPU (the largest rank)        GiB\n");
   for (int t = 0; t < kNumMemTags; ++t)

@@ -11,6 +11,7 @@ int command_bench_comm(int argc, char** argv, int first);
 int command_bench_tp(int argc, char** argv, int first);
 int command_bench_pp(int argc, char** argv, int first);
 int command_bench_cp(int argc, char** argv, int first);
+int command_bench_ep(int argc, char** argv, int first);
 int command_plan(int argc, char** argv, int first);
 int command_bench_profile(int argc, char** argv, int first);
 int command_plan_schedule(int argc, char** argv, int first);

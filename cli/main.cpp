@@ -57,6 +57,8 @@ constexpr Command kCommands[] = {
      dt::cli::command_bench_pp},
     {"bench cp", "ring attention under mpirun: each rank's attention time, plain against zig-zag, traffic",
      dt::cli::command_bench_cp},
+    {"bench ep", "experts over the ranks under mpirun: step and all-to-all time, traffic against the routing, imbalance",
+     dt::cli::command_bench_ep},
     {"bench profile", "measure this machine as a hardware profile for `dtrain plan` (under mpirun)",
      dt::cli::command_bench_profile},
     {"bench tokenizer", "time BPE encoding of a text file (MB/s)", dt::cli::command_bench_tokenizer},

@@ -294,4 +294,19 @@ std::vector<int64_t> all_to_all_counts(Communicator& group, std::span<const int6
   return {counts.begin() + static_cast<std::ptrdiff_t>(ranks), counts.end()};
 }
 
+std::vector<int64_t> all_gather_counts(Communicator& group, std::span<const int64_t> counts) {
+  const size_t ranks = static_cast<size_t>(group.size()), n = counts.size();
+  std::vector<int64_t> all((ranks + 1) * n);  // this rank's, then every rank's
+  std::copy(counts.begin(), counts.end(), all.begin());
+  on_group_device(group, all.data(), all.size() * sizeof(int64_t), [&](void* data) {
+    // As all_to_all_counts: each count two u32 words, moved and never added.
+    const Tensor in{.data = data, .dtype = DType::u32, .shape = {static_cast<int64_t>(2 * n)},
+                    .device = group.device()};
+    const Tensor out{.data = static_cast<int64_t*>(data) + n, .dtype = DType::u32,
+                     .shape = {static_cast<int64_t>(2 * n * ranks)}, .device = group.device()};
+    group.all_gather(out, in).wait();
+  });
+  return {all.begin() + static_cast<std::ptrdiff_t>(n), all.end()};
+}
+
 }  // namespace dt

@@ -202,5 +202,9 @@ void all_reduce_values(Communicator& group, std::span<double> values, ReduceOp o
 // elements it sends each rank), returns what each rank sends it — element q is rank q's
 // in_counts[this rank]. An even all_to_all of the counts, through the group's device. Waits.
 std::vector<int64_t> all_to_all_counts(Communicator& group, std::span<const int64_t> in_counts);
+// Every rank's `counts` (the same number on each) on every rank, in rank order: rank q's are
+// elements [q · counts.size(), (q + 1) · counts.size()) (expert parallelism's rows per rank and
+// expert). An all_gather through the group's device. Waits.
+std::vector<int64_t> all_gather_counts(Communicator& group, std::span<const int64_t> counts);
 
 }  // namespace dt

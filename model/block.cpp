@@ -19,7 +19,7 @@ void copy_unless_same(Tensor dst, Tensor src) {
 }  // namespace
 
 Block::Block(const ParameterLayout& layout, int layer, Recompute recompute, ParallelRegions& regions,
-             const LinearStates& states, const AttentionScope& scope)
+             const LinearStates& states, const AttentionScope& scope, ExpertExchange& experts)
     : layer_(layer),
       unit_(layout.block_unit(layer)),
       recompute_(recompute),
@@ -27,7 +27,7 @@ Block::Block(const ParameterLayout& layout, int layer, Recompute recompute, Para
       ln_2_(layout, prefix(layer, "ln_2")),
       attn_qkv_(layout, prefix(layer, "attn.qkv"), regions, states.of(layer, "attn.qkv")),
       attn_proj_(layout, prefix(layer, "attn.proj"), regions, states.of(layer, "attn.proj")),
-      mlp_(make_mlp(layout, layer, regions, states, scope)),
+      mlp_(make_mlp(layout, layer, regions, states, scope, experts)),
       parallel_(&regions) {}
 
 const LinearStateView& Block::linear_state(std::string_view linear) const {

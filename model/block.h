@@ -39,7 +39,7 @@ class Block {
   // and the micro-batch's own by default).
   Block(const ParameterLayout& layout, int layer, Recompute recompute,
         ParallelRegions& regions = ParallelRegions::single_rank(), const LinearStates& states = LinearStates::none(),
-        const AttentionScope& scope = AttentionScope::local());
+        const AttentionScope& scope = AttentionScope::local(), ExpertExchange& experts = ExpertExchange::single_rank());
 
   int layer() const { return layer_; }
   // The block's unit of the layout (model/parameters.h).

@@ -120,8 +120,8 @@ int64_t ActivationDeclaration::width_of(const ModelConfig& config, const ShardDi
   return 0;
 }
 
-int64_t ActivationDeclaration::rows_of(const ModelConfig& config, int64_t all_rows, int64_t local_rows,
-                                       int64_t sequences) const {
+int64_t ActivationDeclaration::rows_of(const ModelConfig& config, const ShardDims& dims, int64_t all_rows,
+                                       int64_t local_rows, int64_t sequences) const {
   switch (rows) {
     case ActivationRows::all:
       return all_rows;
@@ -129,6 +129,8 @@ int64_t ActivationDeclaration::rows_of(const ModelConfig& config, int64_t all_ro
       return local_rows;
     case ActivationRows::assignments:
       return config.moe.expert_rows(local_rows);
+    case ActivationRows::received:
+      return config.moe.received_rows(local_rows, dims.local_experts.size(), dims.expert_ranks);
     case ActivationRows::sequences:
       return sequences;
   }
@@ -169,7 +171,8 @@ std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, 
   using A = BlockActivation;
   using W = ActivationWidth;
   constexpr ActivationRows all = ActivationRows::all, part = ActivationRows::local,
-                           assigned = ActivationRows::assignments, sequences = ActivationRows::sequences;
+                           assigned = ActivationRows::assignments, received = ActivationRows::received,
+                           sequences = ActivationRows::sequences;
   constexpr ActivationType P = ActivationType::precision, F = ActivationType::f32, I = ActivationType::i32;
   constexpr Recompute full = Recompute::full, core = Recompute::selective;
   std::vector<ActivationDeclaration> a = {
@@ -187,8 +190,8 @@ std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, 
   for (const ActivationDeclaration& d : std::initializer_list<ActivationDeclaration>{
            {A::route_scores, W::experts, part, F, full},  {A::route_experts, W::top_k, part, I, full},
            {A::route_weights, W::top_k, part, F, full},   {A::route_rows, W::top_k, part, I, full},
-           {A::expert_in, W::model, assigned, P, full},   {A::expert_fch, W::expert_ffn_in, assigned, P, full},
-           {A::expert_act, W::expert_ffn, assigned, P, full}, {A::expert_out, W::model, assigned, P, Recompute::none}})
+           {A::expert_in, W::model, received, P, full},   {A::expert_fch, W::expert_ffn_in, received, P, full},
+           {A::expert_act, W::expert_ffn, received, P, full}, {A::expert_out, W::model, assigned, P, Recompute::none}})
     a.push_back(d);
   // The shared expert's output is kept under full recomputation too: its gate's backward reads it.
   if (shared) {

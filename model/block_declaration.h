@@ -84,7 +84,8 @@ struct NormDeclaration {
 // A block's activations, each a region per block and micro-batch of a stage's store unless a
 // recomputation policy rebuilds it in backward. A dense block has those up to res3; an expert
 // block has the router's (scores, chosen experts, their weights, each assignment's row), the
-// experts' rows (their input, fc output, activation and output) and a shared expert's, in place
+// experts' rows (their input, fc output and activation as their ranks receive them, and their
+// output as it returns) and a shared expert's, in place
 // of fch and fch_act; where the model trains with the routers' losses, each sequence's
 // assignments per expert (the balance loss's) and the router's logits (the z-loss's).
 enum class BlockActivation {
@@ -106,8 +107,10 @@ enum class ActivationWidth {
 };
 // Its rows: all N of the micro-batch, this rank's part of them under sequence parallelism, the
 // experts' rows for that part (top_k per row, or fewer within a capacity: MoeConfig::expert_rows),
-// or one per sequence of the micro-batch.
-enum class ActivationRows { all, local, assignments, sequences };
+// the rows this rank's experts receive (the same without expert parallelism, else at most what
+// every rank of its group sends them: MoeConfig::received_rows), or one per sequence of the
+// micro-batch.
+enum class ActivationRows { all, local, assignments, received, sequences };
 // What it holds: values in the run's precision, f32 (per-row statistics, the router's scores and
 // weights) or i32 indices.
 enum class ActivationType { precision, f32, i32 };
@@ -124,7 +127,8 @@ struct ActivationDeclaration {
   bool kept(Recompute policy) const { return rebuilt_from == Recompute::none || policy < rebuilt_from; }
   int64_t width_of(const ModelConfig& config, const ShardDims& dims) const;
   // Its rows, of a micro-batch of `sequences` sequences and N rows on a rank holding `local` of them.
-  int64_t rows_of(const ModelConfig& config, int64_t all_rows, int64_t local_rows, int64_t sequences) const;
+  int64_t rows_of(const ModelConfig& config, const ShardDims& dims, int64_t all_rows, int64_t local_rows,
+                  int64_t sequences) const;
   DType dtype(DType precision) const {
     return type == ActivationType::f32 ? DType::f32 : type == ActivationType::i32 ? DType::i32 : precision;
   }

@@ -80,7 +80,7 @@ TEST(BlockDeclaration, ExpertBlocksDeclareTheRoutersAndTheExpertsActivations) {
   const auto expect = [&](A id, int64_t width, int64_t rows, DType dtype) {
     const ActivationDeclaration& a = block.activation(id);
     EXPECT_EQ(a.width_of(c, dims), width) << static_cast<int>(id);
-    EXPECT_EQ(a.rows_of(c, 10, 5, 2), rows) << static_cast<int>(id);  // 2 sequences, 10 rows, 5 this rank's
+    EXPECT_EQ(a.rows_of(c, dims, 10, 5, 2), rows) << static_cast<int>(id);  // 2 sequences, 10 rows, 5 this rank's
     EXPECT_EQ(a.dtype(DType::bf16), dtype) << static_cast<int>(id);
   };
   expect(A::route_scores, 4, 5, DType::f32);
@@ -95,6 +95,13 @@ TEST(BlockDeclaration, ExpertBlocksDeclareTheRoutersAndTheExpertsActivations) {
   expect(A::shared_act, 40, 10, DType::bf16);
   expect(A::shared_out, 48, 5, DType::bf16);
   EXPECT_THROW(block.activation(A::shared_gate), Error);  // no gate
+  // Under expert parallelism the experts' input, fc output and activation are on the rows the
+  // rank's experts receive (2 of the 4 over 3 ranks: every rank's 5 rows twice), their output
+  // where it returns.
+  const ShardDims spread = shard_dims(c, {}, {0, 3});
+  EXPECT_EQ(block.activation(A::expert_in).rows_of(c, spread, 10, 5, 2), 30);
+  EXPECT_EQ(block.activation(A::expert_act).rows_of(c, spread, 10, 5, 2), 30);
+  EXPECT_EQ(block.activation(A::expert_out).rows_of(c, spread, 10, 5, 2), 10);
   // The routers' losses' activations take memory only where the model trains with them.
   expect(A::route_counts, 0, 2, DType::f32);
   expect(A::route_logits, 0, 5, DType::f32);

@@ -25,7 +25,9 @@ struct ExpertRecord {
 // A = P·k assignments: the experts' tensors have a row per assignment kept, the first R of A
 // (all of them when none is dropped). Kept or rebuilt as declared: the router's scores (P, E),
 // chosen experts (P, k) i32, their weights (P, k) and each assignment's row (P, k) i32; the
-// experts' input (A, C), fc output (A, 2 F_e), activation (A, F_e) and output (A, C); where the
+// experts' input (X, C), fc output (X, 2 F_e) and activation (X, F_e) on the rows this rank's
+// experts receive, X of them at most (model/expert_exchange.h; X = A without expert
+// parallelism), and their output as it returns here (A, C); where the
 // model trains with the balance loss, each of the micro-batch's S sequences' assignments per
 // expert (S, E) f32, summed over the ranks holding the sequence's other tokens. Scratch, used
 // within a pass: the router's input and weight widened to f32 where the precision is 16-bit (P, C)
@@ -35,7 +37,10 @@ struct ExpertRecord {
 // trains with computed in scratch: each sequence's probabilities (S, E) and z-loss (S), f32.
 // A shared expert's (undefined without one), F_s its hidden width: its fc output (P, 2 F_s) and
 // activation (P, F_s), kept or rebuilt as declared; its output (P, C) and, where gated, its gate's
-// logit (P) f32, kept. keep_all: generation's, every assignment kept whatever the capacity factor
+// logit (P) f32, kept. Expert parallelism's scratch, where the rows travel: this rank's rows as
+// sent (A, C), the experts' output before it returns (X, C) and a staging buffer (X, C) for the
+// all-to-alls; without it, sent is expert_in and result expert_out (nothing moves), and staging
+// is undefined. keep_all: generation's, every assignment kept whatever the capacity factor
 // (a token's output must not depend on how the prompt is cut into chunks).
 struct ExpertActivations {
   Tensor scores, experts, weights, rows;
@@ -44,6 +49,7 @@ struct ExpertActivations {
   Tensor router_in, router_weight, logits, routed;
   Tensor probs{}, z{};  // where a training forward records the routers' losses
   Tensor shared_fch{}, shared_act{}, shared_out{}, shared_gate{};  // where there is a shared expert
+  Tensor sent, result, staging{};
   ExpertRecord* record = nullptr;
   bool keep_all = false;
 };
@@ -62,14 +68,15 @@ struct BlockActivations {
 };
 
 // A mixture of experts' backward, sizes as ExpertActivations': the gradients of the experts'
-// output (A, C) (the experts' input's share its memory), activation (A, F_e) and fc output
-// (A, 2 F_e), of the routing weights (P, k) and logits (P, E) (f32), and of the router's f32 input
+// output as it returned (A, C) and as the experts made it (X, C) (the same tensor without expert
+// parallelism; the experts' input's gradient takes the latter's memory), of their activation
+// (X, F_e) and fc output (X, 2 F_e), of the routing weights (P, k) and logits (P, E) (f32), and of the router's f32 input
 // (P, C); a shared expert's output (P, C), activation (P, F_s), fc output (P, 2 F_s) and gate
 // logit (P) f32, and the gate's share of the router's input gradient (P, C) f32. Working space,
 // except what a deferred weight pass reads: dexpert_fch, dlogits and dshared_fch, which are then
 // kept per block and micro-batch like dfch.
 struct ExpertGradients {
-  Tensor dexpert_out, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in;
+  Tensor dexpert_out, dresult, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in;
   Tensor dscores{};  // (P, E) f32 working space, where the model trains with the balance loss
   Tensor dshared_out{}, dshared_act{}, dshared_fch{}, dshared_gate{}, dgate_in{};  // where there is a shared expert
   float loss_scale = 0;  // what the token losses' gradient is scaled by: the routers' losses' take it too

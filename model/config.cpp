@@ -127,6 +127,11 @@ int64_t MoeConfig::expert_rows(int64_t rows) const {
   return capacity_factor > 0 ? std::min(assignments, int64_t{experts} * capacity(rows)) : assignments;
 }
 
+int64_t MoeConfig::received_rows(int64_t rows, int64_t local, int ranks) const {
+  const int64_t assignments = rows * std::min<int64_t>(routing.top_k, local);
+  return ranks * (capacity_factor > 0 ? std::min(assignments, local * capacity(rows)) : assignments);
+}
+
 namespace {
 
 // The mixture-of-experts fields, when there are experts (with none, nothing reads them).

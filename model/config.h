@@ -72,6 +72,12 @@ struct MoeConfig {
   int64_t capacity(int64_t rows) const;
   // The experts' rows for N routed rows at most: N · top_k, or E · capacity(N) when fewer.
   int64_t expert_rows(int64_t rows) const;
+  // The rows a rank holding `local` of the experts receives at most under expert parallelism over
+  // `ranks` ranks that each route N rows: each rank's N rows, each of which takes at most
+  // min(top_k, local) of them, or within a capacity each rank's local · capacity(N) when fewer.
+  // expert_rows(N) on one rank. Dropless, the bound is met only when every rank sends every row
+  // here: the memory plan sizes for it.
+  int64_t received_rows(int64_t rows, int64_t local, int ranks) const;
 };
 
 struct ModelConfig {

@@ -50,6 +50,18 @@ TEST(ModelConfig, AnExpertsCapacityIsTheFactorTimesItsShareOfTheAssignments) {
   EXPECT_EQ(m.expert_rows(37), 40);
 }
 
+// Under expert parallelism a rank's experts receive at most every rank's rows for them: each row
+// at most min(top_k, the rank's experts) times, or within a capacity each rank's capacities.
+TEST(ModelConfig, ARanksExpertsReceiveAtMostEveryRanksRowsOrCapacities) {
+  MoeConfig m = model_preset("moe-tiny").moe;  // top 2 of 4
+  EXPECT_EQ(m.received_rows(37, 4, 1), m.expert_rows(37));  // one rank: its own
+  EXPECT_EQ(m.received_rows(37, 2, 3), 3 * 37 * 2);
+  EXPECT_EQ(m.received_rows(37, 1, 4), 4 * 37);             // one expert a rank: each row once
+  m.capacity_factor = 0.5f;                                  // capacity 10
+  EXPECT_EQ(m.received_rows(37, 4, 1), m.expert_rows(37));
+  EXPECT_EQ(m.received_rows(37, 2, 3), 3 * 2 * 10);
+}
+
 TEST(ModelConfig, ExpertBlocksHoldRouterExpertsAndSharedExpert) {
   ModelConfig c = model_preset("moe-tiny");  // d_model 48, 4 experts of 32
   c.n_layer = 3;

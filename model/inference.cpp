@@ -156,6 +156,9 @@ void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
                                        .shared_out = rows(experts_.shared_out),
                                        .shared_gate = experts_.shared_gate.numel() > 0 ? rows(experts_.shared_gate)
                                                                                        : Tensor{},
+                                       // One process's experts: the rows stay where they are put.
+                                       .sent = assigned(experts_.expert_in),
+                                       .result = assigned(experts_.expert_out),
                                        .keep_all = true}};
   for (const Block& block : blocks_) {
     CachedAttention attention(*this, block.layer(), first, M);

@@ -15,6 +15,7 @@
 
 #include "model/attention_core.h"
 #include "model/block_tensors.h"
+#include "model/expert_exchange.h"
 #include "model/layers.h"
 
 namespace dt {
@@ -57,9 +58,11 @@ class DenseMlp final : public Mlp {
 };
 
 // Block `layer`'s MLP as its declaration says (model/block_declaration.h); `scope`: where the
-// tokens it runs lie in their sequences (a mixture of experts' balance loss is per sequence).
+// tokens it runs lie in their sequences (a mixture of experts' balance loss is per sequence);
+// `experts`: where a mixture of experts' rows travel to the layout's experts.
 std::unique_ptr<Mlp> make_mlp(const ParameterLayout& layout, int layer, ParallelRegions& regions,
                               const LinearStates& states = LinearStates::none(),
-                              const AttentionScope& scope = AttentionScope::local());
+                              const AttentionScope& scope = AttentionScope::local(),
+                              ExpertExchange& experts = ExpertExchange::single_rank());
 
 }  // namespace dt

@@ -20,9 +20,11 @@ Tensor first(Tensor t, int64_t rows) { return t.slice_rows(0, rows); }
 
 }  // namespace
 
-MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states, const AttentionScope& scope)
+MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states, const AttentionScope& scope,
+               ExpertExchange& exchange)
     : moe_(layout.config().moe),
       scope_(scope),
+      exchange_(exchange),
       router_(&layout.find(block_prefix(layer) + "mlp.router.weight")),
       fc_(&layout.find(block_prefix(layer) + "mlp.experts.fc.weight")),
       proj_(&layout.find(block_prefix(layer) + "mlp.experts.proj.weight")),
@@ -76,10 +78,12 @@ void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActiva
   }
   if (e.record != nullptr) record_losses(e);
   const k::MoeDispatch rows = dispatch(e);
-  const int64_t R = rows.rows();
-  k::moe_permute_forward(first(e.expert_in, R), a.ln2, e.rows);
-  k::grouped_linear_forward(first(e.expert_fch, R), first(e.expert_in, R), weights.stored(*fc_), rows.offsets);
-  k::swiglu_forward(first(e.expert_act, R), first(e.expert_fch, R));
+  const ExpertRoute route = exchange_.route(rows);
+  const int64_t X = route.rows();
+  k::moe_permute_forward(first(e.sent, rows.rows()), a.ln2, e.rows);
+  exchange_.dispatch(first(e.expert_in, X), first(e.sent, rows.rows()), route, e.staging);
+  k::grouped_linear_forward(first(e.expert_fch, X), first(e.expert_in, X), weights.stored(*fc_), route.offsets);
+  k::swiglu_forward(first(e.expert_act, X), first(e.expert_fch, X));
   if (shared_fc_ == nullptr) return;
   k::linear_forward(e.shared_fch, a.ln2, weights.stored(*shared_fc_), Tensor{});
   k::swiglu_forward(e.shared_act, e.shared_fch);
@@ -90,8 +94,10 @@ void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActiva
 Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations& a) const {
   const ExpertActivations& e = a.experts;
   const k::MoeDispatch rows = dispatch(e);
-  const int64_t R = rows.rows();
-  k::grouped_linear_forward(first(e.expert_out, R), first(e.expert_act, R), weights.stored(*proj_), rows.offsets);
+  const ExpertRoute route = exchange_.route(rows);
+  const int64_t R = rows.rows(), X = route.rows();
+  k::grouped_linear_forward(first(e.result, X), first(e.expert_act, X), weights.stored(*proj_), route.offsets);
+  exchange_.combine(first(e.expert_out, R), first(e.result, X), route, e.staging);
   k::moe_unpermute_forward(e.routed, first(e.expert_out, R), e.weights, e.rows);
   if (shared_fc_ != nullptr) {
     k::linear_forward(e.shared_out, e.shared_act, weights.stored(*shared_proj_), Tensor{});
@@ -161,12 +167,14 @@ void MoeMlp::shared_backward(const FlatTensors* weights, const FlatTensors* grad
   k::linear_backward_weight(grads->stored(*shared_fc_), Tensor{}, g.dshared_fch, a.ln2);
 }
 
-void MoeMlp::combine_backward(const BlockActivations& a, const BlockGradients& d,
-                              const k::MoeDispatch& rows) const {
+Tensor MoeMlp::combine_backward(const BlockActivations& a, const BlockGradients& d, const k::MoeDispatch& rows,
+                                const ExpertRoute& route) const {
   const ExpertActivations& e = a.experts;
-  const int64_t R = rows.rows();
-  k::moe_unpermute_backward(first(d.experts.dexpert_out, R), d.experts.dweights, d.dout, first(e.expert_out, R),
-                            e.weights, e.rows);
+  const ExpertGradients& g = d.experts;
+  const int64_t R = rows.rows(), X = route.rows();
+  k::moe_unpermute_backward(first(g.dexpert_out, R), g.dweights, d.dout, first(e.expert_out, R), e.weights, e.rows);
+  exchange_.dispatch(first(g.dresult, X), first(g.dexpert_out, R), route, e.staging);
+  return first(g.dresult, X);
 }
 
 PendingSum MoeMlp::backward_input(const FlatTensors& weights, const FlatTensors& grads, const BlockActivations& a,
@@ -174,19 +182,20 @@ PendingSum MoeMlp::backward_input(const FlatTensors& weights, const FlatTensors&
   const ExpertActivations& e = a.experts;
   const ExpertGradients& g = d.experts;
   const k::MoeDispatch rows = dispatch(e);
-  const int64_t R = rows.rows();
-  combine_backward(a, d, rows);
-  const Tensor dy = first(g.dexpert_out, R), dact = first(g.dexpert_act, R), dfch = first(g.dexpert_fch, R);
-  k::grouped_linear_backward_input(dact, dy, weights.stored(*proj_), rows.offsets);
-  if (weights_now) k::grouped_linear_backward_weight(grads.stored(*proj_), dy, first(e.expert_act, R), rows.offsets);
-  k::swiglu_backward(dfch, dact, first(e.expert_fch, R));
+  const ExpertRoute route = exchange_.route(rows);
+  const int64_t R = rows.rows(), X = route.rows();
+  const Tensor dy = combine_backward(a, d, rows, route), dact = first(g.dexpert_act, X), dfch = first(g.dexpert_fch, X);
+  k::grouped_linear_backward_input(dact, dy, weights.stored(*proj_), route.offsets);
+  if (weights_now) k::grouped_linear_backward_weight(grads.stored(*proj_), dy, first(e.expert_act, X), route.offsets);
+  k::swiglu_backward(dfch, dact, first(e.expert_fch, X));
   // The experts' input's gradient takes dy's memory: nothing reads dy after this (a deferred
-  // weight pass computes it again).
+  // weight pass computes it again). It returns to this rank's rows in dexpert_out.
   const Tensor dexpert_in = dy;
-  k::grouped_linear_backward_input(dexpert_in, dfch, weights.stored(*fc_), rows.offsets);
-  if (weights_now) k::grouped_linear_backward_weight(grads.stored(*fc_), dfch, first(e.expert_in, R), rows.offsets);
+  k::grouped_linear_backward_input(dexpert_in, dfch, weights.stored(*fc_), route.offsets);
+  if (weights_now) k::grouped_linear_backward_weight(grads.stored(*fc_), dfch, first(e.expert_in, X), route.offsets);
+  exchange_.combine(first(g.dexpert_out, R), dexpert_in, route, e.staging);
   const Tensor dln2 = first(d.dtmp, a.ln2.dim(0));
-  k::moe_permute_backward(dln2, dexpert_in, e.rows);
+  k::moe_permute_backward(dln2, first(g.dexpert_out, R), e.rows);
   // The shared expert's share, through dy's memory, free again.
   if (shared_fc_ != nullptr)
     shared_backward(&weights, weights_now ? &grads : nullptr, a, d, dln2, first(g.dexpert_out, dln2.dim(0)));
@@ -215,11 +224,11 @@ void MoeMlp::backward_weight(const FlatTensors& grads, const BlockActivations& a
   const ExpertActivations& e = a.experts;
   const ExpertGradients& g = d.experts;
   const k::MoeDispatch rows = dispatch(e);
-  const int64_t R = rows.rows();
-  combine_backward(a, d, rows);
-  k::grouped_linear_backward_weight(grads.stored(*proj_), first(g.dexpert_out, R), first(e.expert_act, R),
-                                    rows.offsets);
-  k::grouped_linear_backward_weight(grads.stored(*fc_), first(g.dexpert_fch, R), first(e.expert_in, R), rows.offsets);
+  const ExpertRoute route = exchange_.route(rows);
+  const int64_t X = route.rows();
+  const Tensor dy = combine_backward(a, d, rows, route);
+  k::grouped_linear_backward_weight(grads.stored(*proj_), dy, first(e.expert_act, X), route.offsets);
+  k::grouped_linear_backward_weight(grads.stored(*fc_), first(g.dexpert_fch, X), first(e.expert_in, X), route.offsets);
   // The router's input is widened again: its scratch has served other blocks since.
   const Tensor u = router_input(a);
   k::linear_backward_weight(grads.stored(*router_), Tensor{}, g.dlogits, u);

@@ -36,13 +36,17 @@
 // (moe_dispatch: the same rows, from the same experts), so no pass keeps host state per
 // micro-batch.
 //
-// The router, experts, shared expert and their state are whole on every rank. Each rank routes its own rows; a
+// Each rank routes its own rows. The router, the shared expert and their state are whole on every
+// rank; the experts are this rank's (all of them without expert parallelism), and the rows go to
+// them and come back through an ExpertExchange (model/expert_exchange.h): the grouped GEMMs run
+// over the rows this rank's experts receive, laid out expert by expert (the route's offsets). A
 // run with tensor parallelism (whose ranks hold the same rows without sequence parallelism) is
-// refused until expert parallelism places the experts.
+// refused.
 #pragma once
 
 #include "kernels/moe_permute.h"
 #include "kernels/moe_route.h"
+#include "model/expert_exchange.h"
 #include "model/mlp.h"
 
 namespace dt {
@@ -51,8 +55,10 @@ class MoeMlp final : public Mlp {
  public:
   // Block `layer`'s mlp.router, mlp.experts.fc and mlp.experts.proj of `layout`, with their state
   // in `states`.
-  // `scope`: where the tokens it runs lie in their sequences.
-  MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states, const AttentionScope& scope);
+  // `scope`: where the tokens it runs lie in their sequences; `exchange`: where its rows travel to
+  // the experts (this rank's, of the layout's ExpertShard) and back.
+  MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states, const AttentionScope& scope,
+         ExpertExchange& exchange);
 
   void forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const override;
   Tensor forward_output(const FlatTensors& weights, const BlockActivations& a) const override;
@@ -76,9 +82,10 @@ class MoeMlp final : public Mlp {
                        const BlockGradients& d, Tensor dln2, Tensor scratch) const;
   // The rows' layout of a.experts' kept choice (sets a.experts.rows again, to the same values).
   kernels::MoeDispatch dispatch(const ExpertActivations& e) const;
-  // From the routed output's gradient: the gradients of the experts' output (into
-  // d.dexpert_out) and of the routing weights.
-  void combine_backward(const BlockActivations& a, const BlockGradients& d, const kernels::MoeDispatch& rows) const;
+  // From the routed output's gradient: the gradients of the routing weights and of the experts'
+  // output, into d.dexpert_out and from there to the experts, whose gradient (d.dresult) it returns.
+  Tensor combine_backward(const BlockActivations& a, const BlockGradients& d, const kernels::MoeDispatch& rows,
+                          const ExpertRoute& route) const;
   // The routers' losses of the micro-batch a training forward routed, added to its record.
   void record_losses(const ExpertActivations& e) const;
   // The balance loss's factor aux_loss_coef · E / (k T) for e's sequences, T their whole length.
@@ -89,6 +96,7 @@ class MoeMlp final : public Mlp {
 
   MoeConfig moe_;  // the model's: its routing, losses and capacity
   const AttentionScope& scope_;
+  ExpertExchange& exchange_;
   const ParamInfo *router_, *fc_, *proj_;
   const ParamInfo *shared_fc_ = nullptr, *shared_proj_ = nullptr, *shared_gate_ = nullptr;  // where there are
   LinearStateView router_state_, fc_state_, proj_state_, shared_fc_state_, shared_proj_state_, shared_gate_state_;

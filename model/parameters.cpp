@@ -89,11 +89,13 @@ HeldUnits HeldUnits::of(const std::vector<StageUnits>& stages, int n_layer) {
   return held;
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multiple, TensorShard shard, HeldUnits held)
+ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multiple, TensorShard shard, HeldUnits held,
+                                 ExpertShard experts)
     : config_(config),
       unit_multiple_(unit_multiple),
       shard_(shard),
-      dims_(shard_dims(config, shard)),
+      expert_shard_(experts),
+      dims_(shard_dims(config, shard, experts)),
       held_(std::move(held)),
       block_units_(static_cast<size_t>(config.n_layer), -1) {
   DT_CHECK(unit_multiple >= 1 && unit_multiple % kParamAlignment == 0, "unit multiple ", unit_multiple,
@@ -122,9 +124,10 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
     std::vector<SlicePiece> pieces = span_pieces(config, dims_, decl.spans, lead);
     const float init_std = decl.residual ? residual_std : std;
     if (decl.per_expert) {
-      // (E, out, in): every expert whole on every tensor-parallel rank, owned by the first.
+      // (E_local, out, in): this rank's experts, each whole on every tensor-parallel rank, owned
+      // by the first.
       const int64_t E = config.moe.experts, out = decl.out_features(config), in = decl.in_features(config);
-      add(name + ".weight", copy({E, out, in}), ParamInit::normal, init_std);
+      add(name + ".weight", rows({E, out, in}, {{dims_.local_experts, lead}}), ParamInit::normal, init_std);
       params_.back().is_expert = true;
     } else if (decl.style == LinearStyle::column) {
       add(name + ".weight", rows({width, C}, pieces), ParamInit::normal, init_std);
@@ -147,11 +150,22 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
     block_units_[static_cast<size_t>(l)] = static_cast<int>(units_.size());
     const int64_t block_begin = total_elements_;
     const std::string h = block_prefix(l);
-    for (const auto& layer : declare_block(config, l).layers) {
+    const auto& layers = declare_block(config, l).layers;
+    for (const auto& layer : layers) {
       if (const auto* n = std::get_if<NormDeclaration>(&layer)) norm(h + n->name);
-      if (const auto* decl = std::get_if<LinearDeclaration>(&layer)) linear(h + decl->name, *decl);
+      if (const auto* decl = std::get_if<LinearDeclaration>(&layer); decl != nullptr && !decl->per_expert)
+        linear(h + decl->name, *decl);
     }
-    end_unit(block_begin);
+    if (!config.moe_block(l)) {
+      end_unit(block_begin);
+      continue;
+    }
+    pad_to_unit_multiple();
+    const int64_t experts_begin = total_elements_;
+    for (const auto& layer : layers)
+      if (const auto* decl = std::get_if<LinearDeclaration>(&layer); decl != nullptr && decl->per_expert)
+        linear(h + decl->name, *decl);
+    end_unit(block_begin, experts_begin);
   }
   if (!held_.head) return;
   const int64_t head_begin = total_elements_;
@@ -183,9 +197,14 @@ size_t ParameterLayout::head_unit() const {
   return units_.size() - 1;
 }
 
-void ParameterLayout::end_unit(int64_t begin) {
+void ParameterLayout::pad_to_unit_multiple() {
   total_elements_ = (total_elements_ + unit_multiple_ - 1) / unit_multiple_ * unit_multiple_;
+}
+
+void ParameterLayout::end_unit(int64_t begin, std::optional<int64_t> experts_begin) {
+  pad_to_unit_multiple();
   units_.push_back({begin, total_elements_});
+  unit_experts_.push_back({experts_begin.value_or(total_elements_), total_elements_});
 }
 
 void ParameterLayout::add(std::string name, TensorSlice slice, ParamInit init, float init_std, int64_t stored_rows) {
@@ -232,10 +251,12 @@ std::vector<kernels::FlatRange> ParameterLayout::unpadded_ranges(
   return ranges;
 }
 
-std::vector<kernels::FlatRange> ParameterLayout::owned_ranges() const {
+std::vector<kernels::FlatRange> ParameterLayout::owned_ranges(
+    const std::function<bool(const ParamInfo&)>& include) const {
   std::vector<kernels::FlatRange> ranges;
   for (const ParamInfo& p : params_)
-    for (const ParamInfo::Run& run : p.runs())
+    if (!include || include(p))
+      for (const ParamInfo::Run& run : p.runs())
       if (run.owned) kernels::append_range(ranges, {p.offset + run.local, p.offset + run.local + run.count});
   return ranges;
 }
@@ -325,11 +346,13 @@ namespace {
 
 // For each run of shard's tensors (the owned ones only when `owned_only`), copies the run's
 // elements between the shard and the whole, either way.
-void copy_runs(const FlatTensors& whole, const FlatTensors& shard, bool into_shard, bool owned_only) {
+void copy_runs(const FlatTensors& whole, const FlatTensors& shard, bool into_shard, bool owned_only,
+               const std::function<bool(const ParamInfo&)>& include = {}) {
   const size_t element = dtype_size(shard.dtype());
   DT_CHECK(whole.dtype() == shard.dtype(), "slices between ", dtype_name(whole.dtype()), " and ",
            dtype_name(shard.dtype()), " tensors");
   for (const ParamInfo& p : shard.layout().params()) {
+    if (include && !include(p)) continue;
     const Tensor mine = shard.unpadded(p), all = whole.unpadded(p.name);
     for (const ParamInfo::Run& run : p.runs()) {
       if (owned_only && !run.owned) continue;
@@ -348,7 +371,9 @@ void copy_runs(const FlatTensors& whole, const FlatTensors& shard, bool into_sha
 
 void copy_slices(const FlatTensors& whole, FlatTensors& shard) { copy_runs(whole, shard, true, false); }
 
-void place_slices(const FlatTensors& shard, FlatTensors& whole) { copy_runs(whole, shard, false, true); }
+void place_slices(const FlatTensors& shard, FlatTensors& whole, const std::function<bool(const ParamInfo&)>& include) {
+  copy_runs(whole, shard, false, true, include);
+}
 
 void init_parameters(FlatTensors& params, uint64_t seed) {
   params.zero();  // alignment gaps and padding rows stay zero

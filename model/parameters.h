@@ -10,7 +10,10 @@
 // parameters fall into units — the embeddings, each block, the head (ln_f and lm_head) — that
 // ZeRO shards and gathers whole; with a unit multiple M each unit is padded to a multiple of M
 // elements, so that it splits into equal, aligned parts over the data-parallel ranks (M = 16 ×
-// ranks). The default M adds no padding. A tensor
+// ranks). The default M adds no padding. An expert block's experts come last in its unit, in a
+// part of their own that starts and ends at a multiple of M (its experts range): under expert
+// parallelism the ranks that hold the same experts are fewer than those holding the rest of the
+// block, and data parallelism reduces and shards each part over its own ranks. A tensor
 // may be stored with more rows than it shows (the padded vocabulary): `stored_rows` rows are
 // in the buffer, the first `shape[0]` are the parameter. Only the unpadded part counts as a
 // parameter, is saved, or is compared.
@@ -18,7 +21,9 @@
 // Under tensor parallelism a rank's layout holds its shard of the model (model/tensor_shard.h):
 // the same names, each tensor this rank's rows or columns of the model's, and each parameter
 // says where they lie in the whole tensor — what initialisation, checkpoints and the gradient
-// norm read. Under pipeline parallelism a rank's layout holds only the units of its stages
+// norm read. Under expert parallelism (ExpertShard) a rank's expert layers hold its experts,
+// (E_local, out, in): rows of the model's. Under pipeline parallelism a rank's layout holds only
+// the units of its stages
 // (HeldUnits), under the same names; a tied model's head on a rank without the embeddings holds
 // a copy of wte that the rank does not own (its gradient is summed with the embeddings' and it
 // is counted, saved and decayed as one tensor with them: parallel/pipeline/pipeline_parallel.h).
@@ -26,6 +31,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,12 +125,14 @@ constexpr int64_t kParamAlignment = 16;  // elements: 64 bytes of fp32, one cach
 class ParameterLayout {
  public:
   // Validates config first. `shard`: the tensor-parallel rank whose part of the model this lays
-  // out (the whole model by default); `held`: the units it holds (every one by default).
+  // out (the whole model by default); `held`: the units it holds (every one by default);
+  // `experts`: the expert-parallel rank whose experts it holds (all of them by default).
   explicit ParameterLayout(const ModelConfig& config, int64_t unit_multiple = kParamAlignment, TensorShard shard = {},
-                           HeldUnits held = {});
+                           HeldUnits held = {}, ExpertShard experts = {});
 
   const ModelConfig& config() const { return config_; }
   const TensorShard& shard() const { return shard_; }
+  const ExpertShard& expert_shard() const { return expert_shard_; }
   // This rank's heads, MLP columns and vocabulary rows (the model's own on one rank).
   const ShardDims& dims() const { return dims_; }
   const HeldUnits& held_units() const { return held_; }
@@ -144,6 +152,9 @@ class ParameterLayout {
   const std::vector<kernels::FlatRange>& units() const { return units_; }
   // The unit holding parameter p.
   size_t unit_of(const ParamInfo& p) const;
+  // Unit u's experts' part: its end, from the first expert layer's weight (a multiple of the unit
+  // multiple); empty, at the unit's end, where the unit has no experts.
+  kernels::FlatRange experts_of_unit(size_t u) const { return unit_experts_[u]; }
   // The units of the embeddings (the first), of block l and of the head (the last); each must be
   // held.
   size_t embeddings_unit() const;
@@ -152,24 +163,29 @@ class ParameterLayout {
   // The unpadded elements of the parameters `include` selects (all without it), as increasing
   // ranges of the flat buffer with touching ones merged: what the multi-tensor ops run over.
   std::vector<kernels::FlatRange> unpadded_ranges(const std::function<bool(const ParamInfo&)>& include = {}) const;
-  // The unpadded elements this rank owns (every one on one rank), as such ranges: what its share
-  // of the gradient norm counts, so that a tensor held by several tensor-parallel ranks counts once.
-  std::vector<kernels::FlatRange> owned_ranges() const;
+  // The unpadded elements this rank owns (every one on one rank) of the parameters `include`
+  // selects (all without it), as such ranges: what its share of the gradient norm counts, so that
+  // a tensor held by several tensor-parallel ranks counts once.
+  std::vector<kernels::FlatRange> owned_ranges(const std::function<bool(const ParamInfo&)>& include = {}) const;
 
  private:
   // A parameter of this rank: its slice of the model's tensor, stored with `stored_rows` rows
   // (its own rows when -1).
   void add(std::string name, TensorSlice slice, ParamInit init, float init_std, int64_t stored_rows = -1);
-  // Ends the unit that began at `begin`, padding it to a multiple of unit_multiple_.
-  void end_unit(int64_t begin);
+  // Pads the layout to a multiple of unit_multiple_.
+  void pad_to_unit_multiple();
+  // Ends the unit that began at `begin`, padded; its experts' part from `experts_begin` (none: empty).
+  void end_unit(int64_t begin, std::optional<int64_t> experts_begin = std::nullopt);
   ModelConfig config_;
   int64_t unit_multiple_;
   TensorShard shard_;
+  ExpertShard expert_shard_;
   ShardDims dims_;
   HeldUnits held_;
   std::vector<int> block_units_;  // by layer: its unit, or -1 where not held
   std::vector<ParamInfo> params_;
   std::vector<kernels::FlatRange> units_;
+  std::vector<kernels::FlatRange> unit_experts_;  // by unit
   int64_t total_elements_ = 0;
 };
 
@@ -239,8 +255,10 @@ class FlatTensors {
 // Sets each of shard's tensors — a tensor-parallel rank's slices, or whole tensors — from the
 // whole model's `whole` (flat tensors of the whole layout; any device, both the same).
 void copy_slices(const FlatTensors& whole, FlatTensors& shard);
-// The reverse for the slices shard owns: sets them in whole.
-void place_slices(const FlatTensors& shard, FlatTensors& whole);
+// The reverse for the slices shard owns of the parameters `include` selects (all without it):
+// sets them in whole.
+void place_slices(const FlatTensors& shard, FlatTensors& whole,
+                  const std::function<bool(const ParamInfo&)>& include = {});
 
 // Sets every parameter from its init rule; element i of parameter p is a function of
 // (seed, p.name, i) only (core/rng.h), so any process can build any part of the model.

@@ -45,6 +45,34 @@ TEST(Parameters, PaddingRowsAndGapsAreZeroAndOffsetsAligned) {
   EXPECT_EQ(p.unpadded("h.1.mlp.fc.bias").ptr<float>()[0], 0.0f);
 }
 
+// An expert-parallel rank's layout holds its experts (4 over 3 ranks: 2, 1, 1) as rows of the
+// whole tensors, last in each block's unit in a piece that starts and ends at the unit multiple;
+// every expert is held by one rank, and a unit without experts has an empty piece at its end.
+TEST(Parameters, ExpertParallelRanksHoldTheirExpertsLastInEachUnit) {
+  const ModelConfig c = model_preset("moe-tiny");
+  std::vector<int64_t> held(4, 0);
+  for (int r = 0; r < 3; ++r) {
+    const ParameterLayout layout(c, 64, {}, {}, {r, 3});
+    const ParamInfo& fc = layout.find("h.1.mlp.experts.fc.weight");
+    EXPECT_EQ(fc.shape[0], r == 0 ? 2 : 1);
+    EXPECT_EQ(fc.slice.whole[0], 4);
+    for (int64_t e = fc.slice.pieces[0].range.begin; e < fc.slice.pieces[0].range.end; ++e) ++held[static_cast<size_t>(e)];
+    for (size_t u = 0; u < layout.units().size(); ++u) {
+      const kernels::FlatRange unit = layout.units()[u], experts = layout.experts_of_unit(u);
+      EXPECT_EQ(experts.end, unit.end);
+      EXPECT_EQ(experts.begin % 64, 0);
+      for (const ParamInfo& p : layout.params()) {
+        if (layout.unit_of(p) == u) {
+          EXPECT_EQ(p.is_expert, p.offset >= experts.begin) << p.name;
+        }
+      }
+    }
+    EXPECT_EQ(layout.experts_of_unit(0).size(), 0);  // the embeddings
+    EXPECT_GT(layout.experts_of_unit(layout.block_unit(1)).size(), 0);
+  }
+  EXPECT_EQ(held, std::vector<int64_t>(4, 1));
+}
+
 TEST(Parameters, UnknownNameSuggestsTheClosest) {
   const ParameterLayout layout(model_preset("gpt2-tiny"));
   try {

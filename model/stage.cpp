@@ -35,10 +35,11 @@ struct Stage::ActivationRegions {
   };
   // An expert block's working space (model/block_tensors.h), in scratch: none in a stage without
   // one, the router's f32 copies none in f32, its logits none where the z-loss keeps them, the
-  // scores' gradient none without the balance loss, the shared expert's none without one.
+  // scores' gradient none without the balance loss, the shared expert's none without one, where
+  // the rows travel none without expert parallelism.
   struct ExpertScratch {
-    ActivationRegion router_in, router_weight, logits, routed, probs, z;
-    ActivationRegion dexpert_out, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in, dscores;
+    ActivationRegion router_in, router_weight, logits, routed, probs, z, sent, result, staging;
+    ActivationRegion dexpert_out, dresult, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in, dscores;
     ActivationRegion dshared_out, dshared_act, dshared_fch, dshared_gate, dgate_in;
   };
   ActivationRegion input;  // the embeddings' output, or the previous stage's output
@@ -68,7 +69,7 @@ struct Stage::ActivationRegions {
       Block& b = blocks.emplace_back();
       b.experts = c.moe_block(l);
       for (const ActivationDeclaration& a : declare_block(c, l).activations) {
-        const int64_t width = a.width_of(c, d), rows = a.rows_of(c, max_rows, rank_rows, sequences);
+        const int64_t width = a.width_of(c, d), rows = a.rows_of(c, d, max_rows, rank_rows, sequences);
         std::optional<ActivationRegion>& shared_region = once[static_cast<size_t>(a.id)];
         if (!a.kept(recompute) && !shared_region) shared_region = shared.add(width, a.dtype(precision), rows);
         b.activations[static_cast<size_t>(a.id)] =
@@ -78,8 +79,11 @@ struct Stage::ActivationRegions {
     // What a deferred weight pass reads beside the activations: each block's output gradient and
     // x''s (this rank's rows), and its fc and qkv outputs' gradients.
     const int64_t E = d.experts, top_k = c.moe.routing.top_k, F_e = d.expert_hidden, F_s = d.shared_ffn.size();
-    // The experts' rows, and the experts' output gradient's, which also serves P-row scratch.
+    // This rank's rows' assignments, and the experts' output gradient's, which also serves P-row
+    // scratch; the rows this rank's experts receive, and whether they travel.
     const int64_t assignments = c.moe.expert_rows(rank_rows), dy_rows = std::max(assignments, rank_rows);
+    const int64_t received = c.moe.received_rows(rank_rows, d.local_experts.size(), d.expert_ranks);
+    const int64_t travelling = d.expert_ranks > 1 ? C : 0;
     for (Block& b : blocks) {
       if (!deferred_weights) break;
       b.dout = kept.add(C, precision, rank_rows), b.dres2 = kept.add(C, precision, rank_rows);
@@ -88,7 +92,7 @@ struct Stage::ActivationRegions {
         b.dfch = kept.add(F_in, precision);
         continue;
       }
-      b.dexpert_fch = kept.add(2 * F_e, precision, assignments), b.dlogits = kept.add(E, DType::f32, rank_rows);
+      b.dexpert_fch = kept.add(2 * F_e, precision, received), b.dlogits = kept.add(E, DType::f32, rank_rows);
       b.dshared_fch = kept.add(2 * F_s, precision, rank_rows);
     }
     if (deferred_weights) dinput = kept.add(C, precision, rank_rows);
@@ -110,9 +114,13 @@ struct Stage::ActivationRegions {
                  .routed = scratch.add(C, precision, rank_rows),
                  .probs = scratch.add(c.moe.aux_loss_coef > 0 ? E : 0, DType::f32, sequences),
                  .z = scratch.add(c.moe.z_loss_coef > 0 ? 1 : 0, DType::f32, sequences),
+                 .sent = scratch.add(travelling, precision, assignments),
+                 .result = scratch.add(travelling, precision, received),
+                 .staging = scratch.add(travelling, precision, received),
                  .dexpert_out = scratch.add(C, precision, dy_rows),
-                 .dexpert_act = scratch.add(F_e, precision, assignments),
-                 .dexpert_fch = scratch.add(2 * F_e, precision, assignments),
+                 .dresult = scratch.add(travelling, precision, received),
+                 .dexpert_act = scratch.add(F_e, precision, received),
+                 .dexpert_fch = scratch.add(2 * F_e, precision, received),
                  .dweights = scratch.add(top_k, DType::f32, rank_rows),
                  .dlogits = scratch.add(E, DType::f32, rank_rows),
                  .drouter_in = scratch.add(C, DType::f32, rank_rows),
@@ -139,7 +147,7 @@ int64_t rank_rows(int64_t max_rows, int ranks, bool sequence_parallel) {
 
 Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
              int batch_size, int seq_len, ParallelRegions& regions, bool deferred_weights, const AttentionScope& scope,
-             const LinearStates& states)
+             const LinearStates& states, ExpertExchange& experts)
     : config_(layout.config()),
       dims_(layout.dims()),
       units_(units),
@@ -165,7 +173,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
   DT_CHECK((!units.embeddings || layout.held_units().embeddings) && (!units.head || layout.held_units().head),
            "a stage with units its layout does not hold");
   for (int l = units.first_block; l < units.end_block; ++l) {
-    blocks_.emplace_back(layout, l, recompute, regions, states, scope);
+    blocks_.emplace_back(layout, l, recompute, regions, states, scope, experts);
     expert_records_.push_back({.loads = std::vector<int64_t>(config_.moe_block(l) ? config_.moe.experts : 0, 0)});
   }
   if (units.embeddings) embedding_.emplace(layout);
@@ -184,9 +192,9 @@ void Stage::reset_expert_records() {
 
 ActivationBytes Stage::activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
                                         DType precision, int batch_size, int seq_len, TensorShard shard,
-                                        bool sequence_parallel, bool deferred_weights) {
+                                        bool sequence_parallel, bool deferred_weights, ExpertShard experts) {
   const int64_t rows = int64_t{batch_size} * seq_len;
-  return ActivationRegions(config, shard_dims(config, shard), units, recompute, precision, batch_size, rows,
+  return ActivationRegions(config, shard_dims(config, shard, experts), units, recompute, precision, batch_size, rows,
                  rank_rows(rows, shard.size, sequence_parallel), sequence_parallel, deferred_weights)
       .bytes;
 }
@@ -222,16 +230,23 @@ BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
   if (!b.experts) return a;
   const ActivationRegions::ExpertScratch& s = activation_regions_->experts;
   const auto assigned = [&](const ActivationRegion& r) { return region(k, r, config_.moe.expert_rows(P)); };
+  const auto received = [&](const ActivationRegion& r) { return region(k, r, received_rows(P)); };
   const int64_t B = shapes_.at(k).B;
   a.experts = {.scores = mine(b[A::route_scores]), .experts = mine(b[A::route_experts]),
                .weights = mine(b[A::route_weights]), .rows = mine(b[A::route_rows]),
-               .expert_in = assigned(b[A::expert_in]), .expert_fch = assigned(b[A::expert_fch]),
-               .expert_act = assigned(b[A::expert_act]), .expert_out = assigned(b[A::expert_out]),
+               .expert_in = received(b[A::expert_in]), .expert_fch = received(b[A::expert_fch]),
+               .expert_act = received(b[A::expert_act]), .expert_out = assigned(b[A::expert_out]),
                .counts = region(k, b[A::route_counts], B), .router_in = mine(s.router_in),
                .router_weight = region(k, s.router_weight, dims_.experts),
                .logits = mine(config_.moe.z_loss_coef > 0 ? b[A::route_logits] : s.logits), .routed = mine(s.routed),
                .probs = region(k, s.probs, B), .z = rows(k, s.z, B)};
   if (b[A::route_counts].width == 0) a.experts.counts = a.experts.probs = Tensor{};
+  // Without expert parallelism the rows stay: the experts read them where they are put, and write
+  // where they return.
+  const bool travel = s.sent.width > 0;
+  a.experts.sent = travel ? assigned(s.sent) : a.experts.expert_in;
+  a.experts.result = travel ? received(s.result) : a.experts.expert_out;
+  if (travel) a.experts.staging = received(s.staging);
   if (config_.moe.shared_hidden > 0) {
     a.experts.shared_fch = all(b[A::shared_fch]), a.experts.shared_act = all(b[A::shared_act]);
     a.experts.shared_out = mine(b[A::shared_out]);
@@ -246,9 +261,12 @@ ExpertGradients Stage::expert_gradients(int k, size_t i, int64_t N, bool deferre
   const ActivationRegions::ExpertScratch& s = activation_regions_->experts;
   const int64_t P = parallel_.rows(N).size();
   const auto mine = [&](const ActivationRegion& r) { return region(k, r, P); };
-  const auto assigned = [&](const ActivationRegion& r) { return region(k, r, config_.moe.expert_rows(P)); };
-  ExpertGradients g{.dexpert_out = region(k, s.dexpert_out, std::max(config_.moe.expert_rows(P), P)), .dexpert_act = assigned(s.dexpert_act),
-                    .dexpert_fch = assigned(deferred ? b.dexpert_fch : s.dexpert_fch), .dweights = mine(s.dweights),
+  const auto received = [&](const ActivationRegion& r) { return region(k, r, received_rows(P)); };
+  const Tensor dexpert_out = region(k, s.dexpert_out, std::max(config_.moe.expert_rows(P), P));
+  ExpertGradients g{.dexpert_out = dexpert_out,
+                    .dresult = s.dresult.width > 0 ? received(s.dresult) : dexpert_out,
+                    .dexpert_act = received(s.dexpert_act),
+                    .dexpert_fch = received(deferred ? b.dexpert_fch : s.dexpert_fch), .dweights = mine(s.dweights),
                     .dlogits = mine(deferred ? b.dlogits : s.dlogits), .drouter_in = mine(s.drouter_in),
                     .dscores = s.dscores.width == 0 ? Tensor{} : mine(s.dscores), .loss_scale = loss_scale()};
   if (config_.moe.shared_hidden > 0) {

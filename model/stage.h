@@ -61,17 +61,19 @@ class Stage {
   // deferred weight pass reads (no recomputation, no unit hooks). `scope` (which must outlive the
   // stage) says where its tokens lie in their sequences and makes its attention core: under
   // context parallelism seq_len is this rank's tokens of each sequence. `states` (which must
-  // outlive the stage) holds its blocks' per-linear state (model/linear_state.h).
+  // outlive the stage) holds its blocks' per-linear state (model/linear_state.h). `experts` (which
+  // must outlive the stage, holding the layout's experts) is where its expert blocks' rows travel.
   Stage(const ParameterLayout& layout, StageUnits units, Recompute recompute, DType precision, Device device,
         int batch_size, int seq_len, ParallelRegions& regions = ParallelRegions::single_rank(),
         bool deferred_weights = false, const AttentionScope& scope = AttentionScope::local(),
-        const LinearStates& states = LinearStates::none());
+        const LinearStates& states = LinearStates::none(), ExpertExchange& experts = ExpertExchange::single_rank());
   ~Stage();
   // The activation memory such a stage lays out, without making one, on tensor-parallel rank
-  // `shard`, with or without sequence parallelism.
+  // `shard`, with or without sequence parallelism, holding expert-parallel rank `experts`'s experts.
   static ActivationBytes activation_bytes(const ModelConfig& config, StageUnits units, Recompute recompute,
                                           DType precision, int batch_size, int seq_len, TensorShard shard = {},
-                                          bool sequence_parallel = false, bool deferred_weights = false);
+                                          bool sequence_parallel = false, bool deferred_weights = false,
+                                          ExpertShard experts = {});
 
   const StageUnits& units() const { return units_; }
   // Its blocks, first_block first.
@@ -128,6 +130,10 @@ class Stage {
   Tensor region(int k, const ActivationRegion& r, int64_t N) const { return store_.view(k, r, N); }
   // Region r as per-row statistics (N), or none for a norm that keeps none (RMSNorm's mean).
   Tensor rows(int k, const ActivationRegion& r, int64_t N) const;
+  // The rows this rank's experts receive at most when each rank routes P.
+  int64_t received_rows(int64_t P) const {
+    return config_.moe.received_rows(P, dims_.local_experts.size(), dims_.expert_ranks);
+  }
   // The order the passes reach the stage's units of the layout.
   struct UnitOrder {
     UnitOrder(const ParameterLayout& layout, StageUnits units);

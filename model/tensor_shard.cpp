@@ -36,7 +36,7 @@ void check_tensor_parallel(const ModelConfig& config, int tp) {
   for (const FieldProblem& p : problems.all()) throw ConfigError(str(p.field, " = ", p.value, ": ", p.what));
 }
 
-ShardDims shard_dims(const ModelConfig& config, TensorShard shard) {
+ShardDims shard_dims(const ModelConfig& config, TensorShard shard, ExpertShard experts) {
   check_tensor_parallel(config, shard.size);
   DT_CHECK(shard.rank >= 0 && shard.rank < shard.size, "tensor-parallel rank ", shard.rank, " of ", shard.size);
   ShardDims d;
@@ -56,6 +56,10 @@ ShardDims shard_dims(const ModelConfig& config, TensorShard shard) {
   d.ffn = even_part(config.ffn_hidden(), shard.size, shard.rank);
   d.shared_ffn = even_part(config.moe.shared_hidden, shard.size, shard.rank);
   d.experts = config.moe.experts;
+  DT_CHECK(experts.rank >= 0 && experts.rank < experts.size && experts.size <= std::max(1, config.moe.experts),
+           "expert-parallel rank ", experts.rank, " of ", experts.size, " for ", config.moe.experts, " experts");
+  d.local_experts = even_part(config.moe.experts, experts.size, experts.rank);
+  d.expert_ranks = experts.size;
   d.expert_hidden = config.moe.expert_hidden;
   d.vocab = even_part(config.vocab_size, shard.size, shard.rank);
   const int64_t pad = config.vocab_pad_multiple;

@@ -27,6 +27,14 @@ struct TensorShard {
   int size = 1;
 };
 
+// Which experts of each mixture of experts one rank of an expert-parallel group holds
+// (parallel/expert/expert_parallel.h): rank `rank` of `size`, even_part's share of the E
+// experts (8 over 3: 3, 3, 2). Every expert is whole on the rank that holds it.
+struct ExpertShard {
+  int rank = 0;
+  int size = 1;
+};
+
 // Part `index` of `count` items split over `parts`: the first count % parts parts one larger.
 kernels::FlatRange even_part(int64_t count, int parts, int index);
 
@@ -58,7 +66,9 @@ struct ShardDims {
   HeadShard heads;
   kernels::FlatRange ffn;    // the MLP's hidden columns, of F
   kernels::FlatRange shared_ffn;  // a shared expert's hidden columns, of its F (empty without one)
-  int64_t experts = 0;        // E: every tensor-parallel rank routes over all of them
+  int64_t experts = 0;        // E: every rank routes over all of them
+  kernels::FlatRange local_experts;  // the experts this rank holds, of E: all of them without expert parallelism
+  int expert_ranks = 1;              // the expert-parallel group's size
   int64_t expert_hidden = 0;  // F_e: an expert is whole on every tensor-parallel rank
   kernels::FlatRange vocab;  // the vocabulary's rows, of V
   int64_t padded_vocab = 0;  // rows stored: the vocabulary's rows rounded up to vocab_pad_multiple
@@ -77,6 +87,6 @@ struct ShardDims {
 // "parallel.tp = N: why; use parallel.tp <= M" after checking the model itself.
 void check_tensor_parallel(const ModelConfig& config, int tp, FieldProblems& problems);
 void check_tensor_parallel(const ModelConfig& config, int tp);
-ShardDims shard_dims(const ModelConfig& config, TensorShard shard);
+ShardDims shard_dims(const ModelConfig& config, TensorShard shard, ExpertShard experts = {});
 
 }  // namespace dt

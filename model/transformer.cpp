@@ -27,10 +27,12 @@ std::vector<StageUnits> held_units(const ModelConfig& config, const RankStages& 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                          DType precision, Device device, const ParameterStorage& storage, ParallelRegions* regions,
                          const RankStages& stages, const AttentionScope* scope,
-                         const std::vector<LinearStateDeclaration>& linear_states)
+                         const std::vector<LinearStateDeclaration>& linear_states, ExpertExchange* experts)
     : regions_(regions != nullptr ? *regions : ParallelRegions::single_rank()),
+      experts_(experts != nullptr ? *experts : ExpertExchange::single_rank()),
       layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating
-              storage.unit_multiple, regions_.shard(), HeldUnits::of(held_units(config, stages), config.n_layer)),
+              storage.unit_multiple, regions_.shard(), HeldUnits::of(held_units(config, stages), config.n_layer),
+              experts_.shard()),
       params_(layout_, parameter_buffers(precision, storage).params.tag, device, DType::f32,
               parameter_buffers(precision, storage).params.storage),
       grads_(layout_, MemTag::gradients, device, DType::f32, parameter_buffers(precision, storage).grads.storage),
@@ -43,14 +45,15 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
   if (stages.all.empty())
     stages_.push_back(std::make_unique<Stage>(layout_, StageUnits::whole(config), recompute, precision, device,
                                               batch_size, seq_len, regions_, false,
-                                              scope != nullptr ? *scope : AttentionScope::local(), linear_states_));
+                                              scope != nullptr ? *scope : AttentionScope::local(), linear_states_,
+                                              experts_));
   else
     stages_.resize(stages.all.size());
   for (const int s : stages.held)
     stages_.at(static_cast<size_t>(s)) =
         std::make_unique<Stage>(layout_, stages.all.at(static_cast<size_t>(s)), recompute, precision, device,
                                 batch_size, seq_len, regions_, stages.deferred_weights,
-                                scope != nullptr ? *scope : AttentionScope::local(), linear_states_);
+                                scope != nullptr ? *scope : AttentionScope::local(), linear_states_, experts_);
   if (const auto weights = parameter_buffers(precision, storage).weights)
     compute_weights_.emplace(layout_, weights->tag, device, weights->dtype, weights->storage);
   master_weights_ = precision != DType::f32 && storage.master_weights;

@@ -73,10 +73,14 @@ class Transformer {
   // (model/linear_state.h), besides the model's own (an expert bias, model/expert_balance.h),
   // laid out over the blocks it holds, on `device`, tagged parameters; none by default, which
   // allocates nothing.
+  // experts: under expert parallelism (parallel/expert/expert_parallel.h), where an expert block's
+  // rows travel to their experts; the model then holds this rank's experts (experts->shard()). It
+  // must outlive the model. None: every expert here.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
               DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {},
               ParallelRegions* regions = nullptr, const RankStages& stages = {},
-              const AttentionScope* scope = nullptr, const std::vector<LinearStateDeclaration>& linear_states = {});
+              const AttentionScope* scope = nullptr, const std::vector<LinearStateDeclaration>& linear_states = {},
+              ExpertExchange* experts = nullptr);
   ~Transformer();
 
   // The flat buffers such a model makes, each with its tag, dtype and storage: the f32
@@ -98,6 +102,8 @@ class Transformer {
   const ParameterLayout& layout() const { return layout_; }
   // How the model communicates: ParallelRegions::single_rank() unless tensor-parallel.
   ParallelRegions& regions() const { return regions_; }
+  // Where its expert blocks' rows travel to their experts (one rank's without expert parallelism).
+  ExpertExchange& experts() const { return experts_; }
   FlatTensors& params() { return params_; }
   FlatTensors& grads() { return grads_; }
   // Its linear layers' per-linear state: what checkpoints save and load (train/training_checkpoint.h).
@@ -147,6 +153,7 @@ class Transformer {
   void check_inputs(Tensor tokens, Tensor targets) const;
 
   ParallelRegions& regions_;
+  ExpertExchange& experts_;
   ParameterLayout layout_;
   FlatTensors params_;
   FlatTensors grads_;

@@ -43,7 +43,8 @@ OptimizerParts OptimizerParts::whole(Transformer& model) {
           .grads = model.grads().all(),
           .params = model.params().all(),
           .weights = model.precision() == DType::f32 ? Tensor{} : model.weights().all(),
-          .tensor_parallel = model.regions().group()};
+          .tensor_parallel = model.regions().group(),
+          .experts = model.experts().group()};
 }
 
 // The config is validated before the moments are allocated.
@@ -51,7 +52,10 @@ AdamW::AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig co
     : config_((config.validate(), config)), layout_(layout), parts_(std::move(parts)) {
   const auto decayed = layout.unpadded_ranges([this](const ParamInfo& p) { return decays(p); });
   const auto not_decayed = layout.unpadded_ranges([this](const ParamInfo& p) { return !decays(p); });
-  const auto owned = layout.owned_ranges();
+  const bool experts_apart = parts_.experts != nullptr;
+  const auto owned = layout.owned_ranges([&](const ParamInfo& p) { return !experts_apart || !p.is_expert; });
+  const auto owned_experts =
+      experts_apart ? layout.owned_ranges([](const ParamInfo& p) { return p.is_expert; }) : std::vector<kernels::FlatRange>{};
   for (const kernels::FlatRange& range : parts_.ranges) {
     DT_CHECK(range.begin >= 0 && range.end <= layout.total_elements() &&
                  (part_list_.empty() || part_list_.back().range.end <= range.begin),
@@ -60,8 +64,11 @@ AdamW::AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig co
            .offset = local_elements_,
            .decayed = clipped(decayed, range),
            .not_decayed = clipped(not_decayed, range),
-           .owned = clipped(owned, range)};
+           .owned = clipped(owned, range),
+           .owned_experts = clipped(owned_experts, range)};
     for (const kernels::FlatRange& r : p.owned) kernels::append_range(owned_local_, {p.offset + r.begin, p.offset + r.end});
+    for (const kernels::FlatRange& r : p.owned_experts)
+      kernels::append_range(owned_experts_local_, {p.offset + r.begin, p.offset + r.end});
     local_elements_ += range.size();
     part_list_.push_back(std::move(p));
   }
@@ -98,7 +105,9 @@ double reduced(double value, ReduceOp op, std::initializer_list<Communicator*> g
 }  // namespace
 
 double AdamW::global_grad_norm() const {
-  const double mine = kernels::sum_of_squares(parts_.grads, owned_local_);
+  double mine = kernels::sum_of_squares(parts_.grads, owned_local_);
+  if (parts_.experts != nullptr)
+    mine += all_reduce_value(*parts_.experts, kernels::sum_of_squares(parts_.grads, owned_experts_local_), ReduceOp::sum);
   return std::sqrt(reduced(mine, ReduceOp::sum, {parts_.group, parts_.tensor_parallel, parts_.pipeline}));
 }
 
@@ -120,7 +129,7 @@ std::string AdamW::first_nonfinite_gradient() const {
         highest = index_in_model(info.name);
     }
   }
-  highest = reduced(highest, ReduceOp::max, {parts_.group, parts_.tensor_parallel, parts_.pipeline});
+  highest = reduced(highest, ReduceOp::max, {parts_.group, parts_.tensor_parallel, parts_.pipeline, parts_.experts});
   return highest < 0 ? "" : whole.params()[static_cast<size_t>(highest)].name;
 }
 

@@ -59,9 +59,13 @@ struct OptimizerParts {
   Communicator* tensor_parallel = nullptr;
   // The ranks holding the other stages of the model (pipeline parallelism), or none.
   Communicator* pipeline = nullptr;
+  // Where these parts hold every other parameter but only this rank's experts (expert
+  // parallelism, the parts not sharded): the ranks holding the other experts, over which the
+  // experts' share of the norm is summed first; else none.
+  Communicator* experts = nullptr;
 
-  // One process's (or one tensor-parallel rank's): the whole layout of the model's parameters,
-  // gradients and 16-bit weights.
+  // One process's (or one tensor-parallel or expert-parallel rank's): the whole layout of the
+  // model's parameters, gradients and 16-bit weights.
   static OptimizerParts whole(Transformer& model);
 };
 
@@ -111,7 +115,7 @@ class AdamW {
   struct Part {
     kernels::FlatRange range;    // of the layout
     int64_t offset = 0;  // in the local buffers
-    std::vector<kernels::FlatRange> decayed, not_decayed, owned;  // relative to the part
+    std::vector<kernels::FlatRange> decayed, not_decayed, owned, owned_experts;  // relative to the part
   };
   // Part p of a buffer that holds the parts (local) or the whole layout.
   static Tensor part_of(Tensor buffer, bool local, const Part& p);
@@ -121,7 +125,9 @@ class AdamW {
   const ParameterLayout& layout_;
   OptimizerParts parts_;
   std::vector<Part> part_list_;
-  std::vector<kernels::FlatRange> owned_local_;  // every part's owned elements, in local positions
+  // Every part's owned elements, in local positions: all of them, or where the experts' share of
+  // the norm is summed apart (OptimizerParts::experts), the others and the experts'.
+  std::vector<kernels::FlatRange> owned_local_, owned_experts_local_;
   int64_t local_elements_ = 0;
   Buffer m_, v_;
   int64_t steps_taken_ = 0;

@@ -12,10 +12,18 @@
 // holds the optimizer of this rank's parts, whose gradient norm and non-finite search it completes
 // over the group. docs/parallelism.md#zero describes what each stage shards and when it
 // communicates, and measures what each holds per rank.
+//
+// Under expert parallelism a rank holds only its experts (parallel/expert/expert_parallel.h):
+// their gradients are summed, and ZeRO shards them, over the ranks that hold the same experts
+// (the expert group, ProcessGroups::expert_dp), every other parameter's over the whole group.
+// Each unit's experts are a part of it of their own (ParameterLayout::experts_of_unit), so a
+// bucket holds one kind or the other, and a unit with experts is reduced, sharded and gathered as
+// two pieces, each over its ranks.
 #pragma once
 
 #include <deque>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -37,18 +45,27 @@ class DataParallel : private ZeroHooks::Backend {
   // model's other stages (pipeline parallelism), whose gradients the norm counts too; the model
   // is then this rank's stages, whose schedule interleaves the micro-batches' backwards, so the
   // gradients are reduced after the last (reduce_gradients), under a policy that allows it.
+  // experts: the ranks of the group that hold this rank's experts, over which their gradients are
+  // summed (expert parallelism); none: the group, every rank holding every expert.
   DataParallel(Transformer& model, Communicator& group, double bucket_mb, const ZeroPolicy& zero,
-               const AdamWConfig& adamw = {}, Communicator* pipeline = nullptr);
+               const AdamWConfig& adamw = {}, Communicator* pipeline = nullptr, Communicator* experts = nullptr);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
   Communicator& group() { return group_; }
   const Communicator& group() const { return group_; }
+  // The ranks holding this rank's experts: the group itself without expert parallelism.
+  const Communicator& expert_group() const { return expert_group_; }
   const ParameterLayout& model_layout() const { return model_.layout(); }
   const ZeroPolicy& policy() const { return policy_; }
-  // The buckets where the gradients are all-reduced, in launch order.
-  const std::vector<kernels::FlatRange>& buckets() const { return buckets_; }
+  // The buckets where the gradients are all-reduced, in launch order, each over the group or, with
+  // experts, the expert group.
+  struct Bucket {
+    kernels::FlatRange range;
+    bool experts = false;
+  };
+  const std::vector<Bucket>& buckets() const { return buckets_; }
 
   // Arms the reduction for the next backward: buckets or units launch as the model reports
   // their gradients final. first_of_step: the step's first reduction, which replaces the
@@ -77,22 +94,28 @@ class DataParallel : private ZeroHooks::Backend {
   // sharded, then the 16-bit weights, then every rank's weights where gathered after an update.
   void take_parameters(const FlatTensors& whole);
   // Where policy().shards_f32_parameters(): the whole f32 parameters on rank 0 of the group,
-  // gathered from every rank's parts (a collective: the other ranks pass nullptr and send theirs;
-  // nothing whole is allocated on them). For a sample of the model's text.
+  // gathered from every rank's parts, and on rank 0 of each expert group its experts' (the
+  // elements of `whole` it does not receive are left as they are). A collective: the other ranks
+  // pass nullptr and send theirs; nothing whole is allocated on them. For a sample of the model's
+  // text.
   void gather_parameters(FlatTensors* whole);
 
  private:
-  // Rank r's part of a unit: where it is in the flat buffers, and where in the shard.
+  // Rank r's part of a piece of a unit (the unit, or its experts and the rest): where it is in the
+  // flat buffers, and where in the shard.
   struct Part {
-    kernels::FlatRange unit;
-    kernels::FlatRange owned;  // this rank's part of the unit, in the layout
+    size_t unit = 0;
+    kernels::FlatRange piece;  // of the layout
+    kernels::FlatRange owned;  // this rank's part of the piece, in the layout
     int64_t shard_offset = 0;  // where the part starts in the shard buffers
+    Communicator* group = nullptr;  // the ranks holding the piece's other parts
   };
-  // A reduction in flight: a bucket's, or unit's with, when it adds to the shard, its staging.
+  // A reduction in flight: a bucket's, or a unit's pieces' with, where they add to the shard,
+  // their staging.
   struct Reduction {
-    CollectiveHandle handle;
+    std::vector<CollectiveHandle> handles;
     std::optional<size_t> unit;
-    Buffer staged;
+    std::vector<Buffer> staged;  // by piece of the unit, where staged
   };
   // ZeroHooks::Backend: the model's units and the group's collectives.
   void start_gathering(size_t u) override;
@@ -106,6 +129,10 @@ class DataParallel : private ZeroHooks::Backend {
   std::optional<size_t> finish_oldest_reduction() override;
 
   Tensor shard_view(const Buffer& b, const Part& p, DType dtype = DType::f32) const;
+  // The parts of unit u's pieces.
+  std::span<const Part> parts_of(size_t u) const;
+  // Part p's whole piece of `buffer` (the weights or gradients), whose unit must be held.
+  Tensor piece_of(const FlatTensors& buffer, const Part& p) const;
   // This rank's part of unit p of the weights forward reads (in the model's precision): a range
   // of the model's whole weights, or where they are sharded of the shard the gathers send from.
   Tensor weight_part(const Part& p) const;
@@ -114,25 +141,27 @@ class DataParallel : private ZeroHooks::Backend {
   // After the weights' parts change, where the policy gathers after the update: all-gathers
   // every unit's parts into every rank's weights.
   void share_weights();
-  // Rank 0 of the group: every rank's parts of `shard` into `whole` (a flat buffer's elements);
-  // the others send theirs (whole undefined). Taking is the reverse, on every rank.
+  // Each piece's group's rank 0: every rank's parts of it in `shard` into `whole` (a flat buffer's
+  // elements); the others send theirs (whole undefined). Taking is the reverse, on every rank.
   void gather_shard(const Buffer& shard, Tensor whole);
   void take_shard(Buffer& shard, Tensor whole);
 
   Transformer& model_;
   Communicator& group_;
+  Communicator& expert_group_;
   Communicator* pipeline_;
   ZeroPolicy policy_;
   ZeroHooks hooks_;
-  std::vector<kernels::FlatRange> buckets_;  // all-reduced: from the end of the buffer to its start
-  std::vector<Part> parts_;                  // sharded: per unit, in layout order
+  std::vector<Bucket> buckets_;  // all-reduced: from the end of the buffer to its start
+  std::vector<Part> parts_;      // sharded: per piece of each unit, in layout order
+  std::vector<size_t> unit_parts_;  // unit u's parts are [unit_parts_[u], unit_parts_[u + 1])
   int64_t shard_elements_ = 0;
   Buffer grad_shard_;
   Buffer param_shard_;   // f32 parts: sharded weights in f32, or a 16-bit run's master weights
   Buffer weight_shard_;  // 16-bit parts of the weights, where they are sharded
   std::optional<AdamW> optimizer_;  // made last, over the buffers above
   std::deque<Reduction> reductions_;
-  std::vector<std::optional<CollectiveHandle>> gathering_;  // where the weights are sharded: per unit
+  std::vector<std::vector<CollectiveHandle>> gathering_;  // where the weights are sharded: per unit
   size_t next_bucket_ = 0;
 };
 

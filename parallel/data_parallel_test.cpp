@@ -435,21 +435,31 @@ TEST(Mpi, ZeroRefusesALayoutWithoutItsUnitMultiple) {
   }
 }
 
-TEST(DataParallel, BucketsCoverTheBufferAtParameterBoundariesFromTheEnd) {
-  const ModelConfig config = model_preset("gpt2-tiny");
+// Each bucket is whole parameters of one kind: experts, reduced over the ranks holding them, or
+// the rest.
+TEST(DataParallel, BucketsCoverTheBufferAtParameterBoundariesFromTheEndAndHoldOneKind) {
+  const ModelConfig config = model_preset("moe-tiny");
   Transformer model(config, 1, 8);
   SingleProcessCommunicator one(Device::cpu, "dp");
   const DataParallel data_parallel(model, one, 0.05, ZeroPolicy::of(0, DType::f32, 1));
   const auto& buckets = data_parallel.buckets();
   ASSERT_GT(buckets.size(), 2u);
-  EXPECT_EQ(buckets.front().end, model.layout().total_elements());
-  EXPECT_EQ(buckets.back().begin, 0);
-  for (size_t i = 1; i < buckets.size(); ++i) EXPECT_EQ(buckets[i].end, buckets[i - 1].begin);
-  for (const kernels::FlatRange& b : buckets) {
-    bool at_parameter = b.begin == 0;
-    for (const ParamInfo& p : model.layout().params()) at_parameter = at_parameter || p.offset == b.begin;
-    EXPECT_TRUE(at_parameter) << b.begin;
+  EXPECT_EQ(buckets.front().range.end, model.layout().total_elements());
+  EXPECT_EQ(buckets.back().range.begin, 0);
+  for (size_t i = 1; i < buckets.size(); ++i) EXPECT_EQ(buckets[i].range.end, buckets[i - 1].range.begin);
+  int expert_buckets = 0;
+  for (const DataParallel::Bucket& b : buckets) {
+    bool at_parameter = b.range.begin == 0;
+    for (const ParamInfo& p : model.layout().params()) {
+      at_parameter = at_parameter || p.offset == b.range.begin;
+      if (p.offset >= b.range.begin && p.offset < b.range.end) {
+        EXPECT_EQ(p.is_expert, b.experts) << p.name;
+      }
+    }
+    EXPECT_TRUE(at_parameter) << b.range.begin;
+    expert_buckets += b.experts ? 1 : 0;
   }
+  EXPECT_GE(expert_buckets, config.n_layer);
 }
 
 }  // namespace

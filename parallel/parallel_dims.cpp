@@ -68,6 +68,10 @@ ProcessGroups make_process_groups(std::unique_ptr<Communicator> world, const Par
   // Expert parallelism: ep consecutive ones of those; colored by the group's first.
   const int first = dims.replica_index(c) - dims.ep_rank(c);
   g.ep = group({.dp = first / dims.cp, .cp = first % dims.cp, .tp = c.tp, .pp = c.pp}, dims.ep_rank(c), "ep");
+  // The same place in each ep group; colored by the first ep group's rank there.
+  const int place = dims.ep_rank(c);
+  g.expert_dp = group({.dp = place / dims.cp, .cp = place % dims.cp, .tp = c.tp, .pp = c.pp},
+                      dims.replica_index(c) / dims.ep, "ep-dp");
   g.world = std::move(world);
   return g;
 }

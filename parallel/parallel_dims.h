@@ -55,6 +55,10 @@ struct ProcessGroups {
   ParallelDims::Coords coords;
   std::unique_ptr<Communicator> world, dp, cp, tp, pp;
   std::unique_ptr<Communicator> ep;  // the ep ranks of this rank's expert-parallel group
+  // The dp × cp ranks holding this rank's experts: those at the same place of their ep groups
+  // (dp × cp / ep of them; dp × cp itself where ep is 1), over which the experts' gradients are
+  // summed and ZeRO shards them (Megatron-Core's expert-data-parallel group).
+  std::unique_ptr<Communicator> expert_dp;
   // dp × cp: the ranks that hold the same parameters and split the global batch's tokens (context
   // parallelism joins data parallelism for the gradients' sum and ZeRO's shards); the dp group
   // itself when cp is 1.

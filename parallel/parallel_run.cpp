@@ -23,25 +23,33 @@ ParallelRun::ParallelRun(const ParallelOptions& options, Communicator& control) 
   // 4. Tensor parallelism before the model: the model is then this rank's shard, communicating
   // through the tp group's regions.
   if (groups_.dims.tp > 1) tensor_parallel_.emplace(*groups_.tp, mc, options_.sp);
-  // 5. The model: this rank's shard of its stages over its tokens, stored as ZeRO's policy says.
+  // 5. Expert parallelism before the model: the model then holds this rank's experts, its expert
+  // blocks' rows travelling to them over the ep group.
+  if (groups_.dims.ep > 1) expert_parallel_.emplace(*groups_.ep, mc.moe.experts);
+  // 6. The model: this rank's shard of its stages over its tokens, stored as ZeRO's policy says.
   model_.emplace(mc, options_.micro_batch_size, T_local, options_.recompute, options_.precision, options_.device,
                  options_.zero.storage(), tensor_parallel_ ? &*tensor_parallel_ : nullptr,
                  schedule_ ? pipeline::PipelineParallel::rank_stages(mc, *schedule_, groups_.coords.pp, T)
                            : RankStages{},
-                 context_ ? &*context_ : nullptr, options_.linear_states);
-  // 6. Data parallelism over the finished model: it hooks the model's units, shards its states
-  // over dp × cp (the cp ranks join the gradients' sum) and holds the optimizer of this rank's
-  // parts; under pipeline parallelism the gradient norm also spans the pp group.
+                 context_ ? &*context_ : nullptr, options_.linear_states,
+                 expert_parallel_ ? &*expert_parallel_ : nullptr);
+  // 7. Data parallelism over the finished model: it hooks the model's units, shards its states
+  // over dp × cp (the cp ranks join the gradients' sum; the experts' over the ranks holding the
+  // same ones) and holds the optimizer of this rank's parts; under pipeline parallelism the
+  // gradient norm also spans the pp group.
   data_parallel_.emplace(*model_, groups_.dp_cp(), options_.bucket_mb, options_.zero, options_.adamw,
-                         schedule_ ? groups_.pp.get() : nullptr);
-  // 7. The pipeline executor last: its steps end in data parallelism's reduction and update.
+                         schedule_ ? groups_.pp.get() : nullptr, groups_.expert_dp.get());
+  // 8. The pipeline executor last: its steps end in data parallelism's reduction and update.
   if (schedule_) pipeline_.emplace(*model_, *groups_.pp, *schedule_);
+  const HeldUnits& held = model_->layout().held_units();
   whole_layout_.emplace(mc);
-  stages_layout_.emplace(mc, kParamAlignment, TensorShard{}, model_->layout().held_units());
+  stages_layout_.emplace(mc, kParamAlignment, TensorShard{}, held);
+  shard_layout_.emplace(mc, kParamAlignment, model_->layout().shard(), held);
 }
 
 bool ParallelRun::evaluates() const {
-  const bool forward_is_collective = options_.zero.gathers_weights() == ZeroPolicy::Gather::before_each_pass;
+  const bool forward_is_collective =
+      options_.zero.gathers_weights() == ZeroPolicy::Gather::before_each_pass || groups_.dims.ep > 1;
   return forward_is_collective || groups_.coords.dp == 0;
 }
 
@@ -49,6 +57,7 @@ const FlatTensors* ParallelRun::WholeParameters::whole() const {
   if (!lead_) return nullptr;
   if (whole_) return &*whole_;
   if (stages_whole_) return &*stages_whole_;
+  if (experts_whole_) return &*experts_whole_;
   if (gathered_) return &*gathered_;
   return own_;
 }
@@ -56,23 +65,41 @@ const FlatTensors* ParallelRun::WholeParameters::whole() const {
 ParallelRun::WholeParameters ParallelRun::gather_whole_parameters() {
   WholeParameters result;
   const bool sharded = options_.zero.shards_f32_parameters();
-  const int tp = groups_.dims.tp, pp = groups_.dims.pp;
-  if (!lead() && !sharded && tp == 1 && pp == 1) return result;  // nothing to send
-  // This tp rank's f32 parameters whole: the model's, or gathered over dp × cp on its rank 0,
-  // which alone goes on.
-  const bool shard_lead = groups_.dp_cp().rank() == 0;
+  const int tp = groups_.dims.tp, pp = groups_.dims.pp, ep = groups_.dims.ep;
+  if (!lead() && !sharded && tp == 1 && pp == 1 && ep == 1) return result;  // nothing to send
+  // This rank's f32 parameters whole: the model's, or gathered over dp × cp on its rank 0, and its
+  // experts over the ranks holding them on their rank 0 (the first ep of dp × cp), which alone go
+  // on.
+  const bool shard_lead = groups_.dp_cp().rank() == 0, experts_lead = groups_.expert_dp->rank() == 0;
   if (sharded) {
-    if (shard_lead) result.gathered_.emplace(model_->layout(), MemTag::workspace, Device::cpu);
+    if (shard_lead || experts_lead) result.gathered_.emplace(model_->layout(), MemTag::workspace, Device::cpu);
     data_parallel_->gather_parameters(result.gathered_ ? &*result.gathered_ : nullptr);
   }
   const FlatTensors& mine = result.gathered_ ? *result.gathered_ : model_->params();
+  const ParameterLayout& layout = model_->layout();
+  // Then every ep rank's experts placed beside the rest of this tp rank's shard on ep rank 0.
+  if (ep > 1 && experts_lead) {
+    if (shard_lead) result.experts_whole_.emplace(*shard_layout_, MemTag::workspace, Device::cpu);
+    gather_shards(
+        *groups_.ep, mine, result.experts_whole_ ? &*result.experts_whole_ : nullptr,
+        [&](int r) {
+          return ParameterLayout(layout.config(), layout.unit_multiple(), layout.shard(), layout.held_units(),
+                                 {r, ep});
+        },
+        // The others' experts only: the rest they hold is ep rank 0's, and may not have been
+        // gathered there.
+        [](const ParamInfo& p) { return p.is_expert; });
+  }
+  const FlatTensors& shard = result.experts_whole_ ? *result.experts_whole_ : mine;
   // Then every tp rank's shard placed in its stages' part of the model on tp rank 0, and every
   // pipeline rank's part in the whole model on the lead.
   if (tp > 1 && shard_lead) {
     if (groups_.coords.tp == 0) result.stages_whole_.emplace(*stages_layout_, MemTag::workspace, Device::cpu);
-    gather_shards(*groups_.tp, mine, result.stages_whole_ ? &*result.stages_whole_ : nullptr);
+    gather_shards(*groups_.tp, shard, result.stages_whole_ ? &*result.stages_whole_ : nullptr, [&](int r) {
+      return ParameterLayout(layout.config(), layout.unit_multiple(), {r, tp}, layout.held_units());
+    });
   }
-  const FlatTensors& part = result.stages_whole_ ? *result.stages_whole_ : mine;
+  const FlatTensors& part = result.stages_whole_ ? *result.stages_whole_ : shard;
   if (pp > 1 && shard_lead && groups_.coords.tp == 0) {
     if (lead()) result.whole_.emplace(*whole_layout_, MemTag::workspace, Device::cpu);
     pipeline_->gather_parameters(part, result.whole_ ? &*result.whole_ : nullptr);

@@ -6,9 +6,11 @@
 //   2. pipeline schedule    which stages this rank runs (pp > 1)
 //   3. context parallelism  this rank's tokens of each sequence, attention in a ring (cp > 1)
 //   4. tensor parallelism   the regions through which this rank's shard communicates (tp > 1)
-//   5. the model            this rank's shard of its stages, over its tokens
-//   6. data parallelism     gradients summed, ZeRO's shards and the optimizer, over dp × cp
-//   7. pipeline executor    the schedule run over the model (pp > 1)
+//   5. expert parallelism   this rank's experts, and the all-to-alls to them (ep > 1)
+//   6. the model            this rank's shard of its stages, over its tokens
+//   7. data parallelism     gradients summed, ZeRO's shards and the optimizer, over dp × cp
+//                           (experts' over the ranks holding them)
+//   8. pipeline executor    the schedule run over the model (pp > 1)
 //
 // Each step needs the ones above it, and the members are declared in this order, so each is
 // destroyed before what it refers to. The object refers into itself: it is neither copied nor
@@ -29,6 +31,7 @@
 #include "optim/adamw.h"
 #include "parallel/context/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/expert/expert_parallel.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "parallel/pipeline/schedule.h"
@@ -49,7 +52,7 @@ struct ParallelOptions {
   ParallelDims dims;
   ZeroPolicy zero;
   double bucket_mb = 25;
-  AdamWConfig adamw;
+  AdamWConfig adamw = {};
   std::string pp_schedule = "1f1b";
   int pp_virtual = 1;          // virtual stages per pipeline rank
   int micro_batches = 1;       // per step (gradient accumulation)
@@ -59,7 +62,7 @@ struct ParallelOptions {
   // The per-linear state kinds the model's linear layers carry (model/linear_state.h) beyond the
   // model's own (an expert bias, model/expert_balance.h): none in any run yet; FP8's scaling
   // state will be declared here.
-  std::vector<LinearStateDeclaration> linear_states;
+  std::vector<LinearStateDeclaration> linear_states = {};
 };
 
 class ParallelRun {
@@ -84,12 +87,14 @@ class ParallelRun {
   // does, except where ZeRO gathers the weights before each pass: every forward is then a
   // collective, and every rank evaluates the same batches. Under tensor parallelism a forward is
   // the tp group's, under context parallelism the cp group's, under pipeline parallelism the pp
-  // group's: all their ranks evaluate.
+  // group's: all their ranks evaluate. Under expert parallelism a forward is the ep group's, whose
+  // ranks are of different dp ranks: every rank evaluates the same batches.
   bool evaluates() const;
 
   // The whole model's f32 parameters on the lead rank: this rank's own where nothing is spread,
-  // else gathered on the host over dp × cp (ZeRO's shards), then tp (the shards of the lead's
-  // stages) and pp (every rank's stages). On the other ranks nothing: `whole()` is nullptr.
+  // else gathered on the host over dp × cp (ZeRO's shards), then ep (the other ranks' experts), tp
+  // (the shards of the lead's stages) and pp (every rank's stages). On the other ranks nothing:
+  // `whole()` is nullptr.
   // Every rank calls it: it is a collective wherever the parameters are spread.
   class WholeParameters {
    public:
@@ -97,9 +102,9 @@ class ParallelRun {
 
    private:
     friend class ParallelRun;
-    // Each step's result, kept while the whole is read: this tp rank's f32 parameters over
-    // dp × cp, its stages over tp, the model over pp.
-    std::optional<FlatTensors> gathered_, stages_whole_, whole_;
+    // Each step's result, kept while the whole is read: this rank's f32 parameters over dp × cp,
+    // its tp shard over ep, its stages over tp, the model over pp.
+    std::optional<FlatTensors> gathered_, experts_whole_, stages_whole_, whole_;
     const FlatTensors* own_ = nullptr;  // the model's own
     bool lead_ = false;
   };
@@ -111,11 +116,13 @@ class ParallelRun {
   std::optional<pipeline::Schedule> schedule_;
   std::optional<ContextParallel> context_;
   std::optional<TensorParallel> tensor_parallel_;
+  std::optional<ExpertParallel> expert_parallel_;
   std::optional<Transformer> model_;
   std::optional<DataParallel> data_parallel_;
   std::optional<pipeline::PipelineParallel> pipeline_;
-  // The layouts a whole-model gather fills: the model's, and this rank's stages' whole over tp.
-  std::optional<ParameterLayout> whole_layout_, stages_layout_;
+  // The layouts a whole-model gather fills: the model's, this rank's stages' whole over tp, and
+  // its tp shard of them with every expert.
+  std::optional<ParameterLayout> whole_layout_, stages_layout_, shard_layout_;
 };
 
 }  // namespace dt

@@ -79,7 +79,7 @@ class HeldBytes final : public ZeroHooks::Backend {
   void free_gradients(size_t u) override { add(MemTag::gradients, -unit_bytes(u, DType::f32)); }
   void all_reduce_buckets(size_t /*u*/) override {}  // in place
   void reduce_scatter(size_t u, bool staged) override {
-    const int64_t bytes = staged ? layout_.units()[u].size() / policy_.ranks * int64_t{sizeof(float)} : 0;
+    const int64_t bytes = staged ? policy_.part_elements(layout_, u) * int64_t{sizeof(float)} : 0;
     add(MemTag::communication, bytes);
     reductions_.push_back({u, bytes});
   }

@@ -64,8 +64,15 @@ ParameterStorage ZeroPolicy::storage() const {
 int64_t ZeroPolicy::optimizer_elements(const ParameterLayout& layout) const {
   if (!shards_optimizer_state) return layout.total_elements();
   int64_t elements = 0;
-  for (const kernels::FlatRange& unit : layout.units()) elements += unit.size() / ranks;
+  for (size_t u = 0; u < layout.units().size(); ++u) elements += part_elements(layout, u);
   return elements;
+}
+
+int64_t ZeroPolicy::part_elements(const ParameterLayout& layout, size_t u) const {
+  // A unit's experts are sharded over the ranks holding the same ones: ranks / ep of them.
+  const int expert_ranks = ranks / layout.expert_shard().size;
+  const int64_t experts = layout.experts_of_unit(u).size();
+  return (layout.units()[u].size() - experts) / ranks + experts / expert_ranks;
 }
 
 std::vector<ZeroPolicy::ShardBuffer> ZeroPolicy::shard_buffers() const {

@@ -77,6 +77,9 @@ struct ZeroPolicy {
   ParameterStorage storage() const;
   // The elements AdamW updates on this rank: the whole layout's, or its part of every unit.
   int64_t optimizer_elements(const ParameterLayout& layout) const;
+  // A rank's part of unit u where it is sharded: of its experts a part over the ranks / ep that
+  // hold them (parallel/data_parallel.h), of the rest a part over all the ranks.
+  int64_t part_elements(const ParameterLayout& layout, size_t u) const;
   // The shard buffers the sharded stages make, each of optimizer_elements: the gradient shard;
   // the f32 parameters' parts where they are sharded (the master weights of 16-bit weights are
   // optimizer state); with 16-bit weights sharded, their parts. DataParallel makes exactly

@@ -57,7 +57,7 @@ pipeline::BoundaryBuffers boundary_buffers_of(const pipeline::Schedule& schedule
 
 MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches,
                             Recompute recompute, DType precision, int dp_ranks, int zero_stage, TensorShard shard,
-                            bool sp, const pipeline::Schedule* schedule, int pp_rank) {
+                            bool sp, const pipeline::Schedule* schedule, int pp_rank, ExpertShard experts) {
   DT_CHECK(schedule == nullptr || schedule->micro_batches == micro_batches, "a plan of ", micro_batches,
            " micro-batches a step under a schedule of ", schedule->micro_batches);
   MemoryPlan plan;
@@ -68,7 +68,7 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   if (schedule != nullptr) stages = pipeline::PipelineParallel::rank_stages(config, *schedule, pp_rank, seq_len);
   std::vector<StageUnits> held;
   for (const int s : stages.held) held.push_back(stages.all[static_cast<size_t>(s)]);
-  const ParameterLayout layout(config, storage.unit_multiple, shard, HeldUnits::of(held, config.n_layer));
+  const ParameterLayout layout(config, storage.unit_multiple, shard, HeldUnits::of(held, config.n_layer), experts);
   // The model: its flat buffers, and each stage's activations and (llama) rotary tables.
   const Transformer::ParameterBuffers model = Transformer::parameter_buffers(precision, storage);
   for (const auto& spec : {std::optional(model.params), std::optional(model.grads), model.weights})
@@ -78,7 +78,7 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   for (const int s : stages.held) {
     const ActivationBytes activations =
         Stage::activation_bytes(config, stages.all[static_cast<size_t>(s)], recompute, precision, batch_size, seq_len,
-                                shard, sp, stages.deferred_weights);
+                                shard, sp, stages.deferred_weights, experts);
     // Each stage's store grows to the micro-batches it holds at once (one without a schedule).
     const int in_flight = schedule != nullptr ? pipeline::stage_in_flight(*schedule, s) : 1;
     add(MemTag::activations, static_cast<size_t>(activations.kept * in_flight + activations.shared));
@@ -124,7 +124,14 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   size_t& kept = plan.mpi_kept_results;
   if (dp_ranks > 1 || shard.size > 1 || schedule != nullptr) kept += kDouble;
   const bool all_reduces_gradients = zero.reduction() == ZeroPolicy::Reduction::all_reduce_buckets;
-  if (dp_ranks > 1) kept += kDouble + (all_reduces_gradients ? gradients : 0);
+  // The experts' buckets are reduced over the ranks holding the same experts: none beside this
+  // one where every dp rank holds others (ep = dp).
+  size_t expert_gradients = 0;
+  for (size_t u = 0; u < layout.units().size(); ++u)
+    expert_gradients += static_cast<size_t>(layout.experts_of_unit(u).size()) * sizeof(float);
+  const bool experts_reduced = dp_ranks / experts.size > 1;
+  if (dp_ranks > 1)
+    kept += kDouble + (all_reduces_gradients ? gradients - (experts_reduced ? 0 : expert_gradients) : 0);
   kept += tp.largest_sum;
   if (schedule != nullptr) {
     kept += kDouble;
@@ -165,16 +172,18 @@ size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int s
 
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches, Recompute recompute,
                        DType precision, int dp_ranks, int zero_stage, int tp_ranks, bool sp,
-                       const pipeline::Schedule* schedule) {
+                       const pipeline::Schedule* schedule, int ep_ranks) {
   MemoryPlan largest;
   bool first = true;
   for (int pp_rank = 0; pp_rank < (schedule != nullptr ? schedule->ranks : 1); ++pp_rank)
-    for (int r = 0; r < tp_ranks; ++r) {
-      const MemoryPlan plan = plan_rank_memory(config, batch_size, seq_len, micro_batches, recompute, precision,
-                                               dp_ranks, zero_stage, {r, tp_ranks}, sp, schedule, pp_rank);
-      if (first || plan.total() > largest.total()) largest = plan;
-      first = false;
-    }
+    for (int r = 0; r < tp_ranks; ++r)
+      for (int e = 0; e < ep_ranks; ++e) {
+        const MemoryPlan plan = plan_rank_memory(config, batch_size, seq_len, micro_batches, recompute, precision,
+                                                 dp_ranks, zero_stage, {r, tp_ranks}, sp, schedule, pp_rank,
+                                                 {e, ep_ranks});
+        if (first || plan.total() > largest.total()) largest = plan;
+        first = false;
+      }
   return largest;
 }
 

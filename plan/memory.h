@@ -36,20 +36,22 @@ struct MemoryPlan {
 
 // One rank's: steps of `micro_batches` (a schedule's own) of batch_size x seq_len tokens under
 // `recompute`, in `precision`, with ZeRO `zero_stage` over `dp_ranks` data-parallel ranks; with
-// `tp_ranks` tensor-parallel ranks (and sequence parallelism when `sp`), and a pipeline
-// `schedule` (none: one stage), the plan of the rank whose share is the largest. A pipeline
+// `tp_ranks` tensor-parallel ranks (and sequence parallelism when `sp`), a pipeline `schedule`
+// (none: one stage) and the experts over `ep_ranks` of the dp ranks, the plan of the rank whose
+// share is the largest. Under expert parallelism the experts' activations are sized for the most
+// rows a rank's experts can receive (MoeConfig::received_rows): dropless, every rank's rows. A pipeline
 // rank's activations are each of its stages' kept activations times the micro-batches that
 // stage holds at once under the schedule (pipeline::stage_in_flight, to which its activation
 // store grows), plus their shared and scratch regions.
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches, Recompute recompute,
                        DType precision, int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false,
-                       const pipeline::Schedule* schedule = nullptr);
+                       const pipeline::Schedule* schedule = nullptr, int ep_ranks = 1);
 
 // The plan of one rank: tensor-parallel rank `shard` of pipeline rank `pp_rank` under `schedule`
-// (none: one stage, pp_rank 0).
+// (none: one stage, pp_rank 0), holding expert-parallel rank `experts`'s experts.
 MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches,
                             Recompute recompute, DType precision, int dp_ranks, int zero_stage, TensorShard shard,
-                            bool sp, const pipeline::Schedule* schedule, int pp_rank);
+                            bool sp, const pipeline::Schedule* schedule, int pp_rank, ExpertShard experts = {});
 
 // The most scratch one of the CPU kernels of a step allocates for `threads` threads: attention's
 // per-thread tiles (kernels/attention.h), a norm backward's row-block partials, or a 16-bit linear

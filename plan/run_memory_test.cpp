@@ -55,7 +55,7 @@ std::string run_toml(const LayoutCell& cell, int world, const std::string& data_
              "\"\nseq_len = 32\n[train]\nsteps = 2\nmicro_batch_size = 4\nglobal_batch_size = ",
              4 * cell.dp * accumulation, "\nprecision = \"", dtype_name(cell.precision),
              "\"\nrecompute = \"", recompute_name(cell.recompute), "\"\n[optim]\nwarmup_steps = 1\n",
-             "[parallel]\ndp = ", cell.dp, "\ntp = ", tp, "\npp = ", cell.pp, "\ncp = ", cell.cp,
+             "[parallel]\ndp = ", cell.dp, "\ntp = ", tp, "\npp = ", cell.pp, "\ncp = ", cell.cp, "\nep = ", cell.ep,
              "\nsp = ", cell.sp ? "true" : "false", "\nzero_stage = ", cell.zero, "\npp_schedule = \"", schedule,
              "\"\npp_virtual = ", cell.virtual_stages, "\n[log]\nprogress = \"plain\"\n");
 }
@@ -128,6 +128,10 @@ std::vector<LayoutCell> cells() {
   out.push_back({.family = "moe", .precision = DType::bf16});
   out.push_back({.family = "moe", .dp = 2, .zero = 3});
   out.push_back({.family = "moe", .pp = 2, .schedule = "zb_h1"});
+  // Expert parallelism: each rank's experts, and their rows sized for every rank's (dropless) or
+  // every rank's capacities, with the all-to-alls' staging.
+  out.push_back({.family = "moe", .dp = 2, .ep = 2});
+  out.push_back({.family = "moe", .dp = 2, .zero = 3, .ep = 2});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiMemoryCell, ::testing::ValuesIn(cells()),

@@ -32,14 +32,19 @@ constexpr double kOptimizerBytesPerParameter = 4 * 4 + 3 * 4;
 // What one rank does for one micro-batch of a stage, by term: forward, and backward split into
 // the input gradient's part and the weight gradient's (zero-bubble schedules run them apart).
 struct Pass {
-  double gemm = 0, attention = 0, streaming = 0, tensor_parallel = 0, context_parallel = 0;
-  double seconds() const { return gemm + attention + streaming + tensor_parallel + context_parallel; }
+  double gemm = 0, attention = 0, streaming = 0, tensor_parallel = 0, context_parallel = 0, expert_parallel = 0;
+  double seconds() const {
+    return gemm + attention + streaming + tensor_parallel + context_parallel + expert_parallel;
+  }
   Pass& operator+=(const Pass& o) {
     gemm += o.gemm, attention += o.attention, streaming += o.streaming;
-    tensor_parallel += o.tensor_parallel, context_parallel += o.context_parallel;
+    tensor_parallel += o.tensor_parallel, context_parallel += o.context_parallel, expert_parallel += o.expert_parallel;
     return *this;
   }
-  Pass times(double k) const { return {gemm * k, attention * k, streaming * k, tensor_parallel * k, context_parallel * k}; }
+  Pass times(double k) const {
+    return {gemm * k, attention * k, streaming * k, tensor_parallel * k, context_parallel * k,
+            expert_parallel * k};
+  }
 };
 
 struct StagePasses {
@@ -54,7 +59,7 @@ struct StagePasses {
 class Estimator {
  public:
   Estimator(const ModelConfig& model, const StepLayout& l, const HardwareProfile& hw)
-      : model_(model), l_(l), hw_(hw), dims_(shard_dims(model, {0, l.tp})),
+      : model_(model), l_(l), hw_(hw), dims_(shard_dims(model, {0, l.tp}, {0, l.ep})),
         element_(static_cast<double>(dtype_size(l.precision))),
         tokens_(static_cast<double>(l.micro_batch) * l.seq_len / l.cp), dense_block_(block(false)),
         expert_block_(block(true)), head_(head()) {}
@@ -88,7 +93,9 @@ class Estimator {
   // One dense or expert block, one micro-batch, on the busiest tensor-parallel rank: the first,
   // whose share of every split is the largest (model/tensor_shard.h). An expert block's experts
   // run on its assignments' rows (every token's top k, or fewer within a capacity), spread over
-  // the experts; the router in f32.
+  // this rank's experts (under expert parallelism as many as it sends, the routing balanced),
+  // their rows sent there and back by all-to-all, each way in forward and in backward, waited
+  // for (parallel/expert/expert_parallel.h); the router in f32.
   StagePasses block(bool experts) const {
     const double C = model_.d_model, t = tokens_;
     // A block of the kind asked for: the first expert block, or the first dense one (none: not timed).
@@ -102,7 +109,8 @@ class Estimator {
     for (const LinearDeclaration* linear : declare_block(model_, layer).linears()) {
       const double in = static_cast<double>(linear->in_features(model_, dims_));
       const double out = static_cast<double>(linear->out_features(model_, dims_));
-      const double rows = linear->per_expert ? assigned : t, groups = linear->per_expert ? dims_.experts : 1;
+      const double rows = linear->per_expert ? assigned : t;
+      const double groups = linear->per_expert ? static_cast<double>(dims_.local_experts.size()) : 1;
       const std::optional<DType> dtype = linear->name == "mlp.router" ? std::optional(DType::f32) : std::nullopt;
       p.forward.gemm += gemm(rows, out, in, groups, dtype);
       p.backward_input.gemm += gemm(rows, in, out, groups, dtype);
@@ -110,7 +118,8 @@ class Estimator {
     }
     double kept = static_cast<double>(
         Stage::activation_bytes(model_, {.embeddings = false, .first_block = layer, .end_block = layer + 1, .head = false},
-                                Recompute::none, l_.precision, l_.micro_batch, l_.seq_len / l_.cp, {0, l_.tp}, l_.sp)
+                                Recompute::none, l_.precision, l_.micro_batch, l_.seq_len / l_.cp, {0, l_.tp}, l_.sp,
+                                false, {0, l_.ep})
             .kept);
     const double causal_flops = attention_core_flops(model_, l_.seq_len) * t / query_parts;
     if (l_.fused_attention) {
@@ -130,6 +139,11 @@ class Estimator {
     const GroupPlacement tp_group = GroupPlacement::of(l_.tp, 1, l_.gpus_per_node);
     p.forward.tensor_parallel = p.backward_input.tensor_parallel =
         2 * collective_seconds(hw_, tp_group, CollectiveKind::all_reduce, t * C * element_);
+    if (experts && l_.ep > 1) {
+      const GroupPlacement ep_group = GroupPlacement::of(l_.ep, l_.tp, l_.gpus_per_node);
+      p.forward.expert_parallel = p.backward_input.expert_parallel =
+          2 * collective_seconds(hw_, ep_group, CollectiveKind::all_to_all, assigned * C * element_);
+    }
     if (l_.cp > 1) {
       // Key/value blocks around the ring, behind the attention compute where they fit.
       const double kv = t * 2.0 * model_.kv_heads() * model_.head_size() / kv_parts * element_;
@@ -222,6 +236,7 @@ StepTime predict_step_time(const ModelConfig& model, const StepLayout& l, const 
   work = work.times(static_cast<double>(l.micro_batches) * static_cast<double>(ranks[busiest].held.size()));
   r.gemm = work.gemm, r.attention = work.attention, r.streaming = work.streaming;
   r.tensor_parallel = work.tensor_parallel, r.context_parallel = work.context_parallel;
+  r.expert_parallel = work.expert_parallel;
   if (l.pp == 1) makespan = work.seconds();
   r.bubble = makespan - work.seconds();
 
@@ -239,7 +254,8 @@ StepTime predict_step_time(const ModelConfig& model, const StepLayout& l, const 
   const ParameterStorage storage = zero.storage();
   std::vector<StageUnits> held;
   for (const int s : ranks[busiest].held) held.push_back(ranks[busiest].all[static_cast<size_t>(s)]);
-  const ParameterLayout layout(model, storage.unit_multiple, {0, l.tp}, HeldUnits::of(held, model.n_layer));
+  const ParameterLayout layout(model, storage.unit_multiple, {0, l.tp}, HeldUnits::of(held, model.n_layer),
+                               {0, l.ep});
   const double parameters = static_cast<double>(layout.total_elements());
   const Transformer::ParameterBuffers buffers = Transformer::parameter_buffers(l.precision, storage);
   const double gradient_bytes = parameters * static_cast<double>(dtype_size(buffers.grads.dtype));

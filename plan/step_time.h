@@ -53,6 +53,7 @@ namespace dt {
 
 struct StepLayout {
   int dp = 1, tp = 1, pp = 1, cp = 1;
+  int ep = 1;  // the experts over ep of the dp × cp ranks
   bool sp = false;
   int zero_stage = 0;
   std::string schedule = "1f1b";  // with pp > 1 (parallel/pipeline/schedule.h)
@@ -73,7 +74,7 @@ struct StepTime {
   // Seconds of one step on the slowest rank, by term; compute terms summed over the rank's
   // micro-batches.
   double gemm = 0, attention = 0, streaming = 0;  // the blocks' and the head's compute
-  double tensor_parallel = 0, context_parallel = 0;
+  double tensor_parallel = 0, context_parallel = 0, expert_parallel = 0;
   double bubble = 0;             // pipeline idle time, from the schedule's replay
   double pipeline_transfers = 0;
   double data_parallel = 0;      // the part the backward does not hide

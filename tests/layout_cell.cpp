@@ -12,6 +12,7 @@
 #include "kernels/cross_entropy.h"
 #include "parallel/context/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/expert/expert_parallel.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "parallel/tensor/tensor_parallel.h"
@@ -49,10 +50,10 @@ ModelConfig test_model(const LayoutCell& cell, int stages) {
   return c;
 }
 
-// The largest difference between this rank's parameters (its shard of its stages) and the
-// reference's at the same places of the whole tensors, relative to the reference's largest
-// parameter.
-double shard_difference(const FlatTensors& reference, const FlatTensors& shard) {
+// The largest difference between this rank's parameters (its shard of its stages; with
+// `experts_only`, its experts) and the reference's at the same places of the whole tensors,
+// relative to the reference's largest parameter.
+double shard_difference(const FlatTensors& reference, const FlatTensors& shard, bool experts_only) {
   double largest = 0, reference_largest = 0;
   for (const ParamInfo& p : reference.layout().params()) {
     const Tensor x = reference.unpadded(p);
@@ -60,6 +61,7 @@ double shard_difference(const FlatTensors& reference, const FlatTensors& shard) 
       reference_largest = std::max(reference_largest, static_cast<double>(std::fabs(x.ptr<float>()[i])));
   }
   for (const ParamInfo& p : shard.layout().params()) {
+    if (experts_only && !p.is_expert) continue;
     const float* mine = shard.unpadded(p).ptr<float>();
     const float* expected = reference.unpadded(p.name).ptr<float>();
     for (const ParamInfo::Run& run : p.runs())
@@ -112,14 +114,15 @@ std::string cell_name(const LayoutCell& c) {
   return str(c.family, "_", dtype_name(c.precision), "_dp", c.dp, "_zero", c.zero, c.sp ? "_sp" : "",
              c.recompute == Recompute::none ? "" : str("_", recompute_name(c.recompute)),
              c.pp == 1 ? "" : str("_pp", c.pp, "_", schedule, c.virtual_stages > 1 ? str("_v", c.virtual_stages) : ""),
-             c.cp == 1 ? "" : str("_cp", c.cp, c.zigzag ? "" : "_plain", c.padded ? "_padded" : ""));
+             c.cp == 1 ? "" : str("_cp", c.cp, c.zigzag ? "" : "_plain", c.padded ? "_padded" : ""),
+             c.ep == 1 ? "" : str("_ep", c.ep));
 }
 
 void expect_layout_matches_one_rank(const LayoutCell& cell) {
   std::unique_ptr<Communicator> world = mpi_world(Device::cpu);
   const int tp = world->size() / cell.dp / cell.pp / cell.cp;
   ProcessGroups groups =
-      make_process_groups(std::move(world), {.dp = cell.dp, .cp = cell.cp, .tp = tp, .pp = cell.pp});
+      make_process_groups(std::move(world), {.dp = cell.dp, .cp = cell.cp, .tp = tp, .pp = cell.pp, .ep = cell.ep});
   // Context parallelism splits longer sequences: 48 tokens cut into 4, 6 or 8 chunks, or 45,
   // padded to 48.
   const int T = cell.cp == 1 ? kT : cell.padded ? 45 : 48;
@@ -140,14 +143,16 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
 
     std::optional<TensorParallel> tensor_parallel;
     if (tp > 1) tensor_parallel.emplace(*groups.tp, config, cell.sp);
+    std::optional<ExpertParallel> expert_parallel;
+    if (cell.ep > 1) expert_parallel.emplace(*groups.ep, config.moe.experts);
     const RankStages stages =
         schedule ? pipeline::PipelineParallel::rank_stages(config, *schedule, groups.coords.pp, kT) : RankStages{};
     // cp joins dp: the parameters' gradients are summed, and ZeRO shards, over dp × cp.
     const ZeroPolicy zero = ZeroPolicy::of(cell.zero, cell.precision, cell.dp * cell.cp);
     Transformer mine(config, kB, T_local, cell.recompute, cell.precision, Device::cpu, zero.storage(), tensor_parallel ? &*tensor_parallel : nullptr,
-                     stages, context ? &*context : nullptr);
+                     stages, context ? &*context : nullptr, {}, expert_parallel ? &*expert_parallel : nullptr);
     DataParallel data_parallel(mine, groups.dp_cp(), /*bucket_mb=*/0.05, zero, {},
-                               schedule ? groups.pp.get() : nullptr);
+                               schedule ? groups.pp.get() : nullptr, groups.expert_dp.get());
     std::optional<pipeline::PipelineParallel> pipeline;
     if (schedule) pipeline.emplace(mine, *groups.pp, *schedule);
     FlatTensors whole(mine.layout(), MemTag::workspace);  // this rank's part of the model, whole
@@ -180,17 +185,21 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
       one_losses.push_back(a.loss), one_norms.push_back(a.grad_norm);
       losses.push_back(b.loss), norms.push_back(b.grad_norm);
     }
-    // This rank's part of the f32 parameters, gathered over dp where ZeRO shards them.
+    // This rank's part of the f32 parameters, gathered over dp where ZeRO shards them: on rank 0
+    // of dp × cp, and each expert group's experts on its rank 0.
     std::optional<FlatTensors> gathered;
     const FlatTensors* parameters = &mine.params();
+    bool experts_only = false;
     if (zero.shards_f32_parameters()) {
-      if (groups.dp_cp().rank() == 0) gathered.emplace(mine.layout(), MemTag::workspace);
+      experts_only = groups.dp_cp().rank() != 0 && groups.expert_dp->rank() == 0;
+      if (groups.dp_cp().rank() == 0 || experts_only) gathered.emplace(mine.layout(), MemTag::workspace);
       data_parallel.gather_parameters(gathered ? &*gathered : nullptr);
       parameters = gathered ? &*gathered : nullptr;
     }
     const double loss_diff = max_relative_difference(losses, one_losses);
     const double norm_diff = max_relative_difference(norms, one_norms);
-    const double parameter_diff = parameters != nullptr ? shard_difference(one.params(), *parameters) : 0;
+    const double parameter_diff =
+        parameters != nullptr ? shard_difference(one.params(), *parameters, experts_only) : 0;
     const std::string what = str(cell_name(cell), " tp ", tp, " accumulation ", accumulation, " rank ", rank);
     const Bounds bound = bounds(cell.precision);
     EXPECT_LT(loss_diff, bound.losses) << what;
@@ -206,7 +215,7 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
                   cell_name(cell).c_str(), groups.dims.describe().c_str(), accumulation,
                   accumulation == 1 ? "" : "es", worst_loss, worst_norm, worst);
     // What every tp rank holds whole (a norm's weight, here the last) is the same bits on each.
-    if (parameters != nullptr && mine.layout().held_units().head) {
+    if (parameters != nullptr && !experts_only && mine.layout().held_units().head) {
       const Tensor ln_f = parameters->unpadded("ln_f.weight");
       Buffer lead(ln_f.bytes(), MemTag::workspace);
       std::memcpy(lead.data(), ln_f.data, ln_f.bytes());

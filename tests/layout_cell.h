@@ -1,5 +1,5 @@
 // One cell of a parallel layout's equivalence matrix: dp × tp × pp ranks (the world of an
-// mpirun), with ZeRO, sequence parallelism, recomputation, a precision and a pipeline schedule,
+// mpirun), with expert parallelism over the dp × cp ones, ZeRO, sequence parallelism, recomputation, a precision and a pipeline schedule,
 // trained for a few steps beside the one-rank reference, which every rank trains itself on the
 // whole global batch so that the comparison needs no files. Losses, gradient norms and every
 // parameter a rank holds are compared with the reference at the same places of the whole model,
@@ -28,11 +28,13 @@ struct LayoutCell {
   bool padded = false;           // a length that the chunks do not divide: padded inside
   std::string schedule = "1f1b";  // with pp > 1
   int virtual_stages = 1;
+  int ep = 1;  // expert parallelism: the experts over ep of the dp × cp ranks
   // Micro-batches per dp rank and step, each run of the cell; under pp the schedule's count.
   std::vector<int> accumulations = {1, 2};
 };
 
-// The cell's name: family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]][_cpC[_plain][_padded]].
+// The cell's name:
+// family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]][_cpC[_plain][_padded]][_epE].
 std::string cell_name(const LayoutCell& cell);
 
 // How GoogleTest prints a cell: its name.

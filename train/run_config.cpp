@@ -393,6 +393,31 @@ void check_context(const RunConfig& config, bool model_complete, Checker& check)
                                      chunks));
 }
 
+// Expert parallelism: ep of the dp × cp ranks share out the experts of a model that has them,
+// at least one each.
+void check_experts(const RunConfig& config, bool model_complete, Checker& check) {
+  const RunConfig::Parallel& p = config.parallel;
+  if (p.ep <= 1 || p.dp < 1 || p.cp < 1) return;
+  const int replicas = p.dp * p.cp;
+  if (replicas % p.ep != 0) {
+    std::string divisors;
+    for (int d = 1; d <= replicas; ++d)
+      if (replicas % d == 0) divisors += str(divisors.empty() ? "" : ", ", d);
+    check.report("parallel.ep", str("expert parallelism spreads the experts over ep of the dp × cp = ", replicas,
+                                    " ranks that hold the same other parameters, and ", p.ep, " does not divide ",
+                                    replicas, "; use parallel.ep = ", divisors, ", or parallel.dp a multiple of ",
+                                    p.ep));
+  }
+  if (!model_complete) return;
+  const int experts = config.model.moe.experts;
+  if (experts == 0)
+    check.report("parallel.ep", str("expert parallelism spreads a mixture of experts' experts over ranks, and this "
+                                    "model's MLPs are dense (model.moe_experts = 0); set parallel.ep = 1"));
+  else if (experts < p.ep)
+    check.report("parallel.ep", str("each of the ", p.ep, " expert-parallel ranks holds at least one expert, and "
+                                    "the model has ", experts, " (model.moe_experts); use parallel.ep <= ", experts));
+}
+
 // Pipeline parallelism: the schedule must exist for the step's micro-batches, the stages must
 // have a block each, and what the schedules cannot run with is named.
 void check_pipeline(const RunConfig& config, bool model_complete, Checker& check) {
@@ -510,13 +535,10 @@ void check_layout(const RunConfig& config, bool model_complete, Checker& check) 
               {"parallel.pp", p.pp, "pipeline parallelism"},
               {"parallel.cp", p.cp, "context parallelism"},
               {"parallel.ep", p.ep, "expert parallelism"}};
-  for (const auto& d : dims) {
-    if (d.size < 1)
-      check.report(d.key, "must be at least 1");
-    else if (d.key == std::string_view("parallel.ep"))  // the others are built: parallel/
-      check.require(d.size == 1, d.key, str(d.what, " is not built yet; set ", d.key, " = 1"));
-  }
+  for (const auto& d : dims)
+    if (d.size < 1) check.report(d.key, "must be at least 1");
   check_pipeline(config, model_complete, check);
+  check_experts(config, model_complete, check);
   check_context(config, model_complete, check);
   if (model_complete && p.tp > 1) {
     FieldProblems tp;

@@ -98,10 +98,11 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
   MemoryPlan plan =
       rank ? plan_rank_memory(config.model, B, local_T, accumulation, recompute, precision, shard_ranks,
                               config.parallel.zero_stage, {rank->tp, config.dims().tp}, config.parallel.sp,
-                              schedule ? &*schedule : nullptr, rank->pp)
+                              schedule ? &*schedule : nullptr, rank->pp,
+                              {config.dims().ep_rank(*rank), config.dims().ep})
            : plan_memory(config.model, B, local_T, accumulation, recompute, precision, shard_ranks,
                          config.parallel.zero_stage, config.dims().tp, config.parallel.sp,
-                         schedule ? &*schedule : nullptr);
+                         schedule ? &*schedule : nullptr, config.dims().ep);
   // The trainer's token buffers (train/trainer.cpp): each step's micro-batches and the
   // evaluation's, as the model runs them; under context parallelism the loader's whole
   // sequences beside them, on the host (the device's memory on a CPU run).
@@ -147,7 +148,7 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
 
 StepLayout run_step_layout(const RunConfig& config, int gpus_per_node) {
   const ParallelDims d = config.dims();
-  return {.dp = d.dp, .tp = d.tp, .pp = d.pp, .cp = d.cp, .sp = config.parallel.sp,
+  return {.dp = d.dp, .tp = d.tp, .pp = d.pp, .cp = d.cp, .ep = d.ep, .sp = config.parallel.sp,
           .zero_stage = config.parallel.zero_stage, .schedule = config.parallel.pp_schedule,
           .pp_virtual = config.parallel.pp_virtual, .micro_batch = config.train.micro_batch_size,
           .micro_batches = static_cast<int>(config.accumulation_steps()), .seq_len = config.data.seq_len,

@@ -251,16 +251,35 @@ TEST(RunConfig, ModelFieldProblemsNameTheirKeys) {
   EXPECT_NE(sizes.find("run.toml:3: model.d_model = 50: must be divisible by n_head = 3"), std::string::npos) << sizes;
 }
 
-TEST(RunConfig, ParallelismNotBuiltYetIsRejectedWithTheFix) {
+TEST(RunConfig, EveryParallelismIsBuilt) {
   testing::TempDir dir;
   const auto e = load_error(write_config(dir, std::string(kTiny) +
-                                                  "[parallel]\ndp = 2\ntp = 2\npp = 2\ncp = 2\nep = 2\n"
+                                                  "[parallel]\ndp = 2\ntp = 2\npp = 2\ncp = 2\n"
                                                   "zero_stage = 1\nsp = true\n[train]\nglobal_batch_size = 16\n"));
-  for (const char* built : {"parallel.dp", "parallel.tp", "parallel.pp", "parallel.cp", "parallel.zero_stage",
-                            "parallel.sp"})
-    EXPECT_EQ(e.find(built), std::string::npos) << built << " is built:\n" << e;
-  EXPECT_NE(e.find("parallel.ep = 2: expert parallelism is not built yet; set parallel.ep = 1"), std::string::npos)
-      << e;
+  EXPECT_EQ(e, "");
+}
+
+// Expert parallelism shares out the experts of a model that has them over ep of the dp × cp ranks.
+TEST(RunConfig, ExpertParallelismThatCannotSplitNamesWhatWould) {
+  testing::TempDir dir;
+  const std::string moe = "[model]\npreset = \"moe-tiny\"\n[data]\nseq_len = 64\n[train]\nmicro_batch_size = 1\n";  // 4 experts
+  EXPECT_EQ(load_error(write_config(dir, moe), {"parallel.dp=2", "parallel.cp=2", "parallel.ep=4"}), "");
+  const auto uneven = load_error(write_config(dir, moe), {"parallel.dp=3", "parallel.ep=2", "train.global_batch_size=6"});
+  EXPECT_NE(uneven.find("parallel.ep = 2: expert parallelism spreads the experts over ep of the dp × cp = 3 ranks "
+                        "that hold the same other parameters, and 2 does not divide 3; use parallel.ep = 1, 3, or "
+                        "parallel.dp a multiple of 2"),
+            std::string::npos)
+      << uneven;
+  const auto dense = load_error(write_config(dir, kTiny), {"parallel.dp=2", "parallel.ep=2"});
+  EXPECT_NE(dense.find("parallel.ep = 2: expert parallelism spreads a mixture of experts' experts over ranks, and "
+                       "this model's MLPs are dense (model.moe_experts = 0); set parallel.ep = 1"),
+            std::string::npos)
+      << dense;
+  const auto few = load_error(write_config(dir, moe), {"parallel.dp=8", "parallel.ep=8", "train.global_batch_size=8"});
+  EXPECT_NE(few.find("parallel.ep = 8: each of the 8 expert-parallel ranks holds at least one expert, and the model "
+                     "has 4 (model.moe_experts); use parallel.ep <= 4"),
+            std::string::npos)
+      << few;
 }
 
 // Context parallelism cuts 64-token sequences into 2 x cp chunks (zig-zag) or cp.

@@ -33,7 +33,7 @@ std::string fixed(double value, int decimals) {
 void print_header(const RunConfig& config, const ParallelRun& run, const std::string& origin, int64_t train_tokens) {
   const ModelConfig& mc = config.model;
   const ProcessGroups& groups = run.groups();
-  const int tp = groups.dims.tp, pp = groups.dims.pp, cp = groups.dims.cp;
+  const int tp = groups.dims.tp, pp = groups.dims.pp, cp = groups.dims.cp, ep = groups.dims.ep;
   const int accumulation = config.accumulation_steps();
   const ZeroPolicy zero = config.zero();
   std::printf("dtrain %s\n", dtrain_version().c_str());
@@ -64,7 +64,12 @@ void print_header(const RunConfig& config, const ParallelRun& run, const std::st
                     cp == 1 ? ""
                             : str(" | each sequence's ", run.context()->padded_len(), " tokens over the ", cp,
                                   " cp ranks (", config.parallel.cp_zigzag ? "zig-zag" : "plain",
-                                  " chunks), attention in a ring"))
+                                  " chunks), attention in a ring"),
+                    ep == 1 ? ""
+                            : str(" | each expert block's ", mc.moe.experts, " experts over the ", ep, " ep ranks (",
+                                  mc.moe.experts / ep,
+                                  mc.moe.experts % ep == 0 ? "" : str(" or ", mc.moe.experts / ep + 1),
+                                  " a rank), their rows sent there and back by all-to-all"))
                     .c_str(),
                 zero.shards_optimizer_state
                     ? str(" | ZeRO stage ", zero.stage, ": ", zero.sharded(), " sharded over the ", groups.dims.dp,

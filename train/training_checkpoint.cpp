@@ -256,19 +256,30 @@ CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& para
     for (size_t i = 0; i < parts.size(); ++i) out.push_back({optimizer.ranges()[i], parts[i]});
     return out;
   };
-  // What every rank holds whole, rank 0 writes; what is sharded, every rank writes its parts of.
-  if (dp.policy().shards_f32_parameters())
-    share.buffers.emplace_back("model", pieces(dp.parameter_parts()));
-  else if (rank == 0)
-    share.buffers.emplace_back("model", std::vector<CheckpointShare::Piece>{
-                                            {{0, params.layout().total_elements()}, params.all()}});
-  if (dp.policy().shards_optimizer_state || rank == 0) {
-    share.buffers.emplace_back("adamw.m", pieces(optimizer.moment_parts(AdamW::Moment::first)));
-    share.buffers.emplace_back("adamw.v", pieces(optimizer.moment_parts(AdamW::Moment::second)));
-  }
+  // What every rank of a group holds whole, its rank 0 writes: the experts, their group's (the
+  // ranks holding the same ones: each expert-parallel rank's are others), the rest the data-
+  // parallel group's. What is sharded, every rank writes its parts of.
+  const ParameterLayout& layout = params.layout();
+  const bool lead = rank == 0, experts_lead = dp.expert_group().rank() == 0;
+  const auto held_whole = [&](const Tensor& buffer) {
+    std::vector<CheckpointShare::Piece> out;
+    for (size_t u = 0; u < layout.units().size(); ++u) {
+      const kernels::FlatRange unit = layout.units()[u], experts = layout.experts_of_unit(u);
+      for (const auto& [range, writes] : {std::pair{kernels::FlatRange{unit.begin, experts.begin}, lead},
+                                          std::pair{experts, experts_lead}})
+        if (writes && range.size() > 0)
+          out.push_back({range, buffer.reshape({buffer.numel()}).slice_rows(range.begin, range.size())});
+    }
+    return out;
+  };
+  share.buffers.emplace_back("model", dp.policy().shards_f32_parameters() ? pieces(dp.parameter_parts())
+                                                                         : held_whole(params.all()));
+  for (const auto& [name, moment] : {std::pair{"adamw.m", AdamW::Moment::first}, {"adamw.v", AdamW::Moment::second}})
+    share.buffers.emplace_back(name, dp.policy().shards_optimizer_state ? pieces(optimizer.moment_parts(moment))
+                                                                        : held_whole(optimizer.moment_parts(moment)[0]));
   // A per-linear state is the same on every rank of its pipeline stage: the stage's first rank
   // (rank 0 of dp × cp and of tp) writes it.
-  if (rank == 0 && params.layout().shard().rank == 0) add_linear_states(share, linear_states);
+  if (lead && layout.shard().rank == 0) add_linear_states(share, linear_states);
   return share;
 }
 

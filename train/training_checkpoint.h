@@ -15,9 +15,10 @@
 // a part holds whole is saved under its name; a piece of one in the whole tensor's coordinates
 // (ckpt/tensor_pieces.h): NAME[B:E], its elements B to E in row-major order, or
 // NAME[R0:R1,C0:C1], a tensor-parallel rank's columns. Under tensor parallelism each rank saves
-// the slices it owns (a tensor every tp rank holds, by tp rank 0). One process is the case where
+// the slices it owns (a tensor every tp rank holds, by tp rank 0); under expert parallelism each
+// ep rank's experts are written by the first rank holding them. One process is the case where
 // one rank writes every tensor whole. Names are global, independent of the saving run's padding,
-// rank count and tensor-parallel size, so a checkpoint loads under any layout — any number of
+// rank count, tensor-parallel and expert-parallel size, so a checkpoint loads under any layout — any number of
 // ranks, any ZeRO stage, any tensor-parallel size — or in one process, each rank reading the
 // pieces that overlap its slice; a missing piece is named. A per-linear state, the same on every
 // rank holding its block, is written once, by the rank that is rank 0 of its dp × cp group and
@@ -72,8 +73,9 @@ struct CheckpointShare {
   std::vector<std::pair<std::string, Tensor>> whole;
 };
 // A data-parallel run's: this rank's parts of what is sharded, and on rank 0 of the dp group
-// what every rank of it holds whole (under tensor parallelism, each tp rank's shard), with the
-// model's per-linear states on the rank that is also tp rank 0.
+// what every rank of it holds whole (under tensor parallelism, each tp rank's shard) but the
+// experts, which rank 0 of the expert group writes (under expert parallelism each ep rank's
+// experts), with the model's per-linear states on the rank that is also tp rank 0.
 // `params`: the model's f32 parameters (unused where they are sharded); `linear_states`: the
 // model's (none: it declares none).
 CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& params,

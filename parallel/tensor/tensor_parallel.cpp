@@ -187,18 +187,18 @@ void TensorParallel::cross_entropy(Tensor losses, Tensor logits, Tensor targets,
                                         loss_scale);
 }
 
-void gather_shards(Communicator& group, const FlatTensors& shard, FlatTensors* whole) {
+void gather_shards(Communicator& group, const FlatTensors& shard, FlatTensors* whole,
+                   const std::function<ParameterLayout(int rank)>& layout_of,
+                   const std::function<bool(const ParamInfo&)>& include) {
   const bool lead = group.rank() == 0;
   DT_CHECK(lead == (whole != nullptr), "gathering shards: rank 0 of the group, and only it, passes the whole");
-  const ParameterLayout& layout = shard.layout();
   if (!lead) return group.send(shard.all(), 0).wait();
   place_slices(shard, *whole);
   for (int r = 1; r < group.size(); ++r) {
-    // Rank r's layout, made here from the same model and unit multiple.
-    const ParameterLayout theirs(layout.config(), layout.unit_multiple(), {r, group.size()}, layout.held_units());
+    const ParameterLayout theirs = layout_of(r);
     const FlatTensors received(theirs, MemTag::workspace, shard.device());
     group.recv(received.all(), r).wait();
-    place_slices(received, *whole);
+    place_slices(received, *whole, include);
   }
 }
 

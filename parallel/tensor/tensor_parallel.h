@@ -35,6 +35,8 @@
 // model's ParallelRegions from then on.
 #pragma once
 
+#include <functional>
+
 #include "comm/communicator.h"
 #include "model/config.h"
 #include "model/parallel_regions.h"
@@ -88,10 +90,14 @@ class TensorParallel final : public ParallelRegions {
   bool sequence_parallel_;
 };
 
-// The whole model's f32 parameters on rank 0 of `group` (a tp group) from every rank's shard
-// `shard` (its f32 parameters, whole storage, any device): every rank sends its shard and rank 0
-// places each rank's owned slices into `whole` (the whole model's layout, on the CPU); the other
-// ranks pass nullptr. For a sample of the model's text. A collective over the group.
-void gather_shards(Communicator& group, const FlatTensors& shard, FlatTensors* whole);
+// The f32 parameters whole over `group` (a tp or an ep group) on its rank 0, from every rank's
+// shard `shard` (its f32 parameters, whole storage, any device): every rank sends its shard and
+// rank 0 places its own owned slices, and each other rank's of the parameters `include` selects
+// (all without it), into `whole` (a layout holding all of them, on the CPU); the other ranks
+// pass nullptr.
+// `layout_of(r)` is rank r's layout. For a sample of the model's text. A collective over the group.
+void gather_shards(Communicator& group, const FlatTensors& shard, FlatTensors* whole,
+                   const std::function<ParameterLayout(int rank)>& layout_of,
+                   const std::function<bool(const ParamInfo&)>& include = {});
 
 }  // namespace dt
