@@ -4,6 +4,14 @@
 
 namespace dt {
 
+std::vector<int64_t> ExpertRoute::received_by_rank() const {
+  const size_t ranks = sent.size(), experts = received.size() / ranks;
+  std::vector<int64_t> by_rank(ranks);
+  for (size_t q = 0; q < ranks; ++q)
+    for (size_t x = 0; x < experts; ++x) by_rank[q] += received[q * experts + x];
+  return by_rank;
+}
+
 ExpertExchange& ExpertExchange::single_rank() {
   static ExpertExchange one;
   return one;

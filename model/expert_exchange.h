@@ -35,6 +35,8 @@ struct ExpertRoute {
   std::vector<int64_t> offsets;   // (X + 1): the received rows expert by expert: expert x's [offsets[x], offsets[x + 1])
 
   int64_t rows() const { return offsets.back(); }  // received
+  // (R): the rows received from each rank, for all of this rank's experts.
+  std::vector<int64_t> received_by_rank() const;
 };
 
 class ExpertExchange {

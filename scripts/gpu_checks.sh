@@ -8,7 +8,8 @@
 # parallel), bench (bench/step_vs_pytorch_gpu.sh; BENCH_FLAGS passes it flags), profile (one timed
 # step of gpt2-124m and llama3.2-1b under ncu: the largest kernel shares), comm (dtrain bench comm
 # --device cuda: NCCL at one rank, MPI's staged CUDA buffers at two up to 64 MiB, and NCCL's
-# refusal of two ranks on one GPU where there is one), busy (a llama3.2-1b step benchmark with the
+# refusal of two ranks on one GPU where there is one), ep (dtrain bench ep --device cuda: two
+# ranks' experts on one GPU, the all-to-all bytes checked), busy (a llama3.2-1b step benchmark with the
 # GPU's SM clock, power and utilization sampled every 100 ms: whether the time a step spends
 # beyond its kernels' sum is idle or slower clocks). The machine needs the NVIDIA driver, CUDA's
 # libraries (the CUDA toolkit's, or those PyTorch's wheels carry) and, for bench, PyTorch.
@@ -78,6 +79,12 @@ for step in "$@"; do
           mpiexec --allow-run-as-root -n 2 build/dtrain bench comm --device cuda --backend nccl --max-bytes 1K
         fi; } > "$logs/comm.log" 2>&1
       tail -30 "$logs/comm.log" ;;
+    ep)
+      # Expert parallelism on the GPU: two ranks sharing it, the rows through the MPI backend; the
+      # bench fails on any byte the routing does not imply.
+      mpiexec --allow-run-as-root -n 2 build/dtrain bench ep --device cuda --model moe-tiny --max-seq-len 1024 \
+        --seq 1024 --batch 4 --steps 3 > "$logs/ep.log" 2>&1
+      tail -8 "$logs/ep.log" ;;
     busy)
       nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,utilization.gpu --format=csv -lms 100 > "$logs/busy.csv" &
       sampler=$!
@@ -93,7 +100,7 @@ for name, i in (("SM clock MHz", 1), ("power W", 2), ("utilization %", 3)):
     print(f"{name}: median {statistics.median(v):.0f}, min {min(v):.0f}, max {max(v):.0f} over {len(v)} busy samples")
 PY
       ;;
-    *) echo "gpu_checks.sh: unknown step $step (steps: doctor tests bench profile comm busy)" >&2; exit 2 ;;
+    *) echo "gpu_checks.sh: unknown step $step (steps: doctor tests bench profile comm ep busy)" >&2; exit 2 ;;
   esac
 done
 echo "=== done $(date +%T)"

@@ -74,24 +74,20 @@ void ExpertParallel::regroup(Tensor to, Order to_order, Tensor from, const Exper
 }
 
 void ExpertParallel::dispatch(Tensor received, Tensor sent, const ExpertRoute& route, Tensor staging) {
-  const int64_t width = row_elements(sent), R = group_.size(), X = local_.size();
-  std::vector<int64_t> from(static_cast<size_t>(R));
-  for (int64_t q = 0; q < R; ++q)
-    for (int64_t x = 0; x < X; ++x) from[static_cast<size_t>(q)] += route.received[static_cast<size_t>(q * X + x)];
+  const int64_t width = row_elements(sent);
   const Tensor arriving = staging.slice_rows(0, route.rows());
-  group_.all_to_all(arriving, elements(from, width), sent.slice_rows(0, sum(route.sent)), elements(route.sent, width))
+  group_.all_to_all(arriving, elements(route.received_by_rank(), width), sent.slice_rows(0, sum(route.sent)),
+                    elements(route.sent, width))
       .wait();
   regroup(received, Order::by_expert, arriving, route);
 }
 
 void ExpertParallel::combine(Tensor returned, Tensor expert_rows, const ExpertRoute& route, Tensor staging) {
-  const int64_t width = row_elements(expert_rows), R = group_.size(), X = local_.size();
-  std::vector<int64_t> to(static_cast<size_t>(R));
-  for (int64_t q = 0; q < R; ++q)
-    for (int64_t x = 0; x < X; ++x) to[static_cast<size_t>(q)] += route.received[static_cast<size_t>(q * X + x)];
+  const int64_t width = row_elements(expert_rows);
   const Tensor leaving = staging.slice_rows(0, route.rows());
   regroup(leaving, Order::by_rank, expert_rows, route);
-  group_.all_to_all(returned.slice_rows(0, sum(route.sent)), elements(route.sent, width), leaving, elements(to, width))
+  group_.all_to_all(returned.slice_rows(0, sum(route.sent)), elements(route.sent, width), leaving,
+                    elements(route.received_by_rank(), width))
       .wait();
 }
 
