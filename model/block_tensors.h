@@ -49,7 +49,7 @@ struct ExpertActivations {
   Tensor router_in, router_weight, logits, routed;
   Tensor probs{}, z{};  // where a training forward records the routers' losses
   Tensor shared_fch{}, shared_act{}, shared_out{}, shared_gate{};  // where there is a shared expert
-  Tensor sent, result, staging{};
+  Tensor sent{}, result{}, staging{};
   ExpertRecord* record = nullptr;
   bool keep_all = false;
 };

@@ -30,9 +30,9 @@ namespace dt {
 // One pass's rows between the ranks of an expert-parallel group of R ranks, of which this one
 // holds X experts.
 struct ExpertRoute {
-  std::vector<int64_t> sent;      // (R): the rows this rank sends rank q, its rows for q's experts
-  std::vector<int64_t> received;  // (R · X): the rows from rank q for this rank's expert x, at q · X + x
-  std::vector<int64_t> offsets;   // (X + 1): the received rows expert by expert: expert x's [offsets[x], offsets[x + 1])
+  std::vector<int64_t> sent = {};      // (R): the rows this rank sends rank q, its rows for q's experts
+  std::vector<int64_t> received = {};  // (R · X): the rows from rank q for this rank's expert x, at q · X + x
+  std::vector<int64_t> offsets = {};   // (X + 1): the received rows expert by expert: expert x's [offsets[x], offsets[x + 1])
 
   int64_t rows() const { return offsets.back(); }  // received
   // (R): the rows received from each rank, for all of this rank's experts.
