@@ -104,8 +104,9 @@ void run_expert_bench(const ExpertBenchOptions& o) {
     const std::vector<double> implied_by_rank = gathered_from_ranks(*control, implied);
     for (int r = 0; r < ranks; ++r)
       if (sent_by_rank[static_cast<size_t>(r)] != implied_by_rank[static_cast<size_t>(r)])
-        throw Error(str("bench ep: rank ", r, " sent ", sent_by_rank[static_cast<size_t>(r)], " bytes by all-to-all in step ",
-                        step, ", and the routing implies ", implied_by_rank[static_cast<size_t>(r)]));
+        throw Error(str("bench ep: rank ", r, " sent ", sent_by_rank[static_cast<size_t>(r)],
+                        " bytes by all-to-all in step ", step, ", and the routing implies ",
+                        implied_by_rank[static_cast<size_t>(r)]));
     const std::vector<double> received = gathered_from_ranks(*control, received_total);
     const std::vector<double> times = gathered_from_ranks(*control, step_ms);
     const std::vector<double> a2a_ms = gathered_from_ranks(*control, a2a.communication_ms);

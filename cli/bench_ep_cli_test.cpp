@@ -17,7 +17,8 @@ TEST(BenchEp, ExpertsOverRanksSendWhatTheRoutingImpliesEveryStep) {
   ASSERT_EQ(result.status, 0) << result.output;
   EXPECT_NE(result.output.find("4 experts (top 2) in 2 of 2 blocks over 2 ep ranks (2 a rank)"), std::string::npos)
       << result.output;
-  for (const char* row : {"\n     1 ", "\n     2 "}) EXPECT_NE(result.output.find(row), std::string::npos) << row << result.output;
+  for (const char* row : {"\n     1 ", "\n     2 "})
+    EXPECT_NE(result.output.find(row), std::string::npos) << row << result.output;
   const auto dense = run_dtrain("bench ep --model llama-tiny --steps 1", testing::mpirun(2));
   EXPECT_NE(dense.status, 0);
   EXPECT_NE(dense.output.find("each of the 2 ranks holds at least one expert, and the model has 0"), std::string::npos)

@@ -515,7 +515,8 @@ TEST(TrainCli, ExpertParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenEpS
                           "model.moe_aux_loss_coef=0.01 model.moe_z_loss_coef=0.001 ";
   const std::string six = moe + "train.steps=6 checkpoint.every=3", three = moe + "train.steps=3";
   ASSERT_EQ(run_dtrain(run.args("one", six)).status, 0);
-  const std::string ep2 = " parallel.dp=2 parallel.ep=2 parallel.zero_stage=", ep4 = " parallel.dp=2 parallel.cp=2 parallel.ep=4";
+  const std::string ep2 = " parallel.dp=2 parallel.ep=2 parallel.zero_stage=",
+                    ep4 = " parallel.dp=2 parallel.cp=2 parallel.ep=4";
   const auto two = run_dtrain(run.args("ep2_zero0", six + ep2 + "0"), testing::mpirun(2));
   ASSERT_EQ(two.status, 0) << two.output;
   EXPECT_NE(two.output.find("each expert block's 4 experts over the 2 ep ranks (2 a rank), their rows sent there and "

@@ -56,7 +56,8 @@ TEST(Parameters, ExpertParallelRanksHoldTheirExpertsLastInEachUnit) {
     const ParamInfo& fc = layout.find("h.1.mlp.experts.fc.weight");
     EXPECT_EQ(fc.shape[0], r == 0 ? 2 : 1);
     EXPECT_EQ(fc.slice.whole[0], 4);
-    for (int64_t e = fc.slice.pieces[0].range.begin; e < fc.slice.pieces[0].range.end; ++e) ++held[static_cast<size_t>(e)];
+    const kernels::FlatRange mine = fc.slice.pieces[0].range;
+    for (int64_t e = mine.begin; e < mine.end; ++e) ++held[static_cast<size_t>(e)];
     for (size_t u = 0; u < layout.units().size(); ++u) {
       const kernels::FlatRange unit = layout.units()[u], experts = layout.experts_of_unit(u);
       EXPECT_EQ(experts.end, unit.end);

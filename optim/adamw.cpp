@@ -54,8 +54,8 @@ AdamW::AdamW(const ParameterLayout& layout, OptimizerParts parts, AdamWConfig co
   const auto not_decayed = layout.unpadded_ranges([this](const ParamInfo& p) { return !decays(p); });
   const bool experts_apart = parts_.experts != nullptr;
   const auto owned = layout.owned_ranges([&](const ParamInfo& p) { return !experts_apart || !p.is_expert; });
-  const auto owned_experts =
-      experts_apart ? layout.owned_ranges([](const ParamInfo& p) { return p.is_expert; }) : std::vector<kernels::FlatRange>{};
+  const auto owned_experts = experts_apart ? layout.owned_ranges([](const ParamInfo& p) { return p.is_expert; })
+                                           : std::vector<kernels::FlatRange>{};
   for (const kernels::FlatRange& range : parts_.ranges) {
     DT_CHECK(range.begin >= 0 && range.end <= layout.total_elements() &&
                  (part_list_.empty() || part_list_.back().range.end <= range.begin),
@@ -107,7 +107,8 @@ double reduced(double value, ReduceOp op, std::initializer_list<Communicator*> g
 double AdamW::global_grad_norm() const {
   double mine = kernels::sum_of_squares(parts_.grads, owned_local_);
   if (parts_.experts != nullptr)
-    mine += all_reduce_value(*parts_.experts, kernels::sum_of_squares(parts_.grads, owned_experts_local_), ReduceOp::sum);
+    mine += all_reduce_value(*parts_.experts, kernels::sum_of_squares(parts_.grads, owned_experts_local_),
+                             ReduceOp::sum);
   return std::sqrt(reduced(mine, ReduceOp::sum, {parts_.group, parts_.tensor_parallel, parts_.pipeline}));
 }
 

@@ -147,7 +147,7 @@ Tensor DataParallel::weight_part(const Part& p) const {
 
 void DataParallel::share_weights() {
   if (policy_.gathers_weights() != ZeroPolicy::Gather::after_update) return;
-  // Every rank's parts into every rank's weights, unit by unit (in flight together).
+  // Every rank's parts into every rank's weights, piece by piece (in flight together).
   std::vector<CollectiveHandle> gathers;
   for (const Part& p : parts_) gathers.push_back(p.group->all_gather(piece_of(model_.weights(), p), weight_part(p)));
   for (CollectiveHandle& h : gathers) h.wait();
@@ -168,7 +168,8 @@ void DataParallel::reduce_gradients() {
 
 void DataParallel::start_gathering(size_t u) {
   model_.weights().hold(u);
-  for (const Part& p : parts_of(u)) gathering_[u].push_back(p.group->all_gather(piece_of(model_.weights(), p), weight_part(p)));
+  for (const Part& p : parts_of(u))
+    gathering_[u].push_back(p.group->all_gather(piece_of(model_.weights(), p), weight_part(p)));
 }
 
 void DataParallel::wait_for_gathering(size_t u) {

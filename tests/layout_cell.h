@@ -1,5 +1,6 @@
 // One cell of a parallel layout's equivalence matrix: dp × tp × pp ranks (the world of an
-// mpirun), with expert parallelism over the dp × cp ones, ZeRO, sequence parallelism, recomputation, a precision and a pipeline schedule,
+// mpirun), with expert parallelism over the dp × cp ones, ZeRO, sequence parallelism,
+// recomputation, a precision and a pipeline schedule,
 // trained for a few steps beside the one-rank reference, which every rank trains itself on the
 // whole global batch so that the comparison needs no files. Losses, gradient norms and every
 // parameter a rank holds are compared with the reference at the same places of the whole model,

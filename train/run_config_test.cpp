@@ -262,9 +262,11 @@ TEST(RunConfig, EveryParallelismIsBuilt) {
 // Expert parallelism shares out the experts of a model that has them over ep of the dp × cp ranks.
 TEST(RunConfig, ExpertParallelismThatCannotSplitNamesWhatWould) {
   testing::TempDir dir;
-  const std::string moe = "[model]\npreset = \"moe-tiny\"\n[data]\nseq_len = 64\n[train]\nmicro_batch_size = 1\n";  // 4 experts
+  // 4 experts
+  const std::string moe = "[model]\npreset = \"moe-tiny\"\n[data]\nseq_len = 64\n[train]\nmicro_batch_size = 1\n";
   EXPECT_EQ(load_error(write_config(dir, moe), {"parallel.dp=2", "parallel.cp=2", "parallel.ep=4"}), "");
-  const auto uneven = load_error(write_config(dir, moe), {"parallel.dp=3", "parallel.ep=2", "train.global_batch_size=6"});
+  const auto uneven =
+      load_error(write_config(dir, moe), {"parallel.dp=3", "parallel.ep=2", "train.global_batch_size=6"});
   EXPECT_NE(uneven.find("parallel.ep = 2: expert parallelism spreads the experts over ep of the dp × cp = 3 ranks "
                         "that hold the same other parameters, and 2 does not divide 3; use parallel.ep = 1, 3, or "
                         "parallel.dp a multiple of 2"),

@@ -27,50 +27,47 @@ ExpertParallel::ExpertParallel(Communicator& group, int64_t experts)
 }
 
 ExpertRoute ExpertParallel::route(const kernels::MoeDispatch& rows) const {
-  const int R = group_.size();
-  const int64_t E = experts_, X = local_.size();
-  DT_CHECK(static_cast<int64_t>(rows.offsets.size()) == E + 1, "a dispatch over ", rows.offsets.size() - 1,
+  const size_t R = static_cast<size_t>(group_.size()), E = static_cast<size_t>(experts_);
+  const size_t X = static_cast<size_t>(local_.size()), first = static_cast<size_t>(local_.begin);
+  DT_CHECK(rows.offsets.size() == E + 1, "a dispatch over ", rows.offsets.size() - 1,
            " experts for expert parallelism over ", E);
-  std::vector<int64_t> mine(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) mine[static_cast<size_t>(e)] = rows.rows_of(e);
+  std::vector<int64_t> mine(E);
+  for (size_t e = 0; e < E; ++e) mine[e] = rows.offsets[e + 1] - rows.offsets[e];
   const std::vector<int64_t> every = all_gather_counts(group_, mine);  // rank q's for expert e at q · E + e
-  ExpertRoute r{.sent = std::vector<int64_t>(static_cast<size_t>(R)),
-                .received = std::vector<int64_t>(static_cast<size_t>(R * X)),
-                .offsets = std::vector<int64_t>(static_cast<size_t>(X + 1))};
-  for (int q = 0; q < R; ++q) {
-    const kernels::FlatRange theirs = even_part(E, R, q);
-    r.sent[static_cast<size_t>(q)] = rows.offsets[static_cast<size_t>(theirs.end)] - rows.offsets[static_cast<size_t>(theirs.begin)];
-    for (int64_t x = 0; x < X; ++x)
-      r.received[static_cast<size_t>(q * X + x)] = every[static_cast<size_t>(q * E + local_.begin + x)];
+  ExpertRoute r{.sent = std::vector<int64_t>(R), .received = std::vector<int64_t>(R * X),
+                .offsets = std::vector<int64_t>(X + 1)};
+  for (size_t q = 0; q < R; ++q) {
+    const kernels::FlatRange theirs = even_part(experts_, group_.size(), static_cast<int>(q));
+    r.sent[q] = rows.offsets[static_cast<size_t>(theirs.end)] - rows.offsets[static_cast<size_t>(theirs.begin)];
+    for (size_t x = 0; x < X; ++x) r.received[q * X + x] = every[q * E + first + x];
   }
-  for (int64_t x = 0; x < X; ++x) {
-    int64_t expert_rows = 0;
-    for (int q = 0; q < R; ++q) expert_rows += r.received[static_cast<size_t>(q * X + x)];
-    r.offsets[static_cast<size_t>(x + 1)] = r.offsets[static_cast<size_t>(x)] + expert_rows;
+  for (size_t x = 0; x < X; ++x) {
+    r.offsets[x + 1] = r.offsets[x];
+    for (size_t q = 0; q < R; ++q) r.offsets[x + 1] += r.received[q * X + x];
   }
   return r;
 }
 
 void ExpertParallel::regroup(Tensor to, Order to_order, Tensor from, const ExpertRoute& route) const {
-  const int R = group_.size();
-  const int64_t X = local_.size();
+  const size_t R = static_cast<size_t>(group_.size()), X = static_cast<size_t>(local_.size());
   const size_t row_bytes = static_cast<size_t>(row_elements(from)) * dtype_size(from.dtype);
-  // Where block (q, x) starts in each order, in rows.
-  std::vector<int64_t> by_rank(static_cast<size_t>(R * X)), by_expert(static_cast<size_t>(R * X));
-  int64_t at = 0;
-  for (int q = 0; q < R; ++q)
-    for (int64_t x = 0; x < X; ++x) by_rank[static_cast<size_t>(q * X + x)] = at, at += route.received[static_cast<size_t>(q * X + x)];
-  at = 0;
-  for (int64_t x = 0; x < X; ++x)
-    for (int q = 0; q < R; ++q) by_expert[static_cast<size_t>(q * X + x)] = at, at += route.received[static_cast<size_t>(q * X + x)];
-  const std::vector<int64_t>& to_rows = to_order == Order::by_rank ? by_rank : by_expert;
-  const std::vector<int64_t>& from_rows = to_order == Order::by_rank ? by_expert : by_rank;
-  for (size_t b = 0; b < route.received.size(); ++b) {
-    if (route.received[b] == 0) continue;
-    copy_rows(static_cast<char*>(to.data) + static_cast<size_t>(to_rows[b]) * row_bytes, 0,
-              static_cast<const char*>(from.data) + static_cast<size_t>(from_rows[b]) * row_bytes, 0,
-              static_cast<size_t>(route.received[b]) * row_bytes, 1, to.device);
-  }
+  // Where block (q, x) — rank q's rows for expert x — starts in each order, in rows.
+  std::vector<size_t> by_rank(R * X), by_expert(R * X);
+  const auto rows_of = [&](size_t q, size_t x) { return static_cast<size_t>(route.received[q * X + x]); };
+  for (size_t q = 0, at = 0; q < R; ++q)
+    for (size_t x = 0; x < X; ++x) by_rank[q * X + x] = at, at += rows_of(q, x);
+  for (size_t x = 0, at = 0; x < X; ++x)
+    for (size_t q = 0; q < R; ++q) by_expert[q * X + x] = at, at += rows_of(q, x);
+  const std::vector<size_t>& to_rows = to_order == Order::by_rank ? by_rank : by_expert;
+  const std::vector<size_t>& from_rows = to_order == Order::by_rank ? by_expert : by_rank;
+  for (size_t q = 0; q < R; ++q)
+    for (size_t x = 0; x < X; ++x) {
+      const size_t b = q * X + x;
+      if (rows_of(q, x) == 0) continue;
+      copy_rows(static_cast<char*>(to.data) + to_rows[b] * row_bytes, 0,
+                static_cast<const char*>(from.data) + from_rows[b] * row_bytes, 0, rows_of(q, x) * row_bytes, 1,
+                to.device);
+    }
 }
 
 void ExpertParallel::dispatch(Tensor received, Tensor sent, const ExpertRoute& route, Tensor staging) {
