@@ -101,7 +101,8 @@ int print_search(const RunConfig& config, int gpus, const HardwareProfile& profi
     for (size_t i = 0; i < shown; ++i) {
       const LayoutCandidate& c = search.fitting[i];
       const RunConfig::Parallel& p = c.config.parallel;
-      j["layouts"].push_back({{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"schedule", p.pp_schedule},
+      j["layouts"].push_back({{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep},
+                              {"schedule", p.pp_schedule},
                               {"pp_virtual", p.pp_virtual}, {"micro_batch", c.config.train.micro_batch_size},
                               {"zero_stage", p.zero_stage},
                               {"recompute", std::string(recompute_name(c.config.train.recompute))}, {"sp", p.sp},
@@ -117,24 +118,29 @@ int print_search(const RunConfig& config, int gpus, const HardwareProfile& profi
   std::printf("%lld layouts considered, %lld valid, %zu fit in %s GiB; the fastest %zu:\n\n",
               static_cast<long long>(search.considered), static_cast<long long>(search.valid), search.fitting.size(),
               gib(profile.memory_bytes).c_str(), shown);
-  std::printf("  #   dp  tp  pp  cp  schedule        micro zero recompute  sp   GiB     step s   tokens/s    MFU   "
-              "what it pays (share of the step)\n");
+  // The ep column only for a model with experts (every other layout has ep 1).
+  const bool experts = config.model.moe.experts > 0;
+  std::printf("  #   dp  tp  pp  cp %s schedule        micro zero recompute  sp   GiB     step s   tokens/s    MFU   "
+              "what it pays (share of the step)\n", experts ? " ep " : "");
   for (size_t i = 0; i < shown; ++i) {
     const LayoutCandidate& c = search.fitting[i];
     const RunConfig::Parallel& p = c.config.parallel;
     const std::string schedule =
         p.pp == 1 ? "-" : p.pp_virtual > 1 ? str(p.pp_schedule, " v", p.pp_virtual) : p.pp_schedule;
-    std::printf("  %-3zu %3d %3d %3d %3d  %-15s %5d %4d %-10s %-3s %6s %9.3f %10.0f %6.1f%%  %s\n", i + 1, p.dp, p.tp,
-                p.pp, p.cp, schedule.c_str(), c.config.train.micro_batch_size, p.zero_stage,
+    const std::string ep = experts ? str(p.ep < 10 ? "   " : p.ep < 100 ? "  " : " ", p.ep) : "";
+    std::printf("  %-3zu %3d %3d %3d %3d%s  %-15s %5d %4d %-10s %-3s %6s %9.3f %10.0f %6.1f%%  %s\n", i + 1, p.dp, p.tp,
+                p.pp, p.cp, ep.c_str(), schedule.c_str(), c.config.train.micro_batch_size, p.zero_stage,
                 std::string(recompute_name(c.config.train.recompute)).c_str(), p.sp ? "yes" : "no",
                 gib(static_cast<double>(c.memory.total())).c_str(), c.time.total, c.time.tokens_per_s, 100 * c.time.mfu,
                 what_it_pays(c).c_str());
   }
   const RunConfig::Parallel& best = search.fitting.front().config.parallel;
-  std::printf("\nitemized: dtrain plan %s --gpus %d parallel.tp=%d parallel.pp=%d parallel.cp=%d "
+  const std::string best_ep = experts ? str(" parallel.ep=", best.ep) : "";
+  std::printf("\nitemized: dtrain plan %s --gpus %d parallel.tp=%d parallel.pp=%d parallel.cp=%d%s "
               "parallel.pp_schedule=%s parallel.pp_virtual=%d parallel.zero_stage=%d parallel.sp=%s "
               "train.micro_batch_size=%d train.recompute=%s (the first; the others likewise)\n",
-              config.source.c_str(), gpus, best.tp, best.pp, best.cp, best.pp_schedule.c_str(), best.pp_virtual, best.zero_stage,
+              config.source.c_str(), gpus, best.tp, best.pp, best.cp, best_ep.c_str(), best.pp_schedule.c_str(),
+              best.pp_virtual, best.zero_stage,
               best.sp ? "true" : "false", search.fitting.front().config.train.micro_batch_size,
               std::string(recompute_name(search.fitting.front().config.train.recompute)).c_str());
   return 0;
@@ -170,8 +176,8 @@ int command_plan(int argc, char** argv, int first) {
   const StepLayout layout = run_step_layout(config, per_node);
   const StepTime time = predict_step_time(config.model, layout, profile);
   const bool fits = static_cast<double>(memory.total()) <= profile.memory_bytes;
-  // A micro-batch's rows each rank routes through the experts (tensor parallelism does not run
-  // with experts).
+  // A micro-batch's rows each rank routes through the experts (under tensor parallelism every
+  // rank of the group all of them).
   const int64_t routed_rows = int64_t{layout.micro_batch} * (layout.seq_len / layout.cp);
   const MoeConfig& moe = config.model.moe;
   const std::vector<std::pair<const char*, double>> terms = {

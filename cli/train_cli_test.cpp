@@ -507,8 +507,9 @@ TEST(TrainCli, AMixtureOfExpertsTrainsLikeOneProcessUnderEveryLayoutAndLogsItsLo
 }
 
 // Expert parallelism trains the one-process mixture of experts: ep 2 over dp 2 at ZeRO 0 and 3,
-// and ep 4 over dp 2 × cp 2; an ep 2 checkpoint at ZeRO 3 (each rank's experts, in parts) resumes
-// in one process, and a one-process one at ep 4, on the one-process curve.
+// ep 4 over dp 2 × cp 2, and ep 2 over dp 2 × tp 2 with sp; an ep 2 checkpoint at ZeRO 3 (each
+// rank's experts, in parts) and a tp 2 one resume in one process, and a one-process one at ep 4,
+// on the one-process curve.
 TEST(TrainCli, ExpertParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenEpSizes) {
   const TrainRun run;
   const std::string moe = "model.preset=\"moe-tiny\" model.vocab_size=256 model.moe_bias_update_rate=0.01 "
@@ -532,9 +533,16 @@ TEST(TrainCli, ExpertParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenEpS
   const auto resumed = run_dtrain(run.args("one_to_ep4", six + ep4), testing::mpirun(4));
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from "), std::string::npos) << resumed.output;
+  // With tensor and sequence parallelism (every tp rank holding the same experts), and from there
+  // to one process.
+  const std::string tp2 = " parallel.dp=2 parallel.tp=2 parallel.sp=true parallel.ep=2 parallel.zero_stage=1";
+  const auto tensor = run_dtrain(run.args("tp2", six + tp2), testing::mpirun(4));
+  ASSERT_EQ(tensor.status, 0) << tensor.output;
+  ASSERT_EQ(run_dtrain(run.args("tp2_to_one", three + tp2), testing::mpirun(4)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("tp2_to_one", six)).status, 0);
   const std::vector<double> expected = run.losses("one");
   const double expected_val = run.final_validation_loss("one");
-  for (const char* name : {"ep2_zero0", "ep2_zero3", "ep4", "ep2_to_one", "one_to_ep4"}) {
+  for (const char* name : {"ep2_zero0", "ep2_zero3", "ep4", "ep2_to_one", "one_to_ep4", "tp2", "tp2_to_one"}) {
     const std::vector<double> got = run.losses(name);
     ASSERT_EQ(got.size(), 6u) << name;
     // Each expert's rows summed in another order (tests/layout_cell.cpp measures ~1e-8 of the

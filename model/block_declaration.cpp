@@ -128,9 +128,9 @@ int64_t ActivationDeclaration::rows_of(const ModelConfig& config, const ShardDim
     case ActivationRows::local:
       return local_rows;
     case ActivationRows::assignments:
-      return config.moe.expert_rows(local_rows);
+      return config.moe.expert_rows(all_rows);
     case ActivationRows::received:
-      return config.moe.received_rows(local_rows, dims.local_experts.size(), dims.expert_ranks);
+      return config.moe.received_rows(all_rows, dims.local_experts.size(), dims.expert_ranks);
     case ActivationRows::sequences:
       return sequences;
   }
@@ -164,9 +164,10 @@ namespace {
 // rank's rows, the linear layers' outputs and attention's on all of them. Full recomputation
 // reruns the block up to the MLP's activation; selective, the attention core (its output and
 // log-sum-exp). A block's output is the next one's input: always kept. An expert block routes
-// this rank's rows (under tensor parallelism each rank its own part, as sequence parallelism
-// splits them). Its experts' outputs are kept under full recomputation too: the combine's
-// backward reads them, where a dense block's backward reads nothing its output projection makes.
+// all rows (under tensor parallelism every rank of the group the same, model/moe_mlp.h); its
+// shared expert's output and gate are on this rank's rows. Its experts' outputs are kept under
+// full recomputation too: the combine's backward reads them, where a dense block's backward
+// reads nothing its output projection makes.
 std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, bool gated) {
   using A = BlockActivation;
   using W = ActivationWidth;
@@ -188,8 +189,8 @@ std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, 
   a.push_back({A::res3, W::model, part, P, Recompute::none});
   if (!experts) return a;
   for (const ActivationDeclaration& d : std::initializer_list<ActivationDeclaration>{
-           {A::route_scores, W::experts, part, F, full},  {A::route_experts, W::top_k, part, I, full},
-           {A::route_weights, W::top_k, part, F, full},   {A::route_rows, W::top_k, part, I, full},
+           {A::route_scores, W::experts, all, F, full},  {A::route_experts, W::top_k, all, I, full},
+           {A::route_weights, W::top_k, all, F, full},   {A::route_rows, W::top_k, all, I, full},
            {A::expert_in, W::model, received, P, full},   {A::expert_fch, W::expert_ffn_in, received, P, full},
            {A::expert_act, W::expert_ffn, received, P, full}, {A::expert_out, W::model, assigned, P, Recompute::none}})
     a.push_back(d);
@@ -201,7 +202,7 @@ std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, 
   }
   if (gated) a.push_back({A::shared_gate, W::one, part, F, full});
   a.push_back({A::route_counts, W::aux_loss_experts, sequences, F, full});
-  a.push_back({A::route_logits, W::z_loss_experts, part, F, full});
+  a.push_back({A::route_logits, W::z_loss_experts, all, F, full});
   return a;
 }
 

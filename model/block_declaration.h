@@ -106,7 +106,7 @@ enum class ActivationWidth {
   experts, top_k, expert_ffn_in, expert_ffn, shared_ffn_in, shared_ffn, aux_loss_experts, z_loss_experts
 };
 // Its rows: all N of the micro-batch, this rank's part of them under sequence parallelism, the
-// experts' rows for that part (top_k per row, or fewer within a capacity: MoeConfig::expert_rows),
+// experts' rows for all N (top_k per row, or fewer within a capacity: MoeConfig::expert_rows),
 // the rows this rank's experts receive (the same without expert parallelism, else at most what
 // every rank of its group sends them: MoeConfig::received_rows), or one per sequence of the
 // micro-batch.

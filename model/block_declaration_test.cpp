@@ -66,8 +66,9 @@ TEST(BlockDeclaration, RecomputationPoliciesRebuildWhatTheyDeclare) {
             1);
 }
 
-// An expert block keeps the router's choice and the experts' rows in place of fch and fch_act:
-// top_k rows per token (dropless, the most there can be), f32 scores and weights, i32 indices;
+// An expert block keeps the router's choice and the experts' rows in place of fch and fch_act,
+// for all the micro-batch's rows (under tensor parallelism every rank routes them all): top_k
+// rows per token (dropless, the most there can be), f32 scores and weights, i32 indices;
 // under full recomputation only the experts' output (which the combine's backward reads) and
 // the block's output stay.
 TEST(BlockDeclaration, ExpertBlocksDeclareTheRoutersAndTheExpertsActivations) {
@@ -83,34 +84,34 @@ TEST(BlockDeclaration, ExpertBlocksDeclareTheRoutersAndTheExpertsActivations) {
     EXPECT_EQ(a.rows_of(c, dims, 10, 5, 2), rows) << static_cast<int>(id);  // 2 sequences, 10 rows, 5 this rank's
     EXPECT_EQ(a.dtype(DType::bf16), dtype) << static_cast<int>(id);
   };
-  expect(A::route_scores, 4, 5, DType::f32);
-  expect(A::route_experts, 2, 5, DType::i32);
-  expect(A::route_weights, 2, 5, DType::f32);
-  expect(A::route_rows, 2, 5, DType::i32);
-  expect(A::expert_in, 48, 10, DType::bf16);
-  expect(A::expert_fch, 64, 10, DType::bf16);
-  expect(A::expert_act, 32, 10, DType::bf16);
-  expect(A::expert_out, 48, 10, DType::bf16);
+  expect(A::route_scores, 4, 10, DType::f32);
+  expect(A::route_experts, 2, 10, DType::i32);
+  expect(A::route_weights, 2, 10, DType::f32);
+  expect(A::route_rows, 2, 10, DType::i32);
+  expect(A::expert_in, 48, 20, DType::bf16);
+  expect(A::expert_fch, 64, 20, DType::bf16);
+  expect(A::expert_act, 32, 20, DType::bf16);
+  expect(A::expert_out, 48, 20, DType::bf16);
   expect(A::shared_fch, 80, 10, DType::bf16);
   expect(A::shared_act, 40, 10, DType::bf16);
   expect(A::shared_out, 48, 5, DType::bf16);
   EXPECT_THROW(block.activation(A::shared_gate), Error);  // no gate
   // Under expert parallelism the experts' input, fc output and activation are on the rows the
-  // rank's experts receive (2 of the 4 over 3 ranks: every rank's 5 rows twice), their output
+  // rank's experts receive (2 of the 4 over 3 ranks: every rank's 10 rows twice), their output
   // where it returns.
   const ShardDims spread = shard_dims(c, {}, {0, 3});
-  EXPECT_EQ(block.activation(A::expert_in).rows_of(c, spread, 10, 5, 2), 30);
-  EXPECT_EQ(block.activation(A::expert_act).rows_of(c, spread, 10, 5, 2), 30);
-  EXPECT_EQ(block.activation(A::expert_out).rows_of(c, spread, 10, 5, 2), 10);
+  EXPECT_EQ(block.activation(A::expert_in).rows_of(c, spread, 10, 5, 2), 60);
+  EXPECT_EQ(block.activation(A::expert_act).rows_of(c, spread, 10, 5, 2), 60);
+  EXPECT_EQ(block.activation(A::expert_out).rows_of(c, spread, 10, 5, 2), 20);
   // The routers' losses' activations take memory only where the model trains with them.
   expect(A::route_counts, 0, 2, DType::f32);
-  expect(A::route_logits, 0, 5, DType::f32);
+  expect(A::route_logits, 0, 10, DType::f32);
   c.moe.aux_loss_coef = 0.01f, c.moe.z_loss_coef = 0.001f;
   expect(A::route_counts, 4, 2, DType::f32);
-  expect(A::route_logits, 4, 5, DType::f32);
-  // Within a capacity of ceil(0.5 · 5 · 2 / 4) = 2 rows per expert, 8 of the 10 assignments.
+  expect(A::route_logits, 4, 10, DType::f32);
+  // Within a capacity of ceil(0.5 · 10 · 2 / 4) = 3 rows per expert, 12 of the 20 assignments.
   c.moe.capacity_factor = 0.5f;
-  expect(A::expert_in, 48, 8, DType::bf16);
+  expect(A::expert_in, 48, 12, DType::bf16);
   for (const ActivationDeclaration& a : block.activations)
     EXPECT_EQ(a.kept(Recompute::full), a.id == A::res3 || a.id == A::expert_out || a.id == A::shared_out)
         << static_cast<int>(a.id);

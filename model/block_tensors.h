@@ -21,27 +21,29 @@ struct ExpertRecord {
   double aux_loss = 0, z_loss = 0;
 };
 
-// A mixture of experts' activations (model/moe_mlp.h), P this rank's rows, k = top_k, E experts,
-// A = P·k assignments: the experts' tensors have a row per assignment kept, the first R of A
-// (all of them when none is dropped). Kept or rebuilt as declared: the router's scores (P, E),
-// chosen experts (P, k) i32, their weights (P, k) and each assignment's row (P, k) i32; the
-// experts' input (X, C), fc output (X, 2 F_e) and activation (X, F_e) on the rows this rank's
-// experts receive, X of them at most (model/expert_exchange.h; X = A without expert
-// parallelism), and their output as it returns here (A, C); where the
-// model trains with the balance loss, each of the micro-batch's S sequences' assignments per
-// expert (S, E) f32, summed over the ranks holding the sequence's other tokens. Scratch, used
-// within a pass: the router's input and weight widened to f32 where the precision is 16-bit (P, C)
-// and (E, C), and the routed rows' combined output (P, C). The router's logits (P, E) f32: kept
-// or rebuilt where the model trains with the z-loss, else scratch. record, where given (a training
-// forward's), is what forward adds this micro-batch's counts to, with the routers' losses it
-// trains with computed in scratch: each sequence's probabilities (S, E) and z-loss (S), f32.
-// A shared expert's (undefined without one), F_s its hidden width: its fc output (P, 2 F_s) and
-// activation (P, F_s), kept or rebuilt as declared; its output (P, C) and, where gated, its gate's
-// logit (P) f32, kept. Expert parallelism's scratch, where the rows travel: this rank's rows as
-// sent (A, C), the experts' output before it returns (X, C) and a staging buffer (X, C) for the
-// all-to-alls; without it, sent is expert_in and result expert_out (nothing moves), and staging
-// is undefined. keep_all: generation's, every assignment kept whatever the capacity factor
-// (a token's output must not depend on how the prompt is cut into chunks).
+// A mixture of experts' activations (model/moe_mlp.h), N the micro-batch's rows (every rank of a
+// tensor-parallel group routes all of them), P this rank's (N without sequence parallelism),
+// k = top_k, E experts, A = N·k assignments: the experts' tensors have a row per assignment kept,
+// the first R of A (all of them when none is dropped). Kept or rebuilt as declared: the router's
+// scores (N, E), chosen experts (N, k) i32, their weights (N, k) and each assignment's row (N, k)
+// i32; the experts' input (X, C), fc output (X, 2 F_e) and activation (X, F_e) on the rows this
+// rank's experts receive, X of them at most (model/expert_exchange.h; X = A without expert
+// parallelism), and their output as it returns here (A, C); where the model trains with the
+// balance loss, each of the micro-batch's S sequences' assignments per expert (S, E) f32, summed
+// over the ranks holding the sequence's other tokens. Scratch, used within a pass: the router's
+// input and weight widened to f32 where the precision is 16-bit (N, C) and (E, C), and the routed
+// rows' combined output (N, C). The router's logits (N, E) f32: kept or rebuilt where the model
+// trains with the z-loss, else scratch. record, where given (a training forward's), is what
+// forward adds this micro-batch's counts to, with the routers' losses it trains with computed in
+// scratch: each sequence's probabilities (S, E) and z-loss (S), f32. A shared expert's (undefined
+// without one), F_s its hidden width (this rank's columns under tensor parallelism): its fc
+// output (N, 2 F_s) and activation (N, F_s), kept or rebuilt as declared; its output (P, C) and,
+// where gated, its gate's logit (P) f32, kept. Expert parallelism's scratch, where the rows
+// travel: this rank's rows as sent (A, C), the experts' output before it returns (X, C) and a
+// staging buffer (X, C) for the all-to-alls; without it, sent is expert_in and result expert_out
+// (nothing moves), and staging is undefined. keep_all: generation's, every assignment kept
+// whatever the capacity factor (a token's output must not depend on how the prompt is cut into
+// chunks).
 struct ExpertActivations {
   Tensor scores, experts, weights, rows;
   Tensor expert_in, expert_fch, expert_act, expert_out;
@@ -70,11 +72,11 @@ struct BlockActivations {
 // A mixture of experts' backward, sizes as ExpertActivations': the gradients of the experts'
 // output as it returned (A, C) and as the experts made it (X, C) (the same tensor without expert
 // parallelism; the experts' input's gradient takes the latter's memory), of their activation
-// (X, F_e) and fc output (X, 2 F_e), of the routing weights (P, k) and logits (P, E) (f32), and of the router's f32 input
-// (P, C); a shared expert's output (P, C), activation (P, F_s), fc output (P, 2 F_s) and gate
-// logit (P) f32, and the gate's share of the router's input gradient (P, C) f32. Working space,
-// except what a deferred weight pass reads: dexpert_fch, dlogits and dshared_fch, which are then
-// kept per block and micro-batch like dfch.
+// (X, F_e) and fc output (X, 2 F_e), of the routing weights (N, k) and logits (N, E) (f32), and of
+// the router's f32 input (N, C); a shared expert's output (P, C), activation (N, F_s), fc output
+// (N, 2 F_s) and gate logit (P) f32, and the gate's share of the router's input gradient (P, C)
+// f32. Working space, except what a deferred weight pass reads: dexpert_fch, dlogits and
+// dshared_fch, which are then kept per block and micro-batch like dfch.
 struct ExpertGradients {
   Tensor dexpert_out, dresult, dexpert_act, dexpert_fch, dweights, dlogits, drouter_in;
   Tensor dscores{};  // (P, E) f32 working space, where the model trains with the balance loss

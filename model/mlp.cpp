@@ -55,13 +55,10 @@ const LinearStateView& DenseMlp::linear_state(std::string_view linear) const {
 std::unique_ptr<Mlp> make_mlp(const ParameterLayout& layout, int layer, ParallelRegions& regions,
                               const LinearStates& states, const AttentionScope& scope, ExpertExchange& experts) {
   if (!layout.config().moe_block(layer)) return std::make_unique<DenseMlp>(layout, layer, regions, states);
-  if (regions.shard().size > 1)
-    throw ConfigError(str("block ", layer, "'s MLP is a mixture of experts, which does not run under tensor "
-                          "parallelism yet (parallel.tp = ", regions.shard().size, "); use parallel.tp = 1"));
   const ExpertShard held = layout.expert_shard(), travels = experts.shard();
   DT_CHECK(held.rank == travels.rank && held.size == travels.size, "a layout of expert-parallel rank ", held.rank,
            " of ", held.size, " with an exchange of rank ", travels.rank, " of ", travels.size);
-  return std::make_unique<MoeMlp>(layout, layer, states, scope, experts);
+  return std::make_unique<MoeMlp>(layout, layer, regions, states, scope, experts);
 }
 
 }  // namespace dt

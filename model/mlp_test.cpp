@@ -81,23 +81,5 @@ TEST(Mlp, TheDenseMlpThroughTheSeamIsItsLayersInOrder) {
     }
 }
 
-// What the mixture of experts cannot run yet is refused by name when its block is made.
-TEST(Mlp, AnExpertBlockRefusesWhatItCannotRunYet) {
-  const auto refusal = [](const ParameterLayout& layout, ParallelRegions& regions) -> std::string {
-    try {
-      make_mlp(layout, 0, regions);
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "made";
-  };
-  struct TwoRanks : ParallelRegions {
-    TensorShard shard() const override { return {.rank = 0, .size = 2}; }
-  } two;
-  EXPECT_NE(refusal(ParameterLayout(model_preset("moe-tiny"), kParamAlignment, {.rank = 0, .size = 2}), two)
-                .find("a mixture of experts, which does not run under tensor parallelism yet (parallel.tp = 2)"),
-            std::string::npos);
-}
-
 }  // namespace
 }  // namespace dt

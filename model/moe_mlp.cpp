@@ -1,5 +1,6 @@
 #include "model/moe_mlp.h"
 
+#include "core/buffer.h"
 #include "core/device.h"
 #include "kernels/add.h"
 #include "kernels/convert.h"
@@ -20,9 +21,10 @@ Tensor first(Tensor t, int64_t rows) { return t.slice_rows(0, rows); }
 
 }  // namespace
 
-MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states, const AttentionScope& scope,
-               ExpertExchange& exchange)
+MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, ParallelRegions& regions, const LinearStates& states,
+               const AttentionScope& scope, ExpertExchange& exchange)
     : moe_(layout.config().moe),
+      regions_(regions),
       scope_(scope),
       exchange_(exchange),
       router_(&layout.find(block_prefix(layer) + "mlp.router.weight")),
@@ -42,9 +44,16 @@ MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& sta
   shared_gate_state_ = states.of(layer, "mlp.shared_gate");
 }
 
-Tensor MoeMlp::router_input(const BlockActivations& a) {
-  if (a.ln2.dtype == DType::f32) return a.ln2;
-  k::convert(a.experts.router_in, a.ln2);
+Tensor MoeMlp::whole_input(const BlockActivations& a) const { return regions_.column_input(a.ln2, a.gathered); }
+
+Tensor MoeMlp::local(Tensor whole) const {
+  const k::FlatRange mine = regions_.rows(whole.dim(0));
+  return whole.slice_rows(mine.begin, mine.size());
+}
+
+Tensor MoeMlp::router_input(const BlockActivations& a, Tensor x) {
+  if (x.dtype == DType::f32) return x;
+  k::convert(a.experts.router_in, x);
   return a.experts.router_in;
 }
 
@@ -69,7 +78,7 @@ k::MoeDispatch MoeMlp::dispatch(const ExpertActivations& e) const {
 
 void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const {
   const ExpertActivations& e = a.experts;
-  const Tensor u = router_input(a);
+  const Tensor x = whole_input(a), u = router_input(a, x);
   k::linear_forward(e.logits, u, router_weight(weights, a), Tensor{});
   k::moe_route_forward(e.scores, e.experts, e.weights, e.logits, bias_, moe_.routing);
   if (e.counts.defined()) {
@@ -80,15 +89,15 @@ void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActiva
   const k::MoeDispatch rows = dispatch(e);
   const ExpertRoute route = exchange_.route(rows);
   const int64_t X = route.rows();
-  k::moe_permute_forward(first(e.sent, rows.rows()), a.ln2, e.rows);
+  k::moe_permute_forward(first(e.sent, rows.rows()), x, e.rows);
   exchange_.dispatch(first(e.expert_in, X), first(e.sent, rows.rows()), route, e.staging);
   k::grouped_linear_forward(first(e.expert_fch, X), first(e.expert_in, X), weights.stored(*fc_), route.offsets);
   k::swiglu_forward(first(e.expert_act, X), first(e.expert_fch, X));
   if (shared_fc_ == nullptr) return;
-  k::linear_forward(e.shared_fch, a.ln2, weights.stored(*shared_fc_), Tensor{});
+  k::linear_forward(e.shared_fch, x, weights.stored(*shared_fc_), Tensor{});
   k::swiglu_forward(e.shared_act, e.shared_fch);
   if (shared_gate_ != nullptr)
-    k::linear_forward(e.shared_gate.reshape({u.dim(0), 1}), u, gate_weight(weights, a), Tensor{});
+    k::linear_forward(e.shared_gate.reshape({a.ln2.dim(0), 1}), local(u), gate_weight(weights, a), Tensor{});
 }
 
 Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations& a) const {
@@ -99,19 +108,23 @@ Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations
   k::grouped_linear_forward(first(e.result, X), first(e.expert_act, X), weights.stored(*proj_), route.offsets);
   exchange_.combine(first(e.expert_out, R), first(e.result, X), route, e.staging);
   k::moe_unpermute_forward(e.routed, first(e.expert_out, R), e.weights, e.rows);
+  const Tensor out = local(e.routed);
   if (shared_fc_ != nullptr) {
-    k::linear_forward(e.shared_out, e.shared_act, weights.stored(*shared_proj_), Tensor{});
+    // The shared expert's partial output (all rows) summed over the group: into its kept rows.
+    const Tensor partial = regions_.sequence_parallel() ? a.proj_out : e.shared_out;
+    k::linear_forward(partial, e.shared_act, weights.stored(*shared_proj_), Tensor{});
+    const Tensor shared = regions_.row_output(partial, e.shared_out);
     if (shared_gate_ != nullptr)
-      k::sigmoid_gate_forward(e.routed, e.routed, e.shared_out, e.shared_gate);
+      k::sigmoid_gate_forward(out, out, shared, e.shared_gate);
     else
-      k::add_forward(e.routed, e.routed, e.shared_out);
+      k::add_forward(out, out, shared);
   }
   if (e.record != nullptr)
     for (int64_t x = 0; x < moe_.experts; ++x) {
       e.record->loads[x] += rows.rows_of(x) + rows.dropped[x];
       e.record->dropped += rows.dropped[x];
     }
-  return e.routed;
+  return out;
 }
 
 double MoeMlp::balance_factor(const ExpertActivations& e) const {
@@ -144,35 +157,42 @@ void MoeMlp::route_backward(const ExpertActivations& e, const ExpertGradients& g
   if (moe_.z_loss_coef > 0) k::moe_z_loss_backward(g.dlogits, e.logits, moe_.z_loss_coef * g.loss_scale);
 }
 
-Tensor MoeMlp::shared_output_gradient(const BlockActivations& a, const BlockGradients& d) const {
-  if (shared_gate_ == nullptr) return d.dout;
+Tensor MoeMlp::shared_output_gradient(const BlockActivations& a, const BlockGradients& d, Tensor dout) const {
+  if (shared_gate_ == nullptr) return dout;
   const ExpertGradients& g = d.experts;
   k::sigmoid_gate_backward(g.dshared_out, g.dshared_gate, d.dout, a.experts.shared_out, a.experts.shared_gate);
-  return g.dshared_out;
+  return regions_.row_output_gradient(g.dshared_out, a.gathered);
 }
 
-void MoeMlp::shared_backward(const FlatTensors* weights, const FlatTensors* grads, const BlockActivations& a,
-                             const BlockGradients& d, Tensor dln2, Tensor scratch) const {
-  const ExpertActivations& e = a.experts;
+void MoeMlp::shared_backward(const FlatTensors& weights, const BlockActivations& a, const BlockGradients& d, Tensor dh,
+                             Tensor dln2, Tensor scratch) const {
   const ExpertGradients& g = d.experts;
-  const Tensor dh = shared_output_gradient(a, d);
-  if (weights != nullptr) {
-    k::linear_backward_input(g.dshared_act, dh, weights->stored(*shared_proj_));
-    k::swiglu_backward(g.dshared_fch, g.dshared_act, e.shared_fch);
-    k::linear_backward_input(scratch, g.dshared_fch, weights->stored(*shared_fc_));
-    k::accumulate(dln2, scratch);
-  }
-  if (grads == nullptr) return;
-  k::linear_backward_weight(grads->stored(*shared_proj_), Tensor{}, dh, e.shared_act);
-  k::linear_backward_weight(grads->stored(*shared_fc_), Tensor{}, g.dshared_fch, a.ln2);
+  k::linear_backward_input(g.dshared_act, dh, weights.stored(*shared_proj_));
+  k::swiglu_backward(g.dshared_fch, g.dshared_act, a.experts.shared_fch);
+  k::linear_backward_input(scratch, g.dshared_fch, weights.stored(*shared_fc_));
+  PendingSum summed = regions_.column_input_gradient(scratch, d.dlocal);
+  summed.done.wait();
+  k::accumulate(dln2, summed.value);
 }
 
-Tensor MoeMlp::combine_backward(const BlockActivations& a, const BlockGradients& d, const k::MoeDispatch& rows,
-                                const ExpertRoute& route) const {
+void MoeMlp::gate_weight_gradient(const FlatTensors& grads, Tensor dz, Tensor u) const {
+  const Tensor dweight = grads.stored(*shared_gate_);
+  if (!regions_.sequence_parallel()) return k::linear_backward_weight(dweight, Tensor{}, dz, u);
+  // This rank's rows' share into a zeroed buffer, summed over the group, then added: every rank
+  // adds the whole rows' gradient, the same bits.
+  const Buffer partial(dweight.bytes(), MemTag::workspace, dweight.device);
+  const Tensor share = partial.view(dweight.dtype, dweight.shape);
+  k::linear_backward_weight(share, Tensor{}, dz, u);
+  regions_.sum_partial_gradients(share);
+  k::add_forward(dweight, dweight, share);
+}
+
+Tensor MoeMlp::combine_backward(const BlockActivations& a, const BlockGradients& d, Tensor dout,
+                                const k::MoeDispatch& rows, const ExpertRoute& route) const {
   const ExpertActivations& e = a.experts;
   const ExpertGradients& g = d.experts;
   const int64_t R = rows.rows(), X = route.rows();
-  k::moe_unpermute_backward(first(g.dexpert_out, R), g.dweights, d.dout, first(e.expert_out, R), e.weights, e.rows);
+  k::moe_unpermute_backward(first(g.dexpert_out, R), g.dweights, dout, first(e.expert_out, R), e.weights, e.rows);
   exchange_.dispatch(first(g.dresult, X), first(g.dexpert_out, R), route, e.staging);
   return first(g.dresult, X);
 }
@@ -183,8 +203,11 @@ PendingSum MoeMlp::backward_input(const FlatTensors& weights, const FlatTensors&
   const ExpertGradients& g = d.experts;
   const k::MoeDispatch rows = dispatch(e);
   const ExpertRoute route = exchange_.route(rows);
-  const int64_t R = rows.rows(), X = route.rows();
-  const Tensor dy = combine_backward(a, d, rows, route), dact = first(g.dexpert_act, X), dfch = first(g.dexpert_fch, X);
+  const int64_t N = e.scores.dim(0), R = rows.rows(), X = route.rows();
+  // The output's gradient for all rows (gathered into a.gathered with sequence parallelism).
+  const Tensor dout = regions_.row_output_gradient(d.dout, a.gathered);
+  const Tensor dy = combine_backward(a, d, dout, rows, route);
+  const Tensor dact = first(g.dexpert_act, X), dfch = first(g.dexpert_fch, X);
   k::grouped_linear_backward_input(dact, dy, weights.stored(*proj_), route.offsets);
   if (weights_now) k::grouped_linear_backward_weight(grads.stored(*proj_), dy, first(e.expert_act, X), route.offsets);
   k::swiglu_backward(dfch, dact, first(e.expert_fch, X));
@@ -194,27 +217,35 @@ PendingSum MoeMlp::backward_input(const FlatTensors& weights, const FlatTensors&
   k::grouped_linear_backward_input(dexpert_in, dfch, weights.stored(*fc_), route.offsets);
   if (weights_now) k::grouped_linear_backward_weight(grads.stored(*fc_), dfch, first(e.expert_in, X), route.offsets);
   exchange_.combine(first(g.dexpert_out, R), dexpert_in, route, e.staging);
-  const Tensor dln2 = first(d.dtmp, a.ln2.dim(0));
-  k::moe_permute_backward(dln2, first(g.dexpert_out, R), e.rows);
-  // The shared expert's share, through dy's memory, free again.
-  if (shared_fc_ != nullptr)
-    shared_backward(&weights, weights_now ? &grads : nullptr, a, d, dln2, first(g.dexpert_out, dln2.dim(0)));
+  const Tensor dx = first(d.dtmp, N);
+  k::moe_permute_backward(dx, first(g.dexpert_out, R), e.rows);
+  // From here this rank's rows: the routed share is the same on every rank of the group, the
+  // shared expert's a part of the sum, summed over it (through dy's memory, free again).
+  const Tensor dln2 = local(dx);
+  if (shared_fc_ != nullptr) {
+    const Tensor dh = shared_output_gradient(a, d, dout);
+    shared_backward(weights, a, d, dh, dln2, first(g.dexpert_out, N));
+    if (weights_now) k::linear_backward_weight(grads.stored(*shared_proj_), Tensor{}, dh, e.shared_act);
+  }
   // The router's share (and the shared expert's gate's), in f32, then added in the activations'
   // precision (narrowed into dy's memory where that is 16-bit).
+  const Tensor x = whole_input(a), u = router_input(a, x);
+  if (weights_now && shared_fc_ != nullptr)
+    k::linear_backward_weight(grads.stored(*shared_fc_), Tensor{}, g.dshared_fch, x);
   route_backward(e, g);
-  const Tensor u = router_input(a);
   k::linear_backward_input(g.drouter_in, g.dlogits, router_weight(weights, a));
   if (weights_now) k::linear_backward_weight(grads.stored(*router_), Tensor{}, g.dlogits, u);
+  Tensor drouter = local(g.drouter_in);
   if (shared_gate_ != nullptr) {
-    const Tensor dz = g.dshared_gate.reshape({u.dim(0), 1});
+    const Tensor dz = g.dshared_gate.reshape({dln2.dim(0), 1});
     k::linear_backward_input(g.dgate_in, dz, gate_weight(weights, a));
-    k::accumulate(g.drouter_in, g.dgate_in);
-    if (weights_now) k::linear_backward_weight(grads.stored(*shared_gate_), Tensor{}, dz, u);
+    k::accumulate(drouter, g.dgate_in);
+    if (weights_now) gate_weight_gradient(grads, dz, local(u));
   }
-  Tensor drouter = g.drouter_in;
   if (dln2.dtype != DType::f32) {
-    drouter = first(g.dexpert_out, dln2.dim(0));
-    k::convert(drouter, g.drouter_in);
+    const Tensor narrowed = first(g.dexpert_out, dln2.dim(0));
+    k::convert(narrowed, drouter);
+    drouter = narrowed;
   }
   k::add_forward(dln2, dln2, drouter);
   return {dln2, {}};
@@ -226,16 +257,18 @@ void MoeMlp::backward_weight(const FlatTensors& grads, const BlockActivations& a
   const k::MoeDispatch rows = dispatch(e);
   const ExpertRoute route = exchange_.route(rows);
   const int64_t X = route.rows();
-  const Tensor dy = combine_backward(a, d, rows, route);
+  const Tensor dout = regions_.row_output_gradient(d.dout, a.gathered);
+  const Tensor dy = combine_backward(a, d, dout, rows, route);
   k::grouped_linear_backward_weight(grads.stored(*proj_), dy, first(e.expert_act, X), route.offsets);
   k::grouped_linear_backward_weight(grads.stored(*fc_), first(g.dexpert_fch, X), first(e.expert_in, X), route.offsets);
-  // The router's input is widened again: its scratch has served other blocks since.
-  const Tensor u = router_input(a);
+  if (shared_fc_ != nullptr)
+    k::linear_backward_weight(grads.stored(*shared_proj_), Tensor{}, shared_output_gradient(a, d, dout), e.shared_act);
+  // The input is gathered and the router's widened again: their buffers have served other blocks since.
+  const Tensor x = whole_input(a), u = router_input(a, x);
   k::linear_backward_weight(grads.stored(*router_), Tensor{}, g.dlogits, u);
   if (shared_fc_ == nullptr) return;
-  shared_backward(nullptr, &grads, a, d, Tensor{}, Tensor{});
-  if (shared_gate_ != nullptr)
-    k::linear_backward_weight(grads.stored(*shared_gate_), Tensor{}, g.dshared_gate.reshape({u.dim(0), 1}), u);
+  k::linear_backward_weight(grads.stored(*shared_fc_), Tensor{}, g.dshared_fch, x);
+  if (shared_gate_ != nullptr) gate_weight_gradient(grads, g.dshared_gate.reshape({a.ln2.dim(0), 1}), local(u));
 }
 
 const LinearStateView& MoeMlp::linear_state(std::string_view linear) const {

@@ -36,12 +36,18 @@
 // (moe_dispatch: the same rows, from the same experts), so no pass keeps host state per
 // micro-batch.
 //
-// Each rank routes its own rows. The router, the shared expert and their state are whole on every
-// rank; the experts are this rank's (all of them without expert parallelism), and the rows go to
-// them and come back through an ExpertExchange (model/expert_exchange.h): the grouped GEMMs run
-// over the rows this rank's experts receive, laid out expert by expert (the route's offsets). A
-// run with tensor parallelism (whose ranks hold the same rows without sequence parallelism) is
-// refused.
+// Each rank routes its micro-batch's rows: under tensor parallelism every rank of the group all
+// of them (with sequence parallelism its rows gathered first, as a column-parallel layer's input
+// is), the same on each. The router, its gate and the experts are whole on every rank of the
+// group, their gradients the same on each; the experts are this rank's (all of them without
+// expert parallelism), and the rows go to them and come back through an ExpertExchange
+// (model/expert_exchange.h): the grouped GEMMs run over the rows this rank's experts receive,
+// laid out expert by expert (the route's offsets). The shared expert is split like the dense
+// MLP (model/tensor_shard.h), its output summed over the group (Megatron's row-parallel g), its
+// input's gradient too (f); the gate, on this rank's rows, has its weight's gradient summed over
+// the group with sequence parallelism, as the norms' are. The cost: the routed experts' work is
+// repeated on every rank of the tensor-parallel group (Megatron-Core spreads them over it as
+// more expert-parallel ranks instead; docs/parallelism.md#expert-parallelism).
 #pragma once
 
 #include "kernels/moe_permute.h"
@@ -55,10 +61,11 @@ class MoeMlp final : public Mlp {
  public:
   // Block `layer`'s mlp.router, mlp.experts.fc and mlp.experts.proj of `layout`, with their state
   // in `states`.
-  // `scope`: where the tokens it runs lie in their sequences; `exchange`: where its rows travel to
-  // the experts (this rank's, of the layout's ExpertShard) and back.
-  MoeMlp(const ParameterLayout& layout, int layer, const LinearStates& states, const AttentionScope& scope,
-         ExpertExchange& exchange);
+  // `regions`: where its shared expert communicates, and with sequence parallelism where its
+  // input is gathered; `scope`: where the tokens it runs lie in their sequences; `exchange`: where
+  // its rows travel to the experts (this rank's, of the layout's ExpertShard) and back.
+  MoeMlp(const ParameterLayout& layout, int layer, ParallelRegions& regions, const LinearStates& states,
+         const AttentionScope& scope, ExpertExchange& exchange);
 
   void forward_to_activation(const FlatTensors& weights, const BlockActivations& a) const override;
   Tensor forward_output(const FlatTensors& weights, const BlockActivations& a) const override;
@@ -68,24 +75,33 @@ class MoeMlp final : public Mlp {
   const LinearStateView& linear_state(std::string_view linear) const override;
 
  private:
-  // The router's input and weight in f32: a.ln2 and its weight, or their widened copies; the shared
-  // expert's gate weight likewise (into the router weight's scratch).
-  static Tensor router_input(const BlockActivations& a);
+  // ln_2's output for all the micro-batch's rows: a.ln2, or with sequence parallelism every
+  // rank's rows gathered into a.gathered. This rank's rows of an all-rows tensor.
+  Tensor whole_input(const BlockActivations& a) const;
+  Tensor local(Tensor whole) const;
+  // The router's input and weight in f32: x (whole_input) and the weight, or their widened copies;
+  // the shared expert's gate weight likewise (into the router weight's scratch).
+  static Tensor router_input(const BlockActivations& a, Tensor x);
   Tensor router_weight(const FlatTensors& weights, const BlockActivations& a) const;
   Tensor gate_weight(const FlatTensors& weights, const BlockActivations& a) const;
-  // The shared expert's gradients: its output's (g.dshared_out where gated, else d.dout itself), and
-  // with `weights` its input's added into dln2 (through `scratch`, (P, C)) and the gate logit's
-  // (g.dshared_gate); with `grads` its weights', from what g holds (g.dshared_fch, computed
-  // here when `weights` is given).
-  Tensor shared_output_gradient(const BlockActivations& a, const BlockGradients& d) const;
-  void shared_backward(const FlatTensors* weights, const FlatTensors* grads, const BlockActivations& a,
-                       const BlockGradients& d, Tensor dln2, Tensor scratch) const;
+  // The gradient of the shared expert's output for all rows, from the MLP's (`dout`, all rows): dout
+  // itself, or where gated g.dshared_out's, gathered with sequence parallelism (setting the gate
+  // logit's, g.dshared_gate, for this rank's rows).
+  Tensor shared_output_gradient(const BlockActivations& a, const BlockGradients& d, Tensor dout) const;
+  // From its output's gradient dh: the shared expert's input's, summed over the group (through
+  // `scratch`, all rows), added into dln2 (this rank's rows), with g.dshared_act and g.dshared_fch.
+  void shared_backward(const FlatTensors& weights, const BlockActivations& a, const BlockGradients& d, Tensor dh,
+                       Tensor dln2, Tensor scratch) const;
+  // The gate weight's gradient += from its logit's dz and input u, this rank's rows: summed over the
+  // group with sequence parallelism, where the rows are a part.
+  void gate_weight_gradient(const FlatTensors& grads, Tensor dz, Tensor u) const;
   // The rows' layout of a.experts' kept choice (sets a.experts.rows again, to the same values).
   kernels::MoeDispatch dispatch(const ExpertActivations& e) const;
-  // From the routed output's gradient: the gradients of the routing weights and of the experts'
-  // output, into d.dexpert_out and from there to the experts, whose gradient (d.dresult) it returns.
-  Tensor combine_backward(const BlockActivations& a, const BlockGradients& d, const kernels::MoeDispatch& rows,
-                          const ExpertRoute& route) const;
+  // From the routed output's gradient `dout` (all rows): the gradients of the routing weights and
+  // of the experts' output, into d.dexpert_out and from there to the experts, whose gradient
+  // (d.dresult) it returns.
+  Tensor combine_backward(const BlockActivations& a, const BlockGradients& d, Tensor dout,
+                          const kernels::MoeDispatch& rows, const ExpertRoute& route) const;
   // The routers' losses of the micro-batch a training forward routed, added to its record.
   void record_losses(const ExpertActivations& e) const;
   // The balance loss's factor aux_loss_coef · E / (k T) for e's sequences, T their whole length.
@@ -95,6 +111,7 @@ class MoeMlp final : public Mlp {
   void route_backward(const ExpertActivations& e, const ExpertGradients& g) const;
 
   MoeConfig moe_;  // the model's: its routing, losses and capacity
+  ParallelRegions& regions_;
   const AttentionScope& scope_;
   ExpertExchange& exchange_;
   const ParamInfo *router_, *fc_, *proj_;

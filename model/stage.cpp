@@ -81,8 +81,8 @@ struct Stage::ActivationRegions {
     const int64_t E = d.experts, top_k = c.moe.routing.top_k, F_e = d.expert_hidden, F_s = d.shared_ffn.size();
     // This rank's rows' assignments, and the experts' output gradient's, which also serves P-row
     // scratch; the rows this rank's experts receive, and whether they travel.
-    const int64_t assignments = c.moe.expert_rows(rank_rows), dy_rows = std::max(assignments, rank_rows);
-    const int64_t received = c.moe.received_rows(rank_rows, d.local_experts.size(), d.expert_ranks);
+    const int64_t assignments = c.moe.expert_rows(max_rows), dy_rows = std::max(assignments, max_rows);
+    const int64_t received = c.moe.received_rows(max_rows, d.local_experts.size(), d.expert_ranks);
     const int64_t travelling = d.expert_ranks > 1 ? C : 0;
     for (Block& b : blocks) {
       if (!deferred_weights) break;
@@ -92,8 +92,8 @@ struct Stage::ActivationRegions {
         b.dfch = kept.add(F_in, precision);
         continue;
       }
-      b.dexpert_fch = kept.add(2 * F_e, precision, received), b.dlogits = kept.add(E, DType::f32, rank_rows);
-      b.dshared_fch = kept.add(2 * F_s, precision, rank_rows);
+      b.dexpert_fch = kept.add(2 * F_e, precision, received), b.dlogits = kept.add(E, DType::f32);
+      b.dshared_fch = kept.add(2 * F_s, precision);
     }
     if (deferred_weights) dinput = kept.add(C, precision, rank_rows);
     if (units.head) {
@@ -108,10 +108,10 @@ struct Stage::ActivationRegions {
     local = scratch.add(sequence_parallel ? C : 0, precision, rank_rows);
     if (std::ranges::any_of(blocks, &Block::experts)) {
       const int64_t widened = precision == DType::f32 ? 0 : C;
-      experts = {.router_in = scratch.add(widened, DType::f32, rank_rows),
+      experts = {.router_in = scratch.add(widened, DType::f32),
                  .router_weight = scratch.add(widened, DType::f32, E),
-                 .logits = scratch.add(c.moe.z_loss_coef > 0 ? 0 : E, DType::f32, rank_rows),
-                 .routed = scratch.add(C, precision, rank_rows),
+                 .logits = scratch.add(c.moe.z_loss_coef > 0 ? 0 : E, DType::f32),
+                 .routed = scratch.add(C, precision),
                  .probs = scratch.add(c.moe.aux_loss_coef > 0 ? E : 0, DType::f32, sequences),
                  .z = scratch.add(c.moe.z_loss_coef > 0 ? 1 : 0, DType::f32, sequences),
                  .sent = scratch.add(travelling, precision, assignments),
@@ -121,13 +121,13 @@ struct Stage::ActivationRegions {
                  .dresult = scratch.add(travelling, precision, received),
                  .dexpert_act = scratch.add(F_e, precision, received),
                  .dexpert_fch = scratch.add(2 * F_e, precision, received),
-                 .dweights = scratch.add(top_k, DType::f32, rank_rows),
-                 .dlogits = scratch.add(E, DType::f32, rank_rows),
-                 .drouter_in = scratch.add(C, DType::f32, rank_rows),
-                 .dscores = scratch.add(c.moe.aux_loss_coef > 0 ? E : 0, DType::f32, rank_rows),
+                 .dweights = scratch.add(top_k, DType::f32),
+                 .dlogits = scratch.add(E, DType::f32),
+                 .drouter_in = scratch.add(C, DType::f32),
+                 .dscores = scratch.add(c.moe.aux_loss_coef > 0 ? E : 0, DType::f32),
                  .dshared_out = scratch.add(F_s > 0 && c.moe.shared_gate ? C : 0, precision, rank_rows),
-                 .dshared_act = scratch.add(F_s, precision, rank_rows),
-                 .dshared_fch = scratch.add(2 * F_s, precision, rank_rows),
+                 .dshared_act = scratch.add(F_s, precision),
+                 .dshared_fch = scratch.add(2 * F_s, precision),
                  .dshared_gate = scratch.add(F_s > 0 && c.moe.shared_gate ? 1 : 0, DType::f32, rank_rows),
                  .dgate_in = scratch.add(F_s > 0 && c.moe.shared_gate ? C : 0, DType::f32, rank_rows)};
     }
@@ -229,16 +229,16 @@ BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
                      .branch = mine(activation_regions_->local), .gathered = all(activation_regions_->gathered)};
   if (!b.experts) return a;
   const ActivationRegions::ExpertScratch& s = activation_regions_->experts;
-  const auto assigned = [&](const ActivationRegion& r) { return region(k, r, config_.moe.expert_rows(P)); };
-  const auto received = [&](const ActivationRegion& r) { return region(k, r, received_rows(P)); };
+  const auto assigned = [&](const ActivationRegion& r) { return region(k, r, config_.moe.expert_rows(N)); };
+  const auto received = [&](const ActivationRegion& r) { return region(k, r, received_rows(N)); };
   const int64_t B = shapes_.at(k).B;
-  a.experts = {.scores = mine(b[A::route_scores]), .experts = mine(b[A::route_experts]),
-               .weights = mine(b[A::route_weights]), .rows = mine(b[A::route_rows]),
+  a.experts = {.scores = all(b[A::route_scores]), .experts = all(b[A::route_experts]),
+               .weights = all(b[A::route_weights]), .rows = all(b[A::route_rows]),
                .expert_in = received(b[A::expert_in]), .expert_fch = received(b[A::expert_fch]),
                .expert_act = received(b[A::expert_act]), .expert_out = assigned(b[A::expert_out]),
-               .counts = region(k, b[A::route_counts], B), .router_in = mine(s.router_in),
+               .counts = region(k, b[A::route_counts], B), .router_in = all(s.router_in),
                .router_weight = region(k, s.router_weight, dims_.experts),
-               .logits = mine(config_.moe.z_loss_coef > 0 ? b[A::route_logits] : s.logits), .routed = mine(s.routed),
+               .logits = all(config_.moe.z_loss_coef > 0 ? b[A::route_logits] : s.logits), .routed = all(s.routed),
                .probs = region(k, s.probs, B), .z = rows(k, s.z, B)};
   if (b[A::route_counts].width == 0) a.experts.counts = a.experts.probs = Tensor{};
   // Without expert parallelism the rows stay: the experts read them where they are put, and write
@@ -261,16 +261,17 @@ ExpertGradients Stage::expert_gradients(int k, size_t i, int64_t N, bool deferre
   const ActivationRegions::ExpertScratch& s = activation_regions_->experts;
   const int64_t P = parallel_.rows(N).size();
   const auto mine = [&](const ActivationRegion& r) { return region(k, r, P); };
-  const auto received = [&](const ActivationRegion& r) { return region(k, r, received_rows(P)); };
-  const Tensor dexpert_out = region(k, s.dexpert_out, std::max(config_.moe.expert_rows(P), P));
+  const auto all = [&](const ActivationRegion& r) { return region(k, r, N); };
+  const auto received = [&](const ActivationRegion& r) { return region(k, r, received_rows(N)); };
+  const Tensor dexpert_out = region(k, s.dexpert_out, std::max(config_.moe.expert_rows(N), N));
   ExpertGradients g{.dexpert_out = dexpert_out,
                     .dresult = s.dresult.width > 0 ? received(s.dresult) : dexpert_out,
                     .dexpert_act = received(s.dexpert_act),
-                    .dexpert_fch = received(deferred ? b.dexpert_fch : s.dexpert_fch), .dweights = mine(s.dweights),
-                    .dlogits = mine(deferred ? b.dlogits : s.dlogits), .drouter_in = mine(s.drouter_in),
-                    .dscores = s.dscores.width == 0 ? Tensor{} : mine(s.dscores), .loss_scale = loss_scale()};
+                    .dexpert_fch = received(deferred ? b.dexpert_fch : s.dexpert_fch), .dweights = all(s.dweights),
+                    .dlogits = all(deferred ? b.dlogits : s.dlogits), .drouter_in = all(s.drouter_in),
+                    .dscores = s.dscores.width == 0 ? Tensor{} : all(s.dscores), .loss_scale = loss_scale()};
   if (config_.moe.shared_hidden > 0) {
-    g.dshared_act = mine(s.dshared_act), g.dshared_fch = mine(deferred ? b.dshared_fch : s.dshared_fch);
+    g.dshared_act = all(s.dshared_act), g.dshared_fch = all(deferred ? b.dshared_fch : s.dshared_fch);
     if (config_.moe.shared_gate)
       g.dshared_out = mine(s.dshared_out), g.dshared_gate = rows(k, s.dshared_gate, P), g.dgate_in = mine(s.dgate_in);
   }

@@ -133,6 +133,16 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   if (dp_ranks > 1)
     kept += kDouble + (all_reduces_gradients ? gradients - (experts_reduced ? 0 : expert_gradients) : 0);
   kept += tp.largest_sum;
+  // A mixture of experts' step metrics: over the job, four values per layer (RunReport::
+  // expert_metrics); over dp × cp, each of this rank's expert blocks' loads, dropped count and two
+  // losses (end_step_expert_balance), which a ZeRO 0 bucket's kept buffer takes where there is one.
+  if (config.moe.experts > 0) {
+    if (dp_ranks > 1 || shard.size > 1 || schedule != nullptr) kept += 4 * static_cast<size_t>(config.n_layer) * kDouble;
+    size_t expert_blocks = 0;
+    for (int l = 0; l < config.n_layer; ++l) expert_blocks += config.moe_block(l) && layout.held_units().holds_block(l) ? 1 : 0;
+    if (dp_ranks > 1 && !all_reduces_gradients)
+      kept += expert_blocks * (static_cast<size_t>(config.moe.experts) + 3) * kDouble;
+  }
   if (schedule != nullptr) {
     kept += kDouble;
     // Only where the embeddings and the head are on two ranks (not a V schedule's first rank).

@@ -96,7 +96,9 @@ TEST_P(MpiMemoryCell, PeakIsPlanned) {
     std::printf("%s\n", what.c_str());
     // The plan sizes every buffer with its constructor's own function, and walks the passes'
     // and the schedule's own orders for what they hold at once: within 5%, the planner's promise
-    // (exact in every cell today).
+    // (exact in every cell today but moe_f32_dp2_zero0_ep2, whose communication is planned 1.6%
+    // over: at ZeRO 0 its units reduce as two buckets each, the experts' over a group of one, and
+    // a bucket done early may lend its kept result buffer to a later one that the plan counts apart).
     EXPECT_NEAR(static_cast<double>(planned), static_cast<double>(measured), 0.05 * static_cast<double>(measured))
         << what;
   }
@@ -132,6 +134,10 @@ std::vector<LayoutCell> cells() {
   // every rank's capacities, with the all-to-alls' staging.
   out.push_back({.family = "moe", .dp = 2, .ep = 2});
   out.push_back({.family = "moe", .dp = 2, .zero = 3, .ep = 2});
+  // Under tensor and sequence parallelism, every rank routing all the rows: tp 2 with sp, and
+  // dp 2 × tp 2 with ep 2.
+  out.push_back({.family = "moe", .sp = true});
+  out.push_back({.family = "moe", .dp = 2, .zero = 1, .sp = true, .ep = 2});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiMemoryCell, ::testing::ValuesIn(cells()),

@@ -134,11 +134,17 @@ class Estimator {
       kept += kMaterializedScoreBytes * dims_.heads.n_head() * t * l_.seq_len * element_ / 2;
     }
     p.forward.streaming = p.backward_input.streaming = streaming(kStreamingPassesPerKeptByte / 2 * kept);
-    // Two collectives of the block's activations each way (all-reduces, or under sequence
-    // parallelism all-gathers and reduce-scatters: the same ring time).
+    // A dense block: two collectives of the block's activations each way (all-reduces, or under
+    // sequence parallelism an all-gather and a reduce-scatter each: the same ring time). An
+    // expert block's MLP (model/moe_mlp.h) has only its shared expert's, where it has one; under
+    // sequence parallelism it gathers its input forward, and backward its output's gradient (and
+    // the gated shared expert's) and its input again, each half an all-reduce's time.
     const GroupPlacement tp_group = GroupPlacement::of(l_.tp, 1, l_.gpus_per_node);
-    p.forward.tensor_parallel = p.backward_input.tensor_parallel =
-        2 * collective_seconds(hw_, tp_group, CollectiveKind::all_reduce, t * C * element_);
+    const double all_reduce = collective_seconds(hw_, tp_group, CollectiveKind::all_reduce, t * C * element_);
+    const double shared = model_.moe.shared_hidden > 0 ? 1 : 0, gated = model_.moe.shared_gate ? 1 : 0;
+    const double gathers = l_.sp ? 0.5 : 0;
+    p.forward.tensor_parallel = all_reduce * (experts ? 1 + shared + gathers : 2);
+    p.backward_input.tensor_parallel = all_reduce * (experts ? 1 + shared + gathers * (2 + gated) : 2);
     if (experts && l_.ep > 1) {
       const GroupPlacement ep_group = GroupPlacement::of(l_.ep, l_.tp, l_.gpus_per_node);
       p.forward.expert_parallel = p.backward_input.expert_parallel =

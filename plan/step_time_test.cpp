@@ -69,6 +69,26 @@ TEST(StepTime, AnExpertBlocksGemmsAreItsActiveRowsAndItsRouterInF32) {
   EXPECT_NEAR(predict_step_time(model, layout, h100).gemm / gemm_seconds(k * t / 2), 1.0, 1e-9);
 }
 
+// Under tensor parallelism an expert block without a shared expert communicates for attention
+// only (every rank routes all the rows: model/moe_mlp.h), half a dense block's all-reduces; under
+// sequence parallelism it gathers its input forward and its output's gradient and input backward.
+TEST(StepTime, AnExpertBlockCommunicatesOverTensorParallelismForAttentionAndItsGathers) {
+  ModelConfig model = model_preset("mixtral-8x7b");
+  model.n_layer = 2;
+  const HardwareProfile h100 = load_hardware_profile("h100-sxm");
+  StepLayout layout;
+  layout.tp = 2;
+  const auto tensor_parallel = [&](int dense_layers) {
+    model.moe.first_dense_layers = dense_layers;
+    return predict_step_time(model, layout, h100).tensor_parallel;
+  };
+  // In all-reduces of a block's activations, forward and backward: a dense block 2 + 2, an expert
+  // block 1 + 1, or under sp 1.5 + 2.
+  EXPECT_NEAR(tensor_parallel(1) / tensor_parallel(0), (4.0 + 2.0) / (2.0 + 2.0), 1e-9);
+  layout.sp = true;
+  EXPECT_NEAR(tensor_parallel(1) / tensor_parallel(0), (4.0 + 3.5) / (3.5 + 3.5), 1e-9);
+}
+
 // Equal stages (a vocabulary of 8 makes the head nothing): 1F1B idles (p - 1) / m of its busy
 // time on the busiest rank, and ZB-H1 less — a third of it only where the forward, the input
 // pass and the weight pass take a unit each; here the weight pass is the weight gradients' GEMMs

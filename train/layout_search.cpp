@@ -16,17 +16,22 @@ std::vector<int> divisors(int64_t n) {
   return d;
 }
 
-// The (dp, tp, pp, cp) splits of `gpus` worth trying: tp within a node (its collectives are on
-// every block's critical path), pp at most the blocks, cp a power of two up to 8; dp what is
-// left. Whether the model runs on each is the configuration checks' to say.
+// The (dp, tp, pp, cp, ep) splits of `gpus` worth trying: tp within a node (its collectives are
+// on every block's critical path), pp at most the blocks, cp a power of two up to 8; dp what is
+// left; for a model with experts every ep of dp × cp up to their number. Whether the model runs
+// on each is the configuration checks' to say.
 std::vector<ParallelDims> splits(const ModelConfig& m, int gpus, int gpus_per_node) {
   std::vector<ParallelDims> out;
   for (const int tp : divisors(gpus)) {
     if (tp > gpus_per_node) continue;
     for (const int cp : {1, 2, 4, 8}) {
       if ((gpus / tp) % cp != 0) continue;
-      for (const int pp : divisors(gpus / tp / cp))
-        if (pp <= m.n_layer) out.push_back({.dp = gpus / tp / cp / pp, .cp = cp, .tp = tp, .pp = pp});
+      for (const int pp : divisors(gpus / tp / cp)) {
+        if (pp > m.n_layer) continue;
+        const int dp = gpus / tp / cp / pp;
+        for (const int ep : divisors(dp * cp))
+          if (ep == 1 || ep <= m.moe.experts) out.push_back({.dp = dp, .cp = cp, .tp = tp, .pp = pp, .ep = ep});
+      }
     }
   }
   return out;
@@ -34,7 +39,7 @@ std::vector<ParallelDims> splits(const ModelConfig& m, int gpus, int gpus_per_no
 
 RunConfig with(RunConfig c, const ParallelDims& d, const std::string& schedule, int micro, int zero, Recompute r,
                bool sp) {
-  c.parallel.dp = d.dp, c.parallel.tp = d.tp, c.parallel.pp = d.pp, c.parallel.cp = d.cp;
+  c.parallel.dp = d.dp, c.parallel.tp = d.tp, c.parallel.pp = d.pp, c.parallel.cp = d.cp, c.parallel.ep = d.ep;
   c.parallel.pp_schedule = schedule;
   c.parallel.pp_virtual = schedule == "interleaved" ? 2 : 1;
   c.parallel.zero_stage = zero;
@@ -76,7 +81,7 @@ LayoutSearch search_layouts(const RunConfig& base, int gpus, const HardwareProfi
   const auto simpler = [](const LayoutCandidate& a, const LayoutCandidate& b) {
     const auto key = [](const LayoutCandidate& c) {
       return std::tuple(c.config.parallel.zero_stage, c.config.train.recompute, c.config.parallel.sp,
-                        -c.config.train.micro_batch_size);
+                        c.config.parallel.ep, -c.config.train.micro_batch_size);
     };
     return key(a) < key(b);
   };
@@ -93,7 +98,7 @@ LayoutSearch search_layouts(const RunConfig& base, int gpus, const HardwareProfi
   std::vector<LayoutCandidate> distinct;
   const auto same_layout = [](const RunConfig& a, const RunConfig& b) {
     const RunConfig::Parallel &p = a.parallel, &q = b.parallel;
-    return p.dp == q.dp && p.tp == q.tp && p.pp == q.pp && p.cp == q.cp && p.pp_schedule == q.pp_schedule &&
+    return p.dp == q.dp && p.tp == q.tp && p.pp == q.pp && p.cp == q.cp && p.ep == q.ep && p.pp_schedule == q.pp_schedule &&
            p.pp_virtual == q.pp_virtual && p.zero_stage == q.zero_stage && p.sp == q.sp &&
            a.train.recompute == b.train.recompute;
   };

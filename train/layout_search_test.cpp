@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "core/error.h"
 #include "tests/testing.h"
@@ -57,6 +58,38 @@ TEST(LayoutSearch, ThePlannerTimesEveryLayoutTheChecksAccept) {
   ASSERT_NE(uneven, s.fitting.end());
   EXPECT_TRUE(std::isfinite(uneven->time.total));
   EXPECT_GT(uneven->time.tensor_parallel, 0);
+}
+
+// A model with experts is searched over ep too: every ep of dp × cp up to its experts, each
+// layout once with its ep. Four of Mixtral 8x7B's blocks on 8 GPUs: of two layouts at ZeRO 0 that
+// differ only in ep, the wider holds fewer experts' weights, and no fewer rows for them (dropless,
+// ep × rows × min(top_k, its experts): model/config.h), which is why the search must weigh it.
+TEST(LayoutSearch, AnExpertModelIsSearchedOverEp) {
+  RunConfig config = load_run_config(kConfig);
+  config.model = model_preset("mixtral-8x7b");
+  config.model.n_layer = 4;
+  const LayoutSearch s = search_layouts(config, 8, load_hardware_profile("h100-sxm"), 8);
+  std::set<int> eps;
+  int pairs = 0;
+  const auto bytes = [](const LayoutCandidate& c, MemTag tag) { return c.memory.bytes[static_cast<size_t>(tag)]; };
+  for (const LayoutCandidate& c : s.fitting) {
+    const RunConfig::Parallel& p = c.config.parallel;
+    EXPECT_EQ(p.dp * p.cp % p.ep, 0);
+    eps.insert(p.ep);
+    for (const LayoutCandidate& other : s.fitting) {
+      const RunConfig::Parallel& q = other.config.parallel;
+      if (p.zero_stage != 0 || q.ep >= p.ep || q.dp != p.dp || q.tp != p.tp || q.pp != p.pp || q.cp != p.cp ||
+          q.pp_schedule != p.pp_schedule || q.zero_stage != p.zero_stage || q.sp != p.sp ||
+          other.config.train.recompute != c.config.train.recompute ||
+          other.config.train.micro_batch_size != c.config.train.micro_batch_size)
+        continue;
+      ++pairs;
+      EXPECT_LT(bytes(c, MemTag::parameters), bytes(other, MemTag::parameters)) << "ep " << p.ep << " against " << q.ep;
+      EXPECT_GE(bytes(c, MemTag::activations), bytes(other, MemTag::activations)) << "ep " << p.ep << " against " << q.ep;
+    }
+  }
+  EXPECT_GT(pairs, 0);
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4, 8}));
 }
 
 // Llama 3 70B's weights, gradients and AdamW state (18 bytes a parameter: 1.27 TB) cannot fit on

@@ -4,8 +4,8 @@
 // spread over ep of the dp ranks: ep 2 over dp 2 at every ZeRO stage; ep 3, which splits the 4
 // experts 2, 1, 1; ep 4, one expert a rank; ep 2 over dp 4, where two ranks hold each expert
 // (their gradients summed, and ZeRO 1 and 3 sharding them, over those two); in bf16 and with full
-// recomputation; over cp 2, dp 2 × cp 2 (ep 4), and dp 2 × pp 2 under 1F1B and ZB-H1. Run without
-// mpirun, the cells skip. Beside the matrix, on 2, 3 and 4 ranks: a
+// recomputation; over cp 2, dp 2 × cp 2 (ep 4), and dp 2 × pp 2 under 1F1B and ZB-H1; and under
+// tensor and sequence parallelism, alone and with ep and pp. Run without mpirun, the cells skip. Beside the matrix, on 2, 3 and 4 ranks: a
 // whole model gathered from every rank's experts, and the route's counts.
 #include "parallel/expert/expert_parallel.h"
 
@@ -48,6 +48,17 @@ std::vector<LayoutCell> cells() {
   // deferred weight passes send the output gradients to the experts again.
   out.push_back({.family = "moe", .dp = 2, .pp = 2, .schedule = "1f1b", .ep = 2});
   out.push_back({.family = "moe", .dp = 2, .zero = 1, .pp = 2, .schedule = "zb-h1", .ep = 2});
+  // Under tensor parallelism (the tp size is what the world leaves), where every rank of the group
+  // routes all the rows, with its rows gathered first under sequence parallelism: tp 2 and 3 alone,
+  // with sp in f32, bf16 and under full recomputation; dp 2 × tp 2 with ep 2, at ZeRO 1 with sp and
+  // at ZeRO 3 without (recomputing attention's core); tp 2 × pp 2 with sp under ZB-H1, whose deferred weight passes gather again.
+  out.push_back({.family = "moe"});
+  out.push_back({.family = "moe", .sp = true});
+  out.push_back({.family = "moe", .precision = DType::bf16, .sp = true});
+  out.push_back({.family = "moe", .sp = true, .recompute = Recompute::full});
+  out.push_back({.family = "moe", .dp = 2, .zero = 1, .sp = true, .ep = 2});
+  out.push_back({.family = "moe", .dp = 2, .zero = 3, .recompute = Recompute::selective, .ep = 2});
+  out.push_back({.family = "moe", .sp = true, .pp = 2, .schedule = "zb-h1"});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiEpCell, ::testing::ValuesIn(cells()),
