@@ -115,6 +115,14 @@ INSTANTIATE_TEST_SUITE_P(
                                c.qkv_bias = true;
                                return c;
                              }()},
+                      // OLMoE: the queries' and keys' RMSNorms, then 4 experts (top 2, not
+                      // renormalized), multi-head.
+                      HfCase{"olmoe",
+                             [] {
+                               ModelConfig c = sized("moe-tiny", 97, 64);
+                               c.qk_norm = true, c.n_kv_head = c.n_head, c.moe.routing.renormalize = false;
+                               return c;
+                             }()},
                       // Qwen2-MoE: a dense first block, then 6 experts (top 2, not renormalized)
                       // beside a gated shared expert, with Qwen's q, k, v biases.
                       HfCase{"qwen2_moe",

@@ -120,6 +120,21 @@ ModelConfig mixtral_from_hf(const HfKeys& k) {
   return c;
 }
 
+// OLMoE: Llama's block with RMSNorms over the queries and keys (all heads' columns), every MLP the
+// top num_experts_per_tok of num_experts SwiGLU experts of intermediate_size by softmax score,
+// renormalized where norm_topk_prob; q, k and v never clipped.
+ModelConfig olmoe_from_hf(const HfKeys& k) {
+  if (k.has("clip_qkv"))
+    k.fail("clip_qkv", str(" = ", k.at("clip_qkv").dump(), ": dtrain does not clip q, k and v (null)"));
+  ModelConfig c = llama_from_hf(k);
+  c.qk_norm = true;
+  c.moe = {.experts = k.integer("num_experts"),
+           .expert_hidden = c.ffn_hidden_size,
+           .routing = {.score = kernels::MoeScore::softmax, .top_k = k.integer("num_experts_per_tok"),
+                       .renormalize = k.boolean("norm_topk_prob", false), .route_scale = 1}};
+  return c;
+}
+
 // Qwen2: Llama's block with biases on q, k and v, attention over the whole sequence.
 ModelConfig qwen2_from_hf(const HfKeys& k) {
   if (k.boolean("use_sliding_window", false))
@@ -156,7 +171,7 @@ ModelConfig qwen2_moe_from_hf(const HfKeys& k) {
 }
 
 // The Hugging Face architecture a model is written as ("gpt2", "llama", "qwen2", "mixtral",
-// "qwen2_moe"), and the first of its fields that architecture cannot express, as
+// "qwen2_moe", "olmoe"), and the first of its fields that architecture cannot express, as
 // "model.key = value", or "" where none.
 struct HfArchitecture {
   std::string model_type, outside;
@@ -170,28 +185,35 @@ HfArchitecture hf_architecture(const ModelConfig& c) {
       if (outside) return field;
     return std::string();
   };
+  const std::pair<bool, std::string> qk_norm = {c.qk_norm, "model.qk_norm = true"};
   if (m.experts == 0) {
-    if (!c.qkv_bias) return {"llama", ""};
-    return {"qwen2", first({{c.rope_scaling_factor > 0, str("model.rope_scaling_factor = ", c.rope_scaling_factor)}})};
+    if (!c.qkv_bias) return {"llama", first({qk_norm})};
+    return {"qwen2", first({qk_norm, {c.rope_scaling_factor > 0,
+                                      str("model.rope_scaling_factor = ", c.rope_scaling_factor)}})};
   }
   const std::pair<bool, std::string> routing[] = {
       {m.routing.score != kernels::MoeScore::softmax, "model.moe_score = \"sigmoid\""},
       {m.routing.route_scale != 1, str("model.moe_route_scale = ", m.routing.route_scale)},
       {c.rope_scaling_factor > 0, str("model.rope_scaling_factor = ", c.rope_scaling_factor)}};
   const std::string shared = first({routing[0], routing[1], routing[2]});
+  const std::pair<bool, std::string> experts_width = {
+      c.ffn_hidden() != m.expert_hidden,
+      str("model.ffn_hidden_size = ", c.ffn_hidden(), " (its intermediate_size is the experts' ", m.expert_hidden, ")")};
+  if (c.qk_norm && m.shared_hidden == 0)
+    return {"olmoe", !shared.empty() ? shared
+                                     : first({{m.first_dense_layers != 0,
+                                               str("model.moe_first_dense_layers = ", m.first_dense_layers)},
+                                              {c.qkv_bias, "model.qkv_bias = true"}, experts_width})};
   if (m.shared_hidden > 0)
     return {"qwen2_moe", !shared.empty() ? shared
                                          : first({{!m.shared_gate, "model.moe_shared_gate = false"},
-                                                  {!c.qkv_bias, "model.qkv_bias = false"}})};
+                                                  {!c.qkv_bias, "model.qkv_bias = false"}, qk_norm})};
   return {"mixtral",
           !shared.empty()
               ? shared
               : first({{m.first_dense_layers != 0, str("model.moe_first_dense_layers = ", m.first_dense_layers)},
                        {!m.routing.renormalize, "model.moe_renormalize = false"},
-                       {c.qkv_bias, "model.qkv_bias = true"},
-                       {c.ffn_hidden() != m.expert_hidden,
-                        str("model.ffn_hidden_size = ", c.ffn_hidden(), " (Mixtral's intermediate_size is the experts' ",
-                            m.expert_hidden, ")")}})};
+                       {c.qkv_bias, "model.qkv_bias = true"}, experts_width})};
 }
 
 // A float field written as the shortest decimal that reads back as the same float: 1e-05, not
@@ -230,9 +252,11 @@ ModelConfig model_config_from_hf(const std::filesystem::path& config_json) {
     config = qwen2_from_hf(keys);
   else if (type == "qwen2_moe")
     config = qwen2_moe_from_hf(keys);
+  else if (type == "olmoe")
+    config = olmoe_from_hf(keys);
   else
-    keys.fail("model_type", str(" = ", type.dump(), ": dtrain reads \"gpt2\", \"llama\", \"qwen2\", \"mixtral\" and "
-                                "\"qwen2_moe\" models"));
+    keys.fail("model_type", str(" = ", type.dump(), ": dtrain reads \"gpt2\", \"llama\", \"qwen2\", \"mixtral\", "
+                                "\"qwen2_moe\" and \"olmoe\" models"));
   with_context(str("Hugging Face config '", config_json.string(), "'"), [&] { validate_model_config(config); });
   return config;
 }
@@ -284,6 +308,11 @@ json hf_config_json(const ModelConfig& c) {
     if (architecture.model_type == "qwen2" || architecture.model_type == "qwen2_moe") {
       j["model_type"] = "qwen2", j["architectures"] = {"Qwen2ForCausalLM"};
       j["use_sliding_window"] = false, j["sliding_window"] = nullptr;
+    }
+    if (architecture.model_type == "olmoe") {
+      j["model_type"] = "olmoe", j["architectures"] = {"OlmoeForCausalLM"};
+      j["num_experts"] = c.moe.experts, j["num_experts_per_tok"] = c.moe.routing.top_k;
+      j["norm_topk_prob"] = c.moe.routing.renormalize, j["clip_qkv"] = nullptr, j["output_router_logits"] = false;
     }
     if (architecture.model_type == "qwen2_moe") {
       j["model_type"] = "qwen2_moe", j["architectures"] = {"Qwen2MoeForCausalLM"};

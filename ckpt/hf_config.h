@@ -18,6 +18,9 @@
 //   qwen2_moe (model_type "qwen2_moe"): qwen2's keys and num_experts, num_experts_per_tok,
 //         moe_intermediate_size, shared_expert_intermediate_size (gated), norm_topk_prob,
 //         mlp_only_layers (the first blocks, dense, of intermediate_size); decoder_sparse_step 1.
+//   olmoe (model_type "olmoe"): llama's keys with RMSNorms over the queries and keys
+//         (ModelConfig::qk_norm), and num_experts, num_experts_per_tok, norm_topk_prob (every
+//         block's MLP the experts, of intermediate_size, softmax-scored); clip_qkv null.
 // A model is written as the one of these that computes it, or refused naming the field none can
 // express.
 // Whatever the file says that we would compute differently is rejected with the file, the key

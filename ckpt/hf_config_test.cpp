@@ -37,6 +37,7 @@ void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.moe.shared_gate, b.moe.shared_gate);
   EXPECT_EQ(a.moe.first_dense_layers, b.moe.first_dense_layers);
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
   if (a.family == ModelFamily::llama) {
     EXPECT_EQ(a.rope_theta, b.rope_theta);
     EXPECT_EQ(a.rope_scaling_factor, b.rope_scaling_factor);
@@ -94,10 +95,27 @@ TEST(HfConfig, ReadsAMixtralConfigWrittenByTransformers) {
   expect_same_model(ckpt::model_config_from_hf(dir.path() / "config.json"), expected);
 }
 
+TEST(HfConfig, ReadsAnOlmoeConfigWrittenByTransformers) {
+  testing::TempDir dir;
+  ASSERT_EQ(testing::run_reference_script(
+                "hf_config_reference.py",
+                str("write ", dir.path().string(),
+                    " olmoe num_hidden_layers=2 hidden_size=64 num_attention_heads=8 num_key_value_heads=8 "
+                    "intermediate_size=48 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-05 "
+                    "rope_theta=10000.0 num_experts=6 num_experts_per_tok=3 norm_topk_prob=false")),
+            0);
+  ModelConfig expected{.family = ModelFamily::llama, .n_layer = 2, .d_model = 64, .n_head = 8, .n_kv_head = 8,
+                       .ffn_hidden_size = 48, .vocab_size = 1000, .max_seq_len = 512, .tied_embeddings = false,
+                       .qk_norm = true, .norm_eps = 1e-5f, .rope_theta = 10000};
+  expected.moe = {.experts = 6, .expert_hidden = 48, .routing = {.top_k = 3, .renormalize = false}};
+  expect_same_model(ckpt::model_config_from_hf(dir.path() / "config.json"), expected);
+}
+
 // What we write, transformers reads with the same sizes; and we read it back unchanged.
 TEST(HfConfig, WrittenConfigsLoadInTransformers) {
   for (const char* preset :
-       {"gpt2-124m", "gpt2-tiny", "llama3.2-1b", "llama-tiny", "llama3-8b", "moe-tiny", "mixtral-8x7b", "qwen1.5-moe-a2.7b"}) {
+       {"gpt2-124m", "gpt2-tiny", "llama3.2-1b", "llama-tiny", "llama3-8b", "moe-tiny", "mixtral-8x7b", "qwen1.5-moe-a2.7b",
+        "olmoe-1b-7b"}) {
     SCOPED_TRACE(preset);
     const ModelConfig c = model_preset(preset);
     testing::TempDir dir;
@@ -139,6 +157,12 @@ TEST(HfConfig, WrittenConfigsLoadInTransformers) {
         EXPECT_EQ(seen["norm_topk_prob"], c.moe.routing.renormalize);
         EXPECT_EQ(seen["mlp_only_layers"].size(), static_cast<size_t>(c.moe.first_dense_layers));
         EXPECT_EQ(seen["use_sliding_window"], false);
+      } else if (c.qk_norm) {
+        EXPECT_EQ(seen["model_type"], "olmoe");
+        EXPECT_EQ(seen["num_experts"], c.moe.experts);
+        EXPECT_EQ(seen["num_experts_per_tok"], c.moe.routing.top_k);
+        EXPECT_EQ(seen["norm_topk_prob"], c.moe.routing.renormalize);
+        EXPECT_TRUE(seen["clip_qkv"].is_null());
       } else if (c.moe.experts > 0) {
         EXPECT_EQ(seen["model_type"], "mixtral");
         EXPECT_EQ(seen["num_local_experts"], c.moe.experts);
@@ -182,8 +206,11 @@ TEST(HfConfig, RejectsWhatWeWouldComputeDifferently) {
   llama["num_hidden_layers"] = "2";
   expect_rejected(llama, "num_hidden_layers = \"2\": expected an integer");
   llama["model_type"] = "mistral";
-  expect_rejected(llama, "model_type = \"mistral\": dtrain reads \"gpt2\", \"llama\", \"qwen2\", \"mixtral\" and "
-                         "\"qwen2_moe\" models");
+  expect_rejected(llama, "model_type = \"mistral\": dtrain reads \"gpt2\", \"llama\", \"qwen2\", \"mixtral\", "
+                         "\"qwen2_moe\" and \"olmoe\" models");
+  nlohmann::json olmoe = ckpt::hf_config_json(model_preset("olmoe-1b-7b"));
+  olmoe["clip_qkv"] = 8.0;
+  expect_rejected(olmoe, "clip_qkv = 8.0: dtrain does not clip q, k and v");
   nlohmann::json mixtral = ckpt::hf_config_json(model_preset("moe-tiny"));
   mixtral["sliding_window"] = 4096;
   expect_rejected(mixtral, "sliding_window = 4096: dtrain's attention is over the whole sequence");
@@ -201,7 +228,8 @@ TEST(HfConfig, RejectsWhatWeWouldComputeDifferently) {
 }
 
 // A model the architecture it would be written as cannot express is not written: Mixtral without
-// a shared expert, Qwen2-MoE with one, Qwen2 with q, k, v biases; the field is named.
+// a shared expert, Qwen2-MoE with one, Qwen2 with q, k, v biases, OLMoE with query and key norms;
+// the field is named.
 TEST(HfConfig, AModelItsArchitectureCannotExpressIsNotWritten) {
   const auto refusal = [](const std::function<void(ModelConfig&)>& change, const char* preset) {
     ModelConfig c = model_preset(preset);
@@ -223,7 +251,13 @@ TEST(HfConfig, AModelItsArchitectureCannotExpressIsNotWritten) {
       {refusal([](ModelConfig& c) { c.qkv_bias = false; }, "qwen1.5-moe-a2.7b"),
        "model.qkv_bias = false is not what Hugging Face's qwen2_moe computes"},
       {refusal([](ModelConfig& c) { c.qkv_bias = true; }, "llama3.2-1b"),
-       "model.rope_scaling_factor = 32 is not what Hugging Face's qwen2 computes"}};
+       "model.rope_scaling_factor = 32 is not what Hugging Face's qwen2 computes"},
+      {refusal([](ModelConfig& c) { c.qk_norm = true; }, "llama-tiny"),
+       "model.qk_norm = true is not what Hugging Face's llama computes"},
+      {refusal([](ModelConfig& c) { c.qk_norm = true; }, "qwen1.5-moe-a2.7b"),
+       "model.qk_norm = true is not what Hugging Face's qwen2_moe computes"},
+      {refusal([](ModelConfig& c) { c.moe.first_dense_layers = 1; }, "olmoe-1b-7b"),
+       "model.moe_first_dense_layers = 1 is not what Hugging Face's olmoe computes"}};
   for (const auto& [message, expected] : cases)
     EXPECT_NE(message.find(str("this model has no Hugging Face configuration: ", expected)), std::string::npos)
         << message;

@@ -19,11 +19,12 @@ int command_model_info(int argc, char** argv, int first) {
   const ParameterLayout layout(config);
   const long long n = layout.num_parameters();
   std::printf("%s: n_layer %d, d_model %d, n_head %d over %d key/value heads (head size %d), ffn_hidden %d, vocab %d "
-              "(stored padded to %d), max_seq_len %d, %s embeddings%s\n",
+              "(stored padded to %d), max_seq_len %d, %s embeddings%s%s\n",
               std::string(model_family_name(config.family)).c_str(), config.n_layer, config.d_model, config.n_head,
               config.kv_heads(), config.head_size(), config.ffn_hidden(), config.vocab_size, config.padded_vocab_size(),
               config.max_seq_len, config.tied_embeddings ? "tied" : "untied",
-              config.qkv_bias ? ", biases on q, k and v" : "");
+              config.qkv_bias ? ", biases on q, k and v" : "",
+              config.qk_norm ? ", queries and keys RMS-normalized before rotary" : "");
   if (config.traits().positions == PositionKind::rotary)
     std::printf("rotary: theta %g%s\n", config.rope_theta,
                 config.rope_scaling_factor > 0

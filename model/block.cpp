@@ -26,6 +26,7 @@ Block::Block(const ParameterLayout& layout, int layer, Recompute recompute, Para
       ln_1_(layout, prefix(layer, "ln_1")),
       ln_2_(layout, prefix(layer, "ln_2")),
       attn_qkv_(layout, prefix(layer, "attn.qkv"), regions, states.of(layer, "attn.qkv")),
+      qk_norm_(layout.config().qk_norm ? std::optional<QkNorm>(std::in_place, layout, layer) : std::nullopt),
       attn_proj_(layout, prefix(layer, "attn.proj"), regions, states.of(layer, "attn.proj")),
       mlp_(make_mlp(layout, layer, regions, states, scope, experts)),
       parallel_(&regions) {}
@@ -40,6 +41,7 @@ void Block::forward_to_activation(const FlatTensors& weights, Tensor x, const Bl
                                   AttentionCore& attention) const {
   ln_1_.forward(weights, a.ln1, a.ln1_mean, a.ln1_rstd, x);
   attn_qkv_.forward(weights, a.qkv, a.ln1, a.gathered);
+  if (qk_norm_) qk_norm_->forward(weights, a.qkv, a.qk);
   attention.forward(a.qkv, a.atty, a.lse);
   const Tensor attn = attn_proj_.forward(weights, a.proj_out, a.atty, a.branch);
   ln_2_.add_forward(weights, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, attn);
@@ -66,6 +68,7 @@ void Block::backward_input(const FlatTensors& weights, const FlatTensors& grads,
   attn_proj_.backward_input(weights, d.datty, dattn);
   if (weights_now) attn_proj_.backward_weight(grads, dattn, a.atty);
   attention.backward(d.dqkv, d.datty, a.qkv, a.atty, a.lse);
+  if (qk_norm_) qk_norm_->backward(weights, grads, d.dqkv, a.qk, d.dqk_rows);
   PendingSum dln1 = attn_qkv_.backward_input(weights, d.dtmp, d.dqkv, d.dlocal);
   parallel_->sum_copied_head_gradients(d.dqkv);
   if (weights_now) attn_qkv_.backward_weight(grads, d.dqkv, a.ln1, a.gathered);

@@ -21,6 +21,8 @@
 // (model/linear_state.h), which no pass reads yet.
 #pragma once
 
+#include <optional>
+
 #include "core/tensor.h"
 #include "model/attention_core.h"
 #include "model/block_tensors.h"
@@ -28,6 +30,7 @@
 #include "model/mlp.h"
 #include "model/parallel_regions.h"
 #include "model/parameters.h"
+#include "model/qk_norm.h"
 #include "model/recompute.h"
 
 namespace dt {
@@ -71,6 +74,7 @@ class Block {
   Recompute recompute_;
   Norm ln_1_, ln_2_;
   ColumnParallelLinear attn_qkv_;
+  std::optional<QkNorm> qk_norm_;  // where the model has query and key norms
   RowParallelLinear attn_proj_;
   std::unique_ptr<Mlp> mlp_;  // the MLP seam (model/mlp.h)
   ParallelRegions* parallel_;

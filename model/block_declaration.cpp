@@ -92,6 +92,10 @@ int64_t ActivationDeclaration::width_of(const ModelConfig& config, const ShardDi
       return 1;
     case ActivationWidth::qkv:
       return dims.qkv_width();
+    case ActivationWidth::query:
+      return span_width(dims, Span::query_heads);
+    case ActivationWidth::key:
+      return span_width(dims, Span::kv_heads);
     case ActivationWidth::attention:
       return dims.attention_width();
     case ActivationWidth::heads:
@@ -167,8 +171,10 @@ namespace {
 // all rows (under tensor parallelism every rank of the group the same, model/moe_mlp.h); its
 // shared expert's output and gate are on this rank's rows. Its experts' outputs are kept under
 // full recomputation too: the combine's backward reads them, where a dense block's backward
-// reads nothing its output projection makes.
-std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, bool gated) {
+// reads nothing its output projection makes. The query and key norms' inputs (qkv's query and
+// key columns, in rows of their own) and statistics are on all rows, rebuilt under full
+// recomputation.
+std::vector<ActivationDeclaration> block_activations(bool qk_norm, bool experts, bool shared, bool gated) {
   using A = BlockActivation;
   using W = ActivationWidth;
   constexpr ActivationRows all = ActivationRows::all, part = ActivationRows::local,
@@ -178,10 +184,17 @@ std::vector<ActivationDeclaration> block_activations(bool experts, bool shared, 
   constexpr Recompute full = Recompute::full, core = Recompute::selective;
   std::vector<ActivationDeclaration> a = {
       {A::ln1, W::model, part, P, full},       {A::ln1_mean, W::norm_mean, part, F, full},
-      {A::ln1_rstd, W::one, part, F, full},    {A::qkv, W::qkv, all, P, full},
-      {A::atty, W::attention, all, P, core},   {A::lse, W::heads, all, F, core},
-      {A::res2, W::model, part, P, full},      {A::ln2, W::model, part, P, full},
-      {A::ln2_mean, W::norm_mean, part, F, full}, {A::ln2_rstd, W::one, part, F, full}};
+      {A::ln1_rstd, W::one, part, F, full},    {A::qkv, W::qkv, all, P, full}};
+  if (qk_norm)
+    for (const ActivationDeclaration& d : std::initializer_list<ActivationDeclaration>{
+             {A::q_in, W::query, all, P, full}, {A::k_in, W::key, all, P, full},
+             {A::q_rstd, W::one, all, F, full}, {A::k_rstd, W::one, all, F, full}})
+      a.push_back(d);
+  for (const ActivationDeclaration& d : std::initializer_list<ActivationDeclaration>{
+           {A::atty, W::attention, all, P, core},   {A::lse, W::heads, all, F, core},
+           {A::res2, W::model, part, P, full},      {A::ln2, W::model, part, P, full},
+           {A::ln2_mean, W::norm_mean, part, F, full}, {A::ln2_rstd, W::one, part, F, full}})
+    a.push_back(d);
   if (!experts) {
     a.push_back({A::fch, W::ffn_in, all, P, full});
     a.push_back({A::fch_act, W::ffn, all, P, full});
@@ -219,10 +232,10 @@ MlpShape mlp_shape(const ModelConfig& config, int layer) {
 // A mixture of experts' layers after ln_2 ("{e}" stands for an expert's index): the router, each
 // expert's gate and up projections stacked by rows as in the dense mlp.fc and its down
 // projection, and the shared expert with its gate. Their Hugging Face names are Mixtral's
-// without a shared expert, Qwen2-MoE's with one.
-std::vector<std::variant<NormDeclaration, LinearDeclaration>> expert_layers(MlpShape shape) {
+// without a shared expert or query and key norms, else Qwen2-MoE's (which OLMoE's are).
+std::vector<std::variant<NormDeclaration, LinearDeclaration>> expert_layers(MlpShape shape, bool qk_norm) {
   using S = Span;
-  if (shape == MlpShape::experts)
+  if (shape == MlpShape::experts && !qk_norm)
     return {
         LinearDeclaration{"mlp.router", LinearStyle::column, {S::experts}, false, {{"block_sparse_moe.gate", 1}}},
         LinearDeclaration{"mlp.experts.fc", LinearStyle::column, {S::expert_ffn, S::expert_ffn}, false,
@@ -237,6 +250,7 @@ std::vector<std::variant<NormDeclaration, LinearDeclaration>> expert_layers(MlpS
       LinearDeclaration{"mlp.experts.proj", LinearStyle::row, {S::expert_ffn}, true,
                         {{"mlp.experts.{e}.down_proj", 1}}, true},
   };
+  if (shape == MlpShape::experts) return layers;
   layers.push_back(LinearDeclaration{"mlp.shared.fc", LinearStyle::column, {S::shared_ffn, S::shared_ffn}, false,
                                      {{"mlp.shared_expert.gate_proj", 1}, {"mlp.shared_expert.up_proj", 1}}});
   layers.push_back(LinearDeclaration{"mlp.shared.proj", LinearStyle::row, {S::shared_ffn}, true,
@@ -247,13 +261,14 @@ std::vector<std::variant<NormDeclaration, LinearDeclaration>> expert_layers(MlpS
   return layers;
 }
 
-BlockDeclaration declare(ModelFamily family, MlpShape shape) {
+BlockDeclaration declare(ModelFamily family, bool qk_norm, MlpShape shape) {
   const FamilyTraits traits = family_traits(family);
   const bool gpt2 = family == ModelFamily::gpt2;
   const bool swiglu = traits.mlp == MlpKind::swiglu;
   using S = Span;
   BlockDeclaration b{.layers = {},
-                     .activations = block_activations(shape != MlpShape::dense, shape >= MlpShape::experts_shared,
+                     .activations = block_activations(qk_norm, shape != MlpShape::dense,
+                                                      shape >= MlpShape::experts_shared,
                                                       shape == MlpShape::experts_shared_gated),
                      .hf = {}};
   // GPT-2's Conv1D layers are one tensor each; Llama's fused ones are several: q, k and v
@@ -267,10 +282,14 @@ BlockDeclaration declare(ModelFamily family, MlpShape shape) {
   b.layers = {
       NormDeclaration{"ln_1", gpt2 ? "ln_1" : "input_layernorm"},
       LinearDeclaration{"attn.qkv", LinearStyle::column, {S::query_heads, S::kv_heads, S::kv_heads}, false, qkv},
-      LinearDeclaration{"attn.proj", LinearStyle::row, {S::query_heads}, true,
-                        {{gpt2 ? "attn.c_proj" : "self_attn.o_proj", 1}}},
-      NormDeclaration{"ln_2", gpt2 ? "ln_2" : "post_attention_layernorm"},
   };
+  if (qk_norm) {
+    b.layers.push_back(NormDeclaration{"attn.q_norm", "self_attn.q_norm", S::query_heads});
+    b.layers.push_back(NormDeclaration{"attn.k_norm", "self_attn.k_norm", S::kv_heads});
+  }
+  b.layers.push_back(LinearDeclaration{"attn.proj", LinearStyle::row, {S::query_heads}, true,
+                                       {{gpt2 ? "attn.c_proj" : "self_attn.o_proj", 1}}});
+  b.layers.push_back(NormDeclaration{"ln_2", gpt2 ? "ln_2" : "post_attention_layernorm"});
   if (shape == MlpShape::dense) {
     b.layers.push_back(LinearDeclaration{"mlp.fc", LinearStyle::column,
                                          swiglu ? std::vector<Span>{S::ffn, S::ffn} : std::vector<Span>{S::ffn}, false,
@@ -278,7 +297,7 @@ BlockDeclaration declare(ModelFamily family, MlpShape shape) {
     b.layers.push_back(
         LinearDeclaration{"mlp.proj", LinearStyle::row, {S::ffn}, true, {{gpt2 ? "mlp.c_proj" : "mlp.down_proj", 1}}});
   } else {
-    for (auto& layer : expert_layers(shape)) b.layers.push_back(std::move(layer));
+    for (auto& layer : expert_layers(shape, qk_norm)) b.layers.push_back(std::move(layer));
   }
   b.hf = gpt2 ? HfNames{.block_prefix = "transformer.h.", .wte = "transformer.wte.weight",
                         .wpe = "transformer.wpe.weight", .ln_f = "transformer.ln_f", .lm_head = "lm_head.weight"}
@@ -290,14 +309,18 @@ BlockDeclaration declare(ModelFamily family, MlpShape shape) {
 }  // namespace
 
 const BlockDeclaration& declare_block(const ModelConfig& config, int layer) {
+  // By family, query and key norms or not, and MLP shape.
   static const auto declared = [] {
-    std::array<std::array<BlockDeclaration, kMlpShapes>, 2> all;
+    std::array<std::array<std::array<BlockDeclaration, kMlpShapes>, 2>, 2> all;
     for (const ModelFamily family : {ModelFamily::gpt2, ModelFamily::llama})
-      for (int shape = 0; shape < kMlpShapes; ++shape)
-        all[static_cast<size_t>(family)][static_cast<size_t>(shape)] = declare(family, static_cast<MlpShape>(shape));
+      for (const bool qk_norm : {false, true})
+        for (int shape = 0; shape < kMlpShapes; ++shape)
+          all[static_cast<size_t>(family)][qk_norm][static_cast<size_t>(shape)] =
+              declare(family, qk_norm, static_cast<MlpShape>(shape));
     return all;
   }();
-  return declared[static_cast<size_t>(config.family)][static_cast<size_t>(mlp_shape(config, layer))];
+  return declared[static_cast<size_t>(config.family)][config.qk_norm]
+                 [static_cast<size_t>(mlp_shape(config, layer))];
 }
 
 std::vector<const BlockDeclaration*> block_declarations(const ModelConfig& config) {

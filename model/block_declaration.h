@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -79,30 +80,34 @@ struct LinearDeclaration {
 struct NormDeclaration {
   std::string name;  // in the block: parameters h.<l>.<name>.weight (and .bias with LayerNorm)
   std::string hf;    // its Hugging Face name in the block
+  // What it normalizes: each row's C model columns (none given), or a span's columns (the query
+  // and key norms': all heads' queries, or keys), its weight split as that span is.
+  std::optional<Span> span = std::nullopt;
 };
 
 // A block's activations, each a region per block and micro-batch of a stage's store unless a
-// recomputation policy rebuilds it in backward. A dense block has those up to res3; an expert
+// recomputation policy rebuilds it in backward. A dense block has those up to res3, with the query
+// and key norms' inputs and statistics where the model has them (ModelConfig::qk_norm); an expert
 // block has the router's (scores, chosen experts, their weights, each assignment's row), the
 // experts' rows (their input, fc output and activation as their ranks receive them, and their
 // output as it returns) and a shared expert's, in place
 // of fch and fch_act; where the model trains with the routers' losses, each sequence's
 // assignments per expert (the balance loss's) and the router's logits (the z-loss's).
 enum class BlockActivation {
-  ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3,
+  ln1, ln1_mean, ln1_rstd, qkv, q_in, k_in, q_rstd, k_rstd, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3,
   route_scores, route_experts, route_weights, route_rows, expert_in, expert_fch, expert_act, expert_out,
   shared_fch, shared_act, shared_out, shared_gate, route_counts, route_logits
 };
 constexpr int kBlockActivations = static_cast<int>(BlockActivation::route_logits) + 1;
 
 // An activation's width, from this rank's sizes: the model width C, a norm's per-row mean
-// (1 for LayerNorm, none for RMSNorm), one per row, the attention's qkv (this rank's heads),
-// its output, one per head, the MLP's first projection's output and its activation's; the
+// (1 for LayerNorm, none for RMSNorm), one per row, the attention's qkv (this rank's heads), its
+// query columns and its key columns, its output, one per head, the MLP's first projection's output and its activation's; the
 // experts (E) and the chosen ones (top_k); an expert's first projection's output (2 F_e) and its
 // activation's (F_e); a shared expert's (this rank's share); the experts (E) where the model has
 // the balance loss, or the z-loss, and none where it has not.
 enum class ActivationWidth {
-  model, norm_mean, one, qkv, attention, heads, ffn_in, ffn,
+  model, norm_mean, one, qkv, query, key, attention, heads, ffn_in, ffn,
   experts, top_k, expert_ffn_in, expert_ffn, shared_ffn_in, shared_ffn, aux_loss_experts, z_loss_experts
 };
 // Its rows: all N of the micro-batch, this rank's part of them under sequence parallelism, the

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "ckpt/hf_checkpoint.h"
@@ -49,17 +50,33 @@ TEST(BlockDeclaration, TheLayoutHoldsExactlyTheDeclaredLayersOnEveryRank) {
 
 // Every declared activation has a width on any rank, and the kept/rebuilt split follows the
 // policies: full rebuilds everything but the block's output, selective only attention's core.
+// The query and key norms' inputs and statistics are there only where the model has them.
 TEST(BlockDeclaration, RecomputationPoliciesRebuildWhatTheyDeclare) {
-  const ModelConfig c = model_preset("llama-tiny");
-  const BlockDeclaration& block = declare_block(c, 0);
-  ASSERT_EQ(block.activations.size(), static_cast<size_t>(BlockActivation::res3) + 1);  // a dense block's
-  for (int i = 0; i <= static_cast<int>(BlockActivation::res3); ++i) {
-    const ActivationDeclaration& a = block.activations[static_cast<size_t>(i)];
-    EXPECT_EQ(static_cast<int>(a.id), i);  // listed in id order: the regions' order
-    EXPECT_TRUE(a.kept(Recompute::none));
-    EXPECT_EQ(a.kept(Recompute::full), a.id == BlockActivation::res3);
-    EXPECT_EQ(a.kept(Recompute::selective), a.id != BlockActivation::atty && a.id != BlockActivation::lse);
+  ModelConfig c = model_preset("llama-tiny");
+  for (const bool qk_norm : {false, true}) {
+    c.qk_norm = qk_norm;
+    const BlockDeclaration& block = declare_block(c, 0);
+    // A dense block's, up to res3: all of them with the norms, 4 fewer without.
+    ASSERT_EQ(block.activations.size(), static_cast<size_t>(BlockActivation::res3) + 1 - (qk_norm ? 0 : 4));
+    for (size_t i = 0; i < block.activations.size(); ++i) {
+      const ActivationDeclaration& a = block.activations[i];
+      if (i > 0) {
+        EXPECT_LT(block.activations[i - 1].id, a.id);  // listed in id order: the regions' order
+      }
+      EXPECT_TRUE(a.kept(Recompute::none));
+      EXPECT_EQ(a.kept(Recompute::full), a.id == BlockActivation::res3);
+      EXPECT_EQ(a.kept(Recompute::selective), a.id != BlockActivation::atty && a.id != BlockActivation::lse);
+    }
+    EXPECT_EQ(qk_norm, std::ranges::any_of(block.activations, [](const ActivationDeclaration& a) {
+                return a.id == BlockActivation::q_in;
+              }));
   }
+  c.qk_norm = true;
+  const ShardDims dims = shard_dims(c, {});
+  const BlockDeclaration& normed = declare_block(c, 0);
+  EXPECT_EQ(normed.activation(BlockActivation::q_in).width_of(c, dims), c.n_head * c.head_size());
+  EXPECT_EQ(normed.activation(BlockActivation::k_in).width_of(c, dims), c.kv_heads() * c.head_size());
+  const BlockDeclaration& block = declare_block(model_preset("llama-tiny"), 0);
   EXPECT_EQ(block.activation(BlockActivation::ln1_mean).width_of(c, shard_dims(c, {})), 0);  // RMSNorm keeps no mean
   EXPECT_EQ(declare_block(model_preset("gpt2-tiny"), 0).activation(BlockActivation::ln1_mean).width_of(
                 model_preset("gpt2-tiny"), shard_dims(model_preset("gpt2-tiny"), {})),

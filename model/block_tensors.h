@@ -56,6 +56,14 @@ struct ExpertActivations {
   bool keep_all = false;
 };
 
+// The query and key norms' (model/qk_norm.h), where the model has them: their inputs, qkv's query
+// columns (N, NH · HS) and key columns (N, NKV · HS) in rows of their own, and their statistics
+// (N) f32 each, kept or rebuilt as declared; and `rows`, scratch of (N, NH · HS) where a
+// normalized block is made before it is copied back into qkv.
+struct QkActivations {
+  Tensor q_in, k_in, q_rstd, k_rstd, rows;
+};
+
 // One block's activations for N rows, (N, width) views, or (this rank's rows, width) for ln1, ln2,
 // res2, res3, their statistics and branch. The *_mean views are LayerNorm's only, lse is training's
 // only. res2 and res3 may be the block's input x itself (generation updates the residual stream
@@ -66,6 +74,7 @@ struct ExpertActivations {
 struct BlockActivations {
   Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, lse, proj_out, res2, ln2, ln2_mean, ln2_rstd, fch, fch_act, res3;
   Tensor branch, gathered;
+  QkActivations qk = {};           // where the model has query and key norms
   ExpertActivations experts = {};  // an expert block's only (it has no fch and fch_act)
 };
 
@@ -95,6 +104,7 @@ struct ExpertGradients {
 // distinct and kept, with the activations, until then.
 struct BlockGradients {
   Tensor dout, dres2, din, dtmp, datty, dact, dfch, dqkv, dlocal;
+  Tensor dqk_rows{};  // where there are query and key norms: their inputs' gradient, (N, NH · HS) working space
   ExpertGradients experts = {};  // an expert block's only
 };
 

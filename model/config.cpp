@@ -67,6 +67,21 @@ constexpr ModelConfig qwen_moe(int n_layer, int d_model, int n_head, int experts
   return c;
 }
 
+// OLMoE: Llama's block with RMSNorms over the queries and keys, every MLP the top k of the
+// experts by softmax score, not renormalized; multi-head attention, untied, rotary theta 10,000;
+// the routers' losses at the coefficients given.
+constexpr ModelConfig olmoe(int n_layer, int d_model, int n_head, int experts, int top_k, int expert_hidden,
+                            int max_seq_len, int vocab_size, float aux_loss_coef, float z_loss_coef) {
+  ModelConfig c = llama(n_layer, d_model, n_head, n_head, expert_hidden, false, max_seq_len, 0, vocab_size);
+  c.rope_theta = 10000, c.qk_norm = true;
+  c.moe = {.experts = experts,
+           .expert_hidden = expert_hidden,
+           .routing = {.score = kernels::MoeScore::softmax, .top_k = top_k, .renormalize = false, .route_scale = 1},
+           .aux_loss_coef = aux_loss_coef,
+           .z_loss_coef = z_loss_coef};
+  return c;
+}
+
 constexpr Preset kPresets[] = {
     {"gpt2-124m", gpt2(12, 768, 12)},
     {"gpt2-355m", gpt2(24, 1024, 16)},
@@ -85,8 +100,12 @@ constexpr Preset kPresets[] = {
     {"llama-tiny", llama(2, 48, 6, 2, 128, false, 64, 0, 997)},
     {"mixtral-8x7b", mixtral(32, 4096, 32, 8, 8, 14336, 32768)},
     {"qwen1.5-moe-a2.7b", qwen_moe(24, 2048, 16, 60, 4, 1408, 5632, 8192, 151936)},
+    // Trained with the balance loss (0.01) and the router z-loss (0.001), as OLMoE was.
+    {"olmoe-1b-7b", olmoe(16, 2048, 16, 64, 8, 1024, 4096, 50304, 0.01f, 0.001f)},
     // llama-tiny's attention with 4 experts of hidden width 32, two per token.
     {"moe-tiny", mixtral(2, 48, 6, 2, 4, 32, 64, 997)},
+    // OLMoE's block at moe-tiny's size: 6 heads, queries and keys normalized, 4 experts, two per token.
+    {"olmoe-tiny", olmoe(2, 48, 6, 4, 2, 32, 64, 997, 0, 0)},
 };
 
 }  // namespace
@@ -212,6 +231,10 @@ void check_model_config(const ModelConfig& c, FieldProblems& problems) {
   if (traits.biases)
     problems.require(!c.qkv_bias, "model.qkv_bias", "true",
                      str("must be false for ", family, ", whose layers all have biases"));
+  if (traits.norm != NormKind::rmsnorm)
+    problems.require(!c.qk_norm, "model.qk_norm", "true",
+                     str("normalizes queries and keys by RMSNorm, and ", family, " has LayerNorms; use the llama "
+                         "family"));
   if (traits.positions == PositionKind::rotary && c.n_head >= 1 && c.d_model >= 1 && c.d_model % c.n_head == 0)
     require(c.head_size() % 2 == 0, "d_model", c.d_model,
             str("gives head size d_model / n_head = ", c.head_size(), ", but rotary embedding needs an even head size"));

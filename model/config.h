@@ -91,6 +91,9 @@ struct ModelConfig {
   int max_seq_len = 0;  // longest sequence: rows of gpt2's position embedding, llama's context
   bool tied_embeddings = true;  // the output projection is wte (else its own lm_head)
   bool qkv_bias = false;        // llama: biases on the q, k and v projections (Qwen2, Qwen-MoE)
+  // llama: an RMSNorm over each token's query (all heads' columns) and another over its key, after
+  // the projection and before rotary (OLMoE, OLMo 2).
+  bool qk_norm = false;
   float norm_eps = 1e-5f;
   // Rotary embedding (llama): base theta, and Llama 3's frequency scaling when factor > 0
   // (kernels/rope.h).

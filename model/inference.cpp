@@ -60,6 +60,8 @@ InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
   const bool moe = c.moe.experts > 0;
   const int64_t E = c.moe.experts, top_k = moe ? c.moe.routing.top_k : 0, A = R * top_k, F_e = c.moe.expert_hidden;
   const int64_t F_s = c.moe.shared_hidden, gates = F_s > 0 && c.moe.shared_gate ? R : 0;
+  const int64_t Q = c.qk_norm ? int64_t{c.n_head} * c.head_size() : 0, K = c.qk_norm ? KV / 2 : 0,
+                qk_rows = c.qk_norm ? R : 0;
   cache_ = Buffer(static_cast<size_t>(int64_t{c.n_layer} * max_tokens * KV) * sizeof(float), MemTag::activations);
 
   // Every view starts on a cache line; one list both sizes and places them.
@@ -80,7 +82,10 @@ InferenceSession::InferenceSession(const FlatTensors& params, int max_tokens)
       {&experts_.expert_act, DType::f32, {A, F_e}},    {&experts_.expert_out, DType::f32, {A, C}},
       {&experts_.logits, DType::f32, {R, E}},          {&experts_.routed, DType::f32, {R, moe ? C : 0}},
       {&experts_.shared_fch, DType::f32, {R, 2 * F_s}}, {&experts_.shared_act, DType::f32, {R, F_s}},
-      {&experts_.shared_out, DType::f32, {R, F_s > 0 ? C : 0}}, {&experts_.shared_gate, DType::f32, {gates}}};
+      {&experts_.shared_out, DType::f32, {R, F_s > 0 ? C : 0}}, {&experts_.shared_gate, DType::f32, {gates}},
+      {&qk_.q_in, DType::f32, {R, Q}},                 {&qk_.k_in, DType::f32, {R, K}},
+      {&qk_.q_rstd, DType::f32, {qk_rows}},            {&qk_.k_rstd, DType::f32, {qk_rows}},
+      {&qk_.rows, DType::f32, {R, Q}}};
   auto bytes = [](const Region& r) {
     return (static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype) + 63) / 64 * 64;
   };
@@ -143,6 +148,10 @@ void InferenceSession::forward_chunk(std::span<const int32_t> tokens) {
                            .ln2 = rows(ln_),
                            .ln2_mean = rows(mean_), .ln2_rstd = rows(rstd_), .fch = rows(fch_),
                            .fch_act = rows(fch_act_), .res3 = x, .branch = Tensor{}, .gathered = Tensor{},
+                           .qk = config().qk_norm ? QkActivations{.q_in = rows(qk_.q_in), .k_in = rows(qk_.k_in),
+                                                                  .q_rstd = rows(qk_.q_rstd),
+                                                                  .k_rstd = rows(qk_.k_rstd), .rows = rows(qk_.rows)}
+                                                  : QkActivations{},
                            .experts = {.scores = rows(experts_.scores), .experts = rows(experts_.experts),
                                        .weights = rows(experts_.weights), .rows = rows(experts_.rows),
                                        .expert_in = assigned(experts_.expert_in),

@@ -78,6 +78,7 @@ class InferenceSession {
   // The expert blocks' (model/block_tensors.h), for R rows and R·top_k assignments; empty for a
   // dense model.
   ExpertActivations experts_;
+  QkActivations qk_;  // where the model has query and key norms
   RopeTables rope_;  // llama only: positions [0, max_tokens)
 };
 

@@ -108,6 +108,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // Experts: a token's choice is its own, whether it comes in a prefill or alone.
                       Case{"moe", sized("moe-tiny", 64), 9},
                       Case{"moe_two_chunks", sized("moe-tiny", 300), 200},
+                      // OLMoE's: the queries and keys normalized before rotary, each row its own.
+                      Case{"olmoe_two_chunks", sized("olmoe-tiny", 300), 200},
                       // A gated shared expert beside them (Qwen-MoE's).
                       Case{"moe_shared_gated",
                            [] {

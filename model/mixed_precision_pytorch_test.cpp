@@ -192,14 +192,16 @@ TEST_P(MixedPrecisionVsPyTorch, TrainsAsPyTorchDoesFromTheSameStart) {
 
   // The first forward, from identical weights, also against the f32 model: dtrain's rounding
   // alone, whatever PyTorch does. Its logits are within a few u of f32 (each is a C-term dot
-  // product of values rounded to u/2, after L blocks of such; measured up to 1.9u): bound 3u.
+  // product of values rounded to u/2, after L blocks of such; measured up to 1.9u, and 3.4u with
+  // OLMoE's query and key norms, whose outputs are rounded to storage once more before rotary
+  // rounds them again): bound 5u.
   OwnedTensor logits = zeros(DType::f32, {kBatch, kSeq, config.vocab_size});
   OwnedTensor exact = zeros(DType::f32, {kBatch, kSeq, config.vocab_size});
   f32.forward(tokens[0].t, Tensor{});
   f32.copy_logits(exact.t);
   model.forward(tokens[0].t, Tensor{});
   model.copy_logits(logits.t);
-  check("first forward vs f32 (u)", testing::normalized_max_error(logits.t, exact.t) / u, 3);
+  check("first forward vs f32 (u)", testing::normalized_max_error(logits.t, exact.t) / u, 5);
 
   bool first_applied = true;
   for (s = 0; s < kSteps; ++s) {
@@ -251,7 +253,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Recipe{"gpt2-tiny", DType::f16, 0x1p-11, kFp16Bounds},
                       Recipe{"llama-tiny", DType::f16, 0x1p-11, kFp16Bounds},
                       Recipe{"moe-tiny", DType::bf16, 0x1p-8, kBf16Bounds},
-                      Recipe{"moe-tiny", DType::f16, 0x1p-11, kMoeFp16Bounds}),
+                      Recipe{"moe-tiny", DType::f16, 0x1p-11, kMoeFp16Bounds},
+                      Recipe{"olmoe-tiny", DType::bf16, 0x1p-8, kBf16Bounds}),
     [](const auto& info) {
       const std::string preset = info.param.preset;
       return preset.substr(0, preset.find('-')) + "_" + std::string(dtype_name(info.param.precision));

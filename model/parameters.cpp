@@ -113,9 +113,12 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
   const bool lead = shard.rank == 0;
   const auto copy = [&](Shape whole) { return TensorSlice::all(whole, lead); };
   const auto rows = [](Shape whole, std::vector<SlicePiece> pieces) { return TensorSlice{whole, 0, std::move(pieces)}; };
-  const auto norm = [&](const std::string& name) {
-    add(name + ".weight", copy({C}), ParamInit::ones, 0);
-    if (traits.norm == NormKind::layernorm) add(name + ".bias", copy({C}), ParamInit::zeros, 0);
+  // A norm over the model's C columns, whole on every rank; or over a span's, split as it is.
+  const auto norm = [&](const std::string& name, std::optional<Span> span = std::nullopt) {
+    const TensorSlice slice =
+        span ? rows({span_width(config, *span)}, span_pieces(config, dims_, {*span}, lead)) : copy({C});
+    add(name + ".weight", slice, ParamInit::ones, 0);
+    if (traits.norm == NormKind::layernorm) add(name + ".bias", slice, ParamInit::zeros, 0);
   };
   // A column-parallel layer's weight and bias hold its output rows; a row-parallel one's weight
   // holds its input columns, and its bias is whole (added once, by the owner).
@@ -152,7 +155,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& config, int64_t unit_multipl
     const std::string h = block_prefix(l);
     const auto& layers = declare_block(config, l).layers;
     for (const auto& layer : layers) {
-      if (const auto* n = std::get_if<NormDeclaration>(&layer)) norm(h + n->name);
+      if (const auto* n = std::get_if<NormDeclaration>(&layer)) norm(h + n->name, n->span);
       if (const auto* decl = std::get_if<LinearDeclaration>(&layer); decl != nullptr && !decl->per_expert)
         linear(h + decl->name, *decl);
     }

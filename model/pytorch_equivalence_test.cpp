@@ -265,6 +265,15 @@ INSTANTIATE_TEST_SUITE_P(
              2, 29},
         // Plain multi-head, head size 10, three layers.
         Case{"llama_mha_layers3_seq29", llama(3, 40, 4, 4, 96, 300, false, 10000, 0), 2, 29},
+        // OLMoE's block: RMSNorms over the queries and keys (all heads' columns), then the top 2
+        // of 4 softmax scores, not renormalized; a dense block first, with the same norms.
+        Case{"olmoe_qk_norm_top2of4",
+             [] {
+               ModelConfig c = moe(2, 1, 4, 24, {.renormalize = false});
+               c.qk_norm = true;
+               return c;
+             }(),
+             2, 37},
         // Mixtral's routing (top 2 of 4 softmax scores, renormalized) after a dense block.
         Case{"moe_mixtral_top2of4_after_dense", moe(2, 1, 4, 24, {}), 2, 37},
         // DeepSeek-V3's scoring (sigmoid, renormalized, scaled) with 3 of 6 experts, every block.

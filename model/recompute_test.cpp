@@ -59,7 +59,7 @@ TEST_P(RecomputeTest, EachPolicyKeepsLessThanTheOneBefore) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, RecomputeTest, ::testing::Values("gpt2-tiny", "llama-tiny", "moe-tiny"),
+INSTANTIATE_TEST_SUITE_P(Families, RecomputeTest, ::testing::Values("gpt2-tiny", "llama-tiny", "moe-tiny", "olmoe-tiny"),
                          [](const auto& info) { return std::string(info.param).substr(0, std::string(info.param).find('-')); });
 
 TEST(Recompute, UnknownPolicyNamesTheValidOnes) {

@@ -50,6 +50,8 @@ struct Stage::ActivationRegions {
   // Sequence parallelism's, in scratch (no width without it): a column-parallel layer's whole
   // input, and this rank's rows for a row-parallel layer's output or its input's gradient.
   ActivationRegion gathered, local;
+  // The query and key norms' working space, in scratch (no width without them; model/qk_norm.h).
+  ActivationRegion qk_rows, dqk_rows;
   ActivationRegion dinput;  // deferred weight passes: the stage input's gradient, kept
   ActivationBytes bytes;
 
@@ -106,6 +108,8 @@ struct Stage::ActivationRegions {
     dqkv = scratch.add(QKV, precision), dfch = scratch.add(F_in, precision), dact = scratch.add(F, precision);
     gathered = scratch.add(sequence_parallel ? C : 0, precision);
     local = scratch.add(sequence_parallel ? C : 0, precision, rank_rows);
+    const int64_t query = c.qk_norm ? span_width(d, Span::query_heads) : 0;
+    qk_rows = scratch.add(query, precision), dqk_rows = scratch.add(query, precision);
     if (std::ranges::any_of(blocks, &Block::experts)) {
       const int64_t widened = precision == DType::f32 ? 0 : C;
       experts = {.router_in = scratch.add(widened, DType::f32),
@@ -227,6 +231,9 @@ BlockActivations Stage::block_activations(int k, size_t i, int64_t N) const {
                      .fch = b.experts ? Tensor{} : all(b[A::fch]),
                      .fch_act = b.experts ? Tensor{} : all(b[A::fch_act]), .res3 = mine(b[A::res3]),
                      .branch = mine(activation_regions_->local), .gathered = all(activation_regions_->gathered)};
+  if (config_.qk_norm)
+    a.qk = {.q_in = all(b[A::q_in]), .k_in = all(b[A::k_in]), .q_rstd = rows(k, b[A::q_rstd], N),
+            .k_rstd = rows(k, b[A::k_rstd], N), .rows = all(activation_regions_->qk_rows)};
   if (!b.experts) return a;
   const ActivationRegions::ExpertScratch& s = activation_regions_->experts;
   const auto assigned = [&](const ActivationRegion& r) { return region(k, r, config_.moe.expert_rows(N)); };
@@ -290,7 +297,7 @@ BlockGradients Stage::deferred_gradients(int k, size_t i, int64_t N) const {
           .datty = dtmp.reshape({dtmp.numel()}).slice_rows(0, N * dims_.attention_width()).reshape(
               {N, dims_.attention_width()}),
           .dact = all(r.dact), .dfch = all(b.dfch), .dqkv = all(b.dqkv), .dlocal = mine(r.local),
-          .experts = expert_gradients(k, i, N, /*deferred=*/true)};
+          .dqk_rows = all(r.dqk_rows), .experts = expert_gradients(k, i, N, /*deferred=*/true)};
 }
 
 Tensor Stage::block_input(int k, size_t i, int64_t N) const {
@@ -472,7 +479,8 @@ Tensor Stage::backward(int k, Tensor dout, Tensor tokens, const FlatTensors& wei
   // At once, the residual stream's gradient is updated in place in dres; deferred, each block's
   // is kept apart (deferred_gradients), the last block's output gradient first.
   BlockGradients at_once{.dout = dres, .dres2 = dres, .din = dres, .dtmp = dtmp, .datty = datty,
-                         .dact = scratch(r.dact), .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv), .dlocal = dlocal};
+                         .dact = scratch(r.dact), .dfch = scratch(r.dfch), .dqkv = scratch(r.dqkv), .dlocal = dlocal,
+                         .dqk_rows = scratch(r.dqk_rows)};
   const Tensor dinput = weights_now ? dres : store_.view(k, r.dinput, P);
   if (!weights_now) {
     const Tensor last = blocks_.empty() ? dinput : deferred_gradients(k, blocks_.size() - 1, N).dout;

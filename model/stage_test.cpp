@@ -242,7 +242,7 @@ TEST_P(StageTest, DeferredWeightGradientsEqualTheImmediateOnes) {
   EXPECT_EQ(bytes_of(later_grads.all()), bytes_of(now_grads.all()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, StageTest, ::testing::Values("gpt2-tiny", "llama-tiny", "moe-tiny"),
+INSTANTIATE_TEST_SUITE_P(Families, StageTest, ::testing::Values("gpt2-tiny", "llama-tiny", "moe-tiny", "olmoe-tiny"),
                          [](const auto& info) {
                            const std::string preset = info.param;
                            return preset.substr(0, preset.find('-'));

@@ -20,6 +20,12 @@ void check_tensor_parallel(const ModelConfig& config, int tp, FieldProblems& pro
     return require(false, str("more tensor-parallel ranks than the model's ", config.n_head,
                               " attention heads (model.n_head), and each needs at least one; use parallel.tp <= ",
                               config.n_head));
+  // OLMoE's query and key norms are over all heads' columns: each rank would need the others'
+  // sums of squares, which nothing computes yet.
+  if (tp > 1 && config.qk_norm)
+    return require(false, "splits the heads, and the queries' and keys' RMSNorms (model.qk_norm) are each over "
+                          "all heads' columns, which are not summed over the tensor-parallel ranks yet; use "
+                          "parallel.tp = 1");
   if (config.moe.shared_hidden > 0)
     require(tp <= config.moe.shared_hidden, str("more tensor-parallel ranks than the shared expert's width (",
                                                  config.moe.shared_hidden, "); use parallel.tp <= ",

@@ -138,6 +138,9 @@ std::vector<LayoutCell> cells() {
   // dp 2 × tp 2 with ep 2.
   out.push_back({.family = "moe", .sp = true});
   out.push_back({.family = "moe", .dp = 2, .zero = 1, .sp = true, .ep = 2});
+  // OLMoE's query and key norms: their inputs and statistics, rebuilt under full recomputation,
+  // and their working space.
+  out.push_back({.family = "olmoe", .precision = DType::bf16, .recompute = Recompute::full});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiMemoryCell, ::testing::ValuesIn(cells()),

@@ -15,6 +15,7 @@ ModelConfig sized(const char* preset, int vocab_size, int max_seq_len) {
 
 std::string hf_make_args(const ModelConfig& c) {
   const std::string family = c.moe.shared_hidden > 0 ? "qwen2_moe"
+                             : c.qk_norm             ? "olmoe"
                              : c.moe.experts > 0     ? "mixtral"
                              : c.qkv_bias            ? "qwen2"
                                                      : std::string(model_family_name(c.family));

@@ -35,10 +35,15 @@ constexpr int kB = 2, kT = 16;
 // that make their share of the router's gradient count; with a gated shared expert (Qwen-MoE's);
 // and, where context parallelism does not split the micro-batches (which a capacity refuses), each
 // expert within a capacity of 1.25 its share (model/config.h), which drops assignments.
+// olmoe-tiny: OLMoE's block, the queries and keys RMS-normalized (model/qk_norm.h), 4 experts, two
+// per token, not renormalized.
 // Under pipeline parallelism one block more than
 // stages, so that one stage has two and the stages are uneven.
 ModelConfig test_model(const LayoutCell& cell, int stages) {
-  ModelConfig c = model_preset(cell.family == "gpt2" ? "gpt2-tiny" : cell.family == "moe" ? "moe-tiny" : "llama-tiny");
+  ModelConfig c = model_preset(cell.family == "gpt2"    ? "gpt2-tiny"
+                               : cell.family == "moe"   ? "moe-tiny"
+                               : cell.family == "olmoe" ? "olmoe-tiny"
+                                                        : "llama-tiny");
   if (cell.family == "gpt2") c.n_head = 6;
   if (cell.family == "llama_tied") c.tied_embeddings = true;
   if (cell.family == "moe") {

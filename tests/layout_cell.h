@@ -18,7 +18,8 @@
 namespace dt::testing {
 
 struct LayoutCell {
-  std::string family;  // gpt2 (tied), llama (untied), llama_tied, moe (llama's block with experts)
+  // gpt2 (tied), llama (untied), llama_tied, moe (llama's block with experts), olmoe (OLMoE's)
+  std::string family;
   DType precision = DType::f32;
   int dp = 1, zero = 0;
   bool sp = false;

@@ -24,6 +24,7 @@ void set_model_metadata(ckpt::SafetensorsWriter& writer, const ModelConfig& c) {
                                 {"max_seq_len", c.max_seq_len},
                                 {"tied", c.tied_embeddings},
                                 {"qkv_bias", c.qkv_bias},
+                                {"qk_norm", c.qk_norm},
                                 {"norm_eps", c.norm_eps},
                                 {"rope_theta", c.rope_theta},
                                 {"rope_scaling_factor", c.rope_scaling_factor},

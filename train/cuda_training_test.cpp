@@ -103,7 +103,7 @@ TEST_P(CudaTraining, Bf16TracksF32OverFiftySteps) {
   EXPECT_LT(bf16.losses.back(), bf16.losses.front() - 1.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, CudaTraining, ::testing::Values("gpt2-tiny", "llama-tiny", "moe-tiny"),
+INSTANTIATE_TEST_SUITE_P(Families, CudaTraining, ::testing::Values("gpt2-tiny", "llama-tiny", "moe-tiny", "olmoe-tiny"),
                          [](const auto& info) {
                            const std::string preset = info.param;
                            return preset.substr(0, preset.find('-'));

@@ -192,6 +192,7 @@ std::vector<ConfigKey> make_keys() {
       key("model", "max_seq_len", &C::model, &M::max_seq_len),
       key("model", "tied_embeddings", &C::model, &M::tied_embeddings),
       key("model", "qkv_bias", &C::model, &M::qkv_bias),
+      key("model", "qk_norm", &C::model, &M::qk_norm),
       key("model", "norm_eps", &C::model, &M::norm_eps),
       trait_key(ConfigKey::Trait::rotary, "model", "rope_theta", &C::model, &M::rope_theta),
       trait_key(ConfigKey::Trait::rotary, "model", "rope_scaling_factor", &C::model, &M::rope_scaling_factor),

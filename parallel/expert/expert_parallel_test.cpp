@@ -5,7 +5,8 @@
 // experts 2, 1, 1; ep 4, one expert a rank; ep 2 over dp 4, where two ranks hold each expert
 // (their gradients summed, and ZeRO 1 and 3 sharding them, over those two); in bf16 and with full
 // recomputation; over cp 2, dp 2 × cp 2 (ep 4), and dp 2 × pp 2 under 1F1B and ZB-H1; and under
-// tensor and sequence parallelism, alone and with ep and pp. Run without mpirun, the cells skip. Beside the matrix, on 2, 3 and 4 ranks: a
+// tensor and sequence parallelism, alone and with ep and pp; and OLMoE's block over ep, alone and
+// with pp. Run without mpirun, the cells skip. Beside the matrix, on 2, 3 and 4 ranks: a
 // whole model gathered from every rank's experts, and the route's counts.
 #include "parallel/expert/expert_parallel.h"
 
@@ -59,6 +60,10 @@ std::vector<LayoutCell> cells() {
   out.push_back({.family = "moe", .dp = 2, .zero = 1, .sp = true, .ep = 2});
   out.push_back({.family = "moe", .dp = 2, .zero = 3, .recompute = Recompute::selective, .ep = 2});
   out.push_back({.family = "moe", .sp = true, .pp = 2, .schedule = "zb-h1"});
+  // OLMoE's block (its query and key norms on every rank's rows) over ep 2 of dp 2 at ZeRO 1, and
+  // over dp 2 × pp 2 under ZB-H1, whose deferred weight passes read the norms' kept gradients.
+  out.push_back({.family = "olmoe", .dp = 2, .zero = 1, .ep = 2});
+  out.push_back({.family = "olmoe", .dp = 2, .pp = 2, .schedule = "zb-h1", .ep = 2});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiEpCell, ::testing::ValuesIn(cells()),

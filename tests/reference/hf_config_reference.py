@@ -3,7 +3,7 @@
 
 usage:
   hf_config_reference.py write DIR FAMILY KEY=VALUE...   writes DIR/config.json with
-        GPT2Config, LlamaConfig, Qwen2Config, MixtralConfig or Qwen2MoeConfig(**keys).save_pretrained (values parsed as JSON; rope_scaling
+        GPT2Config, LlamaConfig, Qwen2Config, MixtralConfig, Qwen2MoeConfig or OlmoeConfig(**keys).save_pretrained (values parsed as JSON; rope_scaling
         given as a JSON object)
   hf_config_reference.py read DIR OUT   loads DIR with AutoConfig.from_pretrained and writes
         the fields dtrain reads, as transformers resolved them, to OUT as JSON
@@ -11,7 +11,7 @@ usage:
 import json
 import sys
 
-from transformers import AutoConfig, GPT2Config, LlamaConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig
+from transformers import AutoConfig, GPT2Config, LlamaConfig, MixtralConfig, OlmoeConfig, Qwen2Config, Qwen2MoeConfig
 
 FIELDS = {
     "gpt2": ["model_type", "n_layer", "n_embd", "n_head", "n_inner", "vocab_size", "n_positions",
@@ -31,9 +31,13 @@ FIELDS = {
                   "tie_word_embeddings", "hidden_act", "use_sliding_window", "num_experts", "num_experts_per_tok",
                   "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob",
                   "decoder_sparse_step", "mlp_only_layers"],
+    "olmoe": ["model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+              "intermediate_size", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+              "tie_word_embeddings", "hidden_act", "num_experts", "num_experts_per_tok", "norm_topk_prob",
+              "clip_qkv"],
 }
 CONFIGS = {"gpt2": GPT2Config, "llama": LlamaConfig, "mixtral": MixtralConfig, "qwen2": Qwen2Config,
-           "qwen2_moe": Qwen2MoeConfig}
+           "qwen2_moe": Qwen2MoeConfig, "olmoe": OlmoeConfig}
 
 
 def write(directory, family, keys):

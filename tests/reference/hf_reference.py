@@ -2,7 +2,8 @@
 
 usage:
   hf_reference.py make DIR FAMILY KEY=VALUE...   builds a randomly initialised GPT2LMHeadModel,
-        LlamaForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM or Qwen2MoeForCausalLM from the sizes
+        LlamaForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM or OlmoeForCausalLM
+        from the sizes
         given (n_layer, d_model, n_head, n_kv_head, ffn_hidden, vocab_size, max_seq_len, tied,
         rope_theta, rope_scaling_factor, rope_original_max_seq_len; the experts' experts, top_k,
         expert_hidden, and Qwen2-MoE's shared_hidden, renormalize and first_dense_layers) and saves
@@ -21,8 +22,8 @@ import sys
 import torch
 from safetensors.torch import load_file
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig,
-                          LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen2MoeConfig, Qwen2MoeForCausalLM)
+                          LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM)
 
 import safetensors_io
 
@@ -42,6 +43,15 @@ def make(directory, family, sizes):
                                rope_theta=s["rope_theta"], tie_word_embeddings=s["tied"] == 1,
                                num_local_experts=int(s["experts"]), num_experts_per_tok=int(s["top_k"]))
         model = MixtralForCausalLM(config)
+    elif family == "olmoe":
+        config = OlmoeConfig(hidden_size=int(s["d_model"]), intermediate_size=int(s["expert_hidden"]),
+                             num_hidden_layers=int(s["n_layer"]), num_attention_heads=int(s["n_head"]),
+                             num_key_value_heads=int(s["n_kv_head"]), vocab_size=int(s["vocab_size"]),
+                             max_position_embeddings=int(s["max_seq_len"]), rms_norm_eps=1e-5,
+                             rope_theta=s["rope_theta"], tie_word_embeddings=s["tied"] == 1,
+                             num_experts=int(s["experts"]), num_experts_per_tok=int(s["top_k"]),
+                             norm_topk_prob=s["renormalize"] == 1)
+        model = OlmoeForCausalLM(config)
     elif family in ("qwen2", "qwen2_moe"):
         common = dict(hidden_size=int(s["d_model"]), intermediate_size=int(s["ffn_hidden"]),
                       num_hidden_layers=int(s["n_layer"]), num_attention_heads=int(s["n_head"]),

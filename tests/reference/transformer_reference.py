@@ -73,12 +73,18 @@ class Attention(nn.Module):
         self.n_head, self.n_kv_head, self.head_size = m.n_head, m.n_kv_head, m.d_model // m.n_head
         bias = m.family == "gpt2"
         self.qkv = nn.Linear(m.d_model, (m.n_head + 2 * m.n_kv_head) * self.head_size, bias=bias or m.qkv_bias)
+        if m.qk_norm:
+            # OLMoE's: each over all heads' columns, before rotary (transformers' OlmoeAttention).
+            self.q_norm = RMSNorm(m.n_head * self.head_size, m.norm_eps)
+            self.k_norm = RMSNorm(m.n_kv_head * self.head_size, m.norm_eps)
         self.proj = nn.Linear(m.d_model, m.d_model, bias=bias)
 
     def forward(self, x, rope):
         B, T, C = x.shape
         HS = self.head_size
         q, k, v = self.qkv(x).split([self.n_head * HS, self.n_kv_head * HS, self.n_kv_head * HS], dim=2)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         q = q.view(B, T, self.n_head, HS).transpose(1, 2)
         k = k.view(B, T, self.n_kv_head, HS).transpose(1, 2)
         v = v.view(B, T, self.n_kv_head, HS).transpose(1, 2)
@@ -273,6 +279,7 @@ class Description:
             setattr(self, key, float(meta[key]))
         self.tied = meta["tied"] == "1"
         self.qkv_bias = meta["qkv_bias"] == "1"
+        self.qk_norm = meta["qk_norm"] == "1"
         self.moe_sigmoid = meta["moe_sigmoid"] == "1"
         self.moe_renormalize = meta["moe_renormalize"] == "1"
         self.moe_shared_gate = meta["moe_shared_gate"] == "1"
