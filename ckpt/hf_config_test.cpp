@@ -49,66 +49,59 @@ void expect_same_model(const ModelConfig& a, const ModelConfig& b) {
   }
 }
 
-TEST(HfConfig, ReadsAGpt2ConfigWrittenByTransformers) {
+// The model a config.json describes that transformers wrote from `family_and_keys` ("llama
+// num_hidden_layers=2 ...": its config class's keyword arguments).
+ModelConfig read_written_by_transformers(const std::string& family_and_keys) {
   testing::TempDir dir;
-  ASSERT_EQ(testing::run_reference_script("hf_config_reference.py",
-                                          str("write ", dir.path().string(),
-                                              " gpt2 n_layer=3 n_embd=96 n_head=4 vocab_size=997 n_positions=128")),
+  EXPECT_EQ(testing::run_reference_script("hf_config_reference.py",
+                                          str("write ", dir.path().string(), " ", family_and_keys)),
             0);
-  const ModelConfig c = ckpt::model_config_from_hf(dir.path() / "config.json");
+  return ckpt::model_config_from_hf(dir.path() / "config.json");
+}
+
+TEST(HfConfig, ReadsAGpt2ConfigWrittenByTransformers) {
+  const ModelConfig c = read_written_by_transformers("gpt2 n_layer=3 n_embd=96 n_head=4 vocab_size=997 n_positions=128");
   expect_same_model(c, {.family = ModelFamily::gpt2, .n_layer = 3, .d_model = 96, .n_head = 4, .vocab_size = 997,
                         .max_seq_len = 128, .norm_eps = 1e-5f});
   EXPECT_EQ(c.ffn_hidden(), 4 * 96);  // n_inner null
 }
 
 TEST(HfConfig, ReadsALlamaConfigWrittenByTransformers) {
-  testing::TempDir dir;
-  ASSERT_EQ(testing::run_reference_script(
-                "hf_config_reference.py",
-                str("write ", dir.path().string(),
-                    " llama num_hidden_layers=2 hidden_size=64 num_attention_heads=8 num_key_value_heads=2 "
-                    "intermediate_size=160 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-05 "
-                    "rope_theta=500000.0 tie_word_embeddings=true "
-                    "'rope_scaling={\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":2.0,"
-                    "\"high_freq_factor\":6.0,\"original_max_position_embeddings\":128}'")),
-            0);
-  expect_same_model(ckpt::model_config_from_hf(dir.path() / "config.json"),
-                    {.family = ModelFamily::llama, .n_layer = 2, .d_model = 64, .n_head = 8, .n_kv_head = 2,
-                     .ffn_hidden_size = 160, .vocab_size = 1000, .max_seq_len = 512, .tied_embeddings = true,
-                     .norm_eps = 1e-5f, .rope_theta = 500000, .rope_scaling_factor = 8, .rope_low_freq_factor = 2,
-                     .rope_high_freq_factor = 6, .rope_original_max_seq_len = 128});
+  expect_same_model(
+      read_written_by_transformers(
+          "llama num_hidden_layers=2 hidden_size=64 num_attention_heads=8 num_key_value_heads=2 "
+          "intermediate_size=160 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-05 "
+          "rope_theta=500000.0 tie_word_embeddings=true "
+          "'rope_scaling={\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":2.0,"
+          "\"high_freq_factor\":6.0,\"original_max_position_embeddings\":128}'"),
+      {.family = ModelFamily::llama, .n_layer = 2, .d_model = 64, .n_head = 8, .n_kv_head = 2,
+       .ffn_hidden_size = 160, .vocab_size = 1000, .max_seq_len = 512, .tied_embeddings = true,
+       .norm_eps = 1e-5f, .rope_theta = 500000, .rope_scaling_factor = 8, .rope_low_freq_factor = 2,
+       .rope_high_freq_factor = 6, .rope_original_max_seq_len = 128});
 }
 
 TEST(HfConfig, ReadsAMixtralConfigWrittenByTransformers) {
-  testing::TempDir dir;
-  ASSERT_EQ(testing::run_reference_script(
-                "hf_config_reference.py",
-                str("write ", dir.path().string(),
-                    " mixtral num_hidden_layers=2 hidden_size=64 num_attention_heads=8 num_key_value_heads=2 "
-                    "intermediate_size=96 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-05 "
-                    "rope_theta=1000000.0 num_local_experts=6 num_experts_per_tok=3")),
-            0);
   ModelConfig expected{.family = ModelFamily::llama, .n_layer = 2, .d_model = 64, .n_head = 8, .n_kv_head = 2,
                        .ffn_hidden_size = 96, .vocab_size = 1000, .max_seq_len = 512, .tied_embeddings = false,
                        .norm_eps = 1e-5f, .rope_theta = 1e6};
   expected.moe = {.experts = 6, .expert_hidden = 96, .routing = {.top_k = 3}};
-  expect_same_model(ckpt::model_config_from_hf(dir.path() / "config.json"), expected);
+  expect_same_model(read_written_by_transformers(
+                        "mixtral num_hidden_layers=2 hidden_size=64 num_attention_heads=8 num_key_value_heads=2 "
+                        "intermediate_size=96 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-05 "
+                        "rope_theta=1000000.0 num_local_experts=6 num_experts_per_tok=3"),
+                    expected);
 }
 
 TEST(HfConfig, ReadsAnOlmoeConfigWrittenByTransformers) {
-  testing::TempDir dir;
-  ASSERT_EQ(testing::run_reference_script(
-                "hf_config_reference.py",
-                str("write ", dir.path().string(),
-                    " olmoe num_hidden_layers=2 hidden_size=64 num_attention_heads=8 num_key_value_heads=8 "
-                    "intermediate_size=48 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-05 "
-                    "rope_theta=10000.0 num_experts=6 num_experts_per_tok=3 norm_topk_prob=false")),
-            0);
   ModelConfig expected{.family = ModelFamily::llama, .n_layer = 2, .d_model = 64, .n_head = 8, .n_kv_head = 8,
                        .ffn_hidden_size = 48, .vocab_size = 1000, .max_seq_len = 512, .tied_embeddings = false,
                        .qk_norm = true, .norm_eps = 1e-5f, .rope_theta = 10000};
   expected.moe = {.experts = 6, .expert_hidden = 48, .routing = {.top_k = 3, .renormalize = false}};
-  expect_same_model(ckpt::model_config_from_hf(dir.path() / "config.json"), expected);
+  expect_same_model(read_written_by_transformers(
+                        "olmoe num_hidden_layers=2 hidden_size=64 num_attention_heads=8 num_key_value_heads=8 "
+                        "intermediate_size=48 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-05 "
+                        "rope_theta=10000.0 num_experts=6 num_experts_per_tok=3 norm_topk_prob=false"),
+                    expected);
 }
 
 // What we write, transformers reads with the same sizes; and we read it back unchanged.
@@ -264,21 +257,17 @@ TEST(HfConfig, AModelItsArchitectureCannotExpressIsNotWritten) {
 }
 
 TEST(HfConfig, ReadsAQwen2MoeConfigWrittenByTransformers) {
-  testing::TempDir dir;
-  ASSERT_EQ(testing::run_reference_script(
-                "hf_config_reference.py",
-                str("write ", dir.path().string(),
-                    " qwen2_moe num_hidden_layers=3 hidden_size=64 num_attention_heads=8 num_key_value_heads=2 "
-                    "intermediate_size=96 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-06 "
-                    "rope_theta=1000000.0 num_experts=6 num_experts_per_tok=3 moe_intermediate_size=32 "
-                    "shared_expert_intermediate_size=80 norm_topk_prob=true mlp_only_layers=[0]")),
-            0);
   ModelConfig expected{.family = ModelFamily::llama, .n_layer = 3, .d_model = 64, .n_head = 8, .n_kv_head = 2,
                        .ffn_hidden_size = 96, .vocab_size = 1000, .max_seq_len = 512, .tied_embeddings = false,
                        .qkv_bias = true, .norm_eps = 1e-6f, .rope_theta = 1e6};
   expected.moe = {.experts = 6, .expert_hidden = 32, .routing = {.top_k = 3, .renormalize = true},
                   .shared_hidden = 80, .shared_gate = true, .first_dense_layers = 1};
-  expect_same_model(ckpt::model_config_from_hf(dir.path() / "config.json"), expected);
+  expect_same_model(read_written_by_transformers(
+                        "qwen2_moe num_hidden_layers=3 hidden_size=64 num_attention_heads=8 num_key_value_heads=2 "
+                        "intermediate_size=96 vocab_size=1000 max_position_embeddings=512 rms_norm_eps=1e-06 "
+                        "rope_theta=1000000.0 num_experts=6 num_experts_per_tok=3 moe_intermediate_size=32 "
+                        "shared_expert_intermediate_size=80 norm_topk_prob=true mlp_only_layers=[0]"),
+                    expected);
 }
 
 }  // namespace

@@ -81,8 +81,9 @@ struct Stage::ActivationRegions {
     // What a deferred weight pass reads beside the activations: each block's output gradient and
     // x''s (this rank's rows), and its fc and qkv outputs' gradients.
     const int64_t E = d.experts, top_k = c.moe.routing.top_k, F_e = d.expert_hidden, F_s = d.shared_ffn.size();
-    // This rank's rows' assignments, and the experts' output gradient's, which also serves P-row
-    // scratch; the rows this rank's experts receive, and whether they travel.
+    // The micro-batch's rows' assignments (every rank of a tensor-parallel group routes them all),
+    // and the experts' output gradient's, which also serves as scratch of N rows; the rows this
+    // rank's experts receive, and whether they travel.
     const int64_t assignments = c.moe.expert_rows(max_rows), dy_rows = std::max(assignments, max_rows);
     const int64_t received = c.moe.received_rows(max_rows, d.local_experts.size(), d.expert_ranks);
     const int64_t travelling = d.expert_ranks > 1 ? C : 0;
