@@ -1,7 +1,5 @@
 #include "model/qk_norm.h"
 
-#include <tuple>
-
 #include "core/device.h"
 
 namespace dt {
@@ -33,8 +31,7 @@ QkNorm::QkNorm(const ParameterLayout& layout, int layer)
 
 void QkNorm::forward(const FlatTensors& weights, Tensor qkv, const QkActivations& a) const {
   const int64_t N = qkv.dim(0);
-  for (const auto& [norm, first, in, rstd] : {std::tuple{&q_, int64_t{0}, a.q_in, a.q_rstd},
-                                             std::tuple{&k_, q_width_, a.k_in, a.k_rstd}}) {
+  for (const auto& [norm, first, in, rstd] : parts(a)) {
     const Tensor out = rows_of(a.rows, N, in.dim(1));
     copy_columns(qkv, first, in, true);
     norm->forward(weights, out, Tensor{}, rstd, in);
@@ -45,8 +42,7 @@ void QkNorm::forward(const FlatTensors& weights, Tensor qkv, const QkActivations
 void QkNorm::backward(const FlatTensors& weights, const FlatTensors& grads, Tensor dqkv, const QkActivations& a,
                       Tensor drows) const {
   const int64_t N = dqkv.dim(0);
-  for (const auto& [norm, first, in, rstd] : {std::tuple{&q_, int64_t{0}, a.q_in, a.q_rstd},
-                                             std::tuple{&k_, q_width_, a.k_in, a.k_rstd}}) {
+  for (const auto& [norm, first, in, rstd] : parts(a)) {
     const Tensor dout = rows_of(a.rows, N, in.dim(1)), dinp = rows_of(drows, N, in.dim(1));
     copy_columns(dqkv, first, dout, true);
     zero_bytes(dinp.data, dinp.device, dinp.bytes());  // the norm adds the input's gradient

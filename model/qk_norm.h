@@ -10,6 +10,8 @@
 // rank's sums of squares: tensor parallelism refuses the model (model/tensor_shard.h).
 #pragma once
 
+#include <array>
+
 #include "core/tensor.h"
 #include "model/block_tensors.h"
 #include "model/layers.h"
@@ -31,6 +33,16 @@ class QkNorm {
                 Tensor drows) const;
 
  private:
+  // Each norm with where its columns start in qkv, and its input and statistics in a.
+  struct Part {
+    const Norm* norm;
+    int64_t first;
+    Tensor in, rstd;
+  };
+  std::array<Part, 2> parts(const QkActivations& a) const {
+    return {{{&q_, 0, a.q_in, a.q_rstd}, {&k_, q_width_, a.k_in, a.k_rstd}}};
+  }
+
   Norm q_, k_;
   int64_t q_width_;  // the queries' columns in qkv, which the keys' follow
 };
