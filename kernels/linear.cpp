@@ -51,4 +51,13 @@ void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor in
   DT_DISPATCH_DEVICE(linear_backward_weight, dweight.device, dweight, dbias, dout, inp);
 }
 
+void linear_backward_bias(Tensor dbias, Tensor dout) {
+  constexpr std::string_view op = "linear_backward_bias";
+  expect_storage_dtype(op, dout);
+  expect_dtype(op, "dbias", dbias, accumulation_dtype(dout.dtype), dout.device);
+  DT_CHECK(dbias.ndim() == 1 && dout.ndim() >= 1 && dout.dim(-1) == dbias.dim(0), op, ": dbias ", dbias.describe(),
+           " and dout ", dout.describe(), " differ in width");
+  DT_DISPATCH_DEVICE(linear_backward_bias, dout.device, dbias, dout);
+}
+
 }  // namespace dt::kernels

@@ -4,6 +4,8 @@
 //   linear_backward_input:   dinp(N, C)     = dout(N, OC) @ weight(OC, C)               (sets dinp)
 //   linear_backward_weight:  dweight(OC, C) += dout(N, OC)^T @ inp(N, C)                (accumulates)
 //                            dbias(OC)      += sum_n dout(n, :)                        (accumulates)
+//   linear_backward_bias:    dbias(OC)      += sum_n dout(n, :)   alone, for products whose
+//                            weight gradient comes from elsewhere (kernels/float8_linear.h)
 //
 // The input gradient and the weight gradient are separate calls: that is what lets data
 // parallelism overlap a bucket's reduction with the rest of backward, and what zero-bubble
@@ -26,17 +28,20 @@ namespace dt::kernels {
 void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
 void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight);
 void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp);
+void linear_backward_bias(Tensor dbias, Tensor dout);
 
 namespace cpu {
 void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
 void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight);
 void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp);
+void linear_backward_bias(Tensor dbias, Tensor dout);
 }  // namespace cpu
 
 namespace cuda {
 void linear_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
 void linear_backward_input(Tensor dinp, Tensor dout, Tensor weight);
 void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp);
+void linear_backward_bias(Tensor dbias, Tensor dout);
 }  // namespace cuda
 
 }  // namespace dt::kernels

@@ -188,7 +188,15 @@ void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor in
       const Buffer dw16 = widened(d, N * OC), xw = widened(storage_ptr<S>(inp), N * C);
       gemm<float>(true, false, OC, C, N, 1.0f, f32_data(dw16), OC, f32_data(xw), C, 1.0f, dw, C);
     }
-    if (!dbias.defined()) return;
+    if (dbias.defined()) linear_backward_bias(dbias, dout);
+  });
+}
+
+void linear_backward_bias(Tensor dbias, Tensor dout) {
+  dispatch_storage(dout.dtype, [&]<typename S>() {
+    using T = compute_t<S>;
+    const int64_t OC = dbias.dim(0), N = dout.numel() / std::max<int64_t>(OC, 1);
+    const S* d = storage_ptr<S>(dout);
     // Column sums of dout: each thread owns a range of columns and sums every row for them,
     // so the result does not depend on scheduling.
     T* db = dbias.ptr<T>();

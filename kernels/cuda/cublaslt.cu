@@ -48,6 +48,10 @@ const char* type_name(cudaDataType_t type) {
       return "bf16";
     case CUDA_R_16F:
       return "f16";
+    case CUDA_R_8F_E4M3:
+      return "f8e4m3";
+    case CUDA_R_8F_E5M2:
+      return "f8e5m2";
     default:
       return "other";
   }
@@ -61,7 +65,7 @@ uint32_t alignment_bytes(const void* p) {
 }
 
 // Everything the heuristic's choice depends on.
-using AlgoKey = std::array<int64_t, 22>;
+using AlgoKey = std::array<int64_t, 24>;
 
 AlgoKey key_of(const GemmProblem& p) {
   int device = 0;
@@ -71,7 +75,8 @@ AlgoKey key_of(const GemmProblem& p) {
           p.a.type, p.a.rows, p.a.cols, p.a.ld, p.a.transposed, alignment_bytes(p.a.data),
           p.b.type, p.b.rows, p.b.cols, p.b.ld, p.b.transposed, alignment_bytes(p.b.data),
           p.d.type, p.d.rows, p.d.cols, p.d.ld, alignment_bytes(p.d.data),
-          p.bias != nullptr, p.bias_type, p.bias ? alignment_bytes(p.bias) : 0};
+          p.bias != nullptr, p.bias_type, p.bias ? alignment_bytes(p.bias) : 0,
+          p.a_scale != nullptr, p.b_scale != nullptr};
 }
 
 // Owners of the cuBLASLt descriptors of one call.
@@ -121,6 +126,8 @@ Descriptors descriptors(const GemmProblem& p) {
     set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, p);
     set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(p.bias_type), p);
   }
+  if (p.a_scale) set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.a_scale, p);
+  if (p.b_scale) set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.b_scale, p);
   return d;
 }
 
@@ -181,7 +188,8 @@ std::string describe(const GemmProblem& p) {
   };
   return str(p.op, ": D (", p.d.rows, " x ", p.d.cols, ", ld ", p.d.ld, ", ", type_name(p.d.type), ") = ",
              p.beta != 0 ? "D + " : "", operand("A", p.a), " @ ", operand("B", p.b),
-             p.bias ? str(" + bias (", type_name(p.bias_type), ")") : std::string(), ", column-major");
+             p.bias ? str(" + bias (", type_name(p.bias_type), ")") : std::string(),
+             p.a_scale ? ", A and B scaled" : "", ", column-major");
 }
 
 bool try_gemm(const GemmProblem& p) {

@@ -64,6 +64,11 @@ struct GemmProblem {
   double alpha = 1, beta = 0;                        // passed in the scale type of `compute`
   const void* bias = nullptr;                        // length m, of bias_type
   cudaDataType_t bias_type = CUDA_R_32F;
+  // FP8 operands' dequantization scales, one f32 each on the device: D = a_scale * b_scale *
+  // alpha * op(A) @ op(B) + ... (cuBLASLt's A/B_SCALE_POINTER; FP8 needs op(A) transposed and
+  // op(B) not: the "TN" layout).
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
   const char* op = "gemm";  // the op that asks, for errors ("linear_forward")
 };
 

@@ -221,4 +221,11 @@ void linear_backward_weight(Tensor dweight, Tensor dbias, Tensor dout, Tensor in
   dispatch_storage(inp.dtype, [&]<typename S>() { backward_weight<S>(dweight, dbias, dout, inp); });
 }
 
+void linear_backward_bias(Tensor dbias, Tensor dout) {
+  dispatch_storage(dout.dtype, [&]<typename S>() {
+    const int64_t OC = dbias.dim(0), N = dout.numel() / std::max<int64_t>(OC, 1);
+    if (N > 0) accumulate_bias_gradient<S>(static_cast<compute_t<S>*>(dbias.data), storage_ptr<S>(dout), N, OC);
+  });
+}
+
 }  // namespace dt::kernels::cuda

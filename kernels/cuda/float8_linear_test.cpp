@@ -1,0 +1,71 @@
+// FP8 linear products on the GPU (cuBLASLt's FP8 GEMM for whole-tensor scales, dequantized bf16
+// products for tiles) against the CPU's emulation, on the same quantized bytes: both sum the
+// same exact products in f32, so they differ by f32 summation order, and a bf16 result by at
+// most one rounding step where that order moves it across a rounding boundary.
+#include "kernels/float8_linear.h"
+
+#include <gtest/gtest.h>
+
+#include "kernels/convert.h"
+#include "tests/cuda_testing.h"
+#include "tests/storage_testing.h"
+
+namespace dt::kernels {
+namespace {
+
+struct Quantized {
+  testing::OwnedTensor data, scale_inv;
+  Float8Tiles tiles;
+  Float8Tensor q() const { return {data.t, scale_inv.t, tiles}; }
+  Quantized on_gpu() const { return {testing::to_gpu(data.t), testing::to_gpu(scale_inv.t), tiles}; }
+};
+
+Quantized quantize(const Tensor& x, DType format, Float8Tiles tiles) {
+  Quantized q{testing::zeros(format, x.shape), testing::zeros(DType::f32, float8_scale_shape(x.shape, tiles)), tiles};
+  if (!tiles.is_whole()) {
+    float8_quantize_tiles(q.q(), x);
+    return q;
+  }
+  testing::OwnedTensor amax = testing::zeros(DType::f32, {1}), scale = testing::zeros(DType::f32, {1});
+  *scale.ptr<float>() = 1;
+  float8_amax(amax.t, x);
+  float8_scale(scale.t, amax.t, float8_format(format), 0, false);
+  float8_quantize(q.q(), x, scale.t);
+  return q;
+}
+
+TEST(CudaFloat8Linear, EqualsTheCpuEmulation) {
+  DT_SKIP_WITHOUT_CUDA();
+  constexpr int64_t N = 256, C = 256, OC = 384;
+  for (const int64_t B : {0, 128}) {
+    SCOPED_TRACE(B == 0 ? "whole tensors" : "128 tiles");
+    const Float8Tiles rows = B ? Float8Tiles{1, B} : Float8Tiles{}, cols = B ? Float8Tiles{B, 1} : Float8Tiles{};
+    const Float8Tiles square = B ? Float8Tiles{B, B} : Float8Tiles{};
+    const testing::OwnedTensor x = testing::random_values(DType::bf16, {N, C}, 1, 3.0);
+    const testing::OwnedTensor w = testing::random_values(DType::bf16, {OC, C}, 2, 0.05);
+    const testing::OwnedTensor dy = testing::random_values(DType::bf16, {N, OC}, 3, 1e-3);
+    const testing::OwnedTensor bias = testing::random_values(DType::bf16, {OC}, 4);
+    const Quantized xq = quantize(x.t, DType::f8e4m3, rows), wq = quantize(w.t, DType::f8e4m3, square);
+    const Quantized dyq = quantize(dy.t, DType::f8e5m2, rows);
+    const Quantized xc = quantize(x.t, DType::f8e4m3, cols), dyc = quantize(dy.t, DType::f8e5m2, cols);
+
+    const testing::OwnedTensor out = testing::zeros(DType::bf16, {N, OC}), dinp = testing::zeros(DType::bf16, {N, C});
+    const testing::OwnedTensor dw = testing::random_values(DType::f32, {OC, C}, 5);
+    const testing::OwnedTensor out_gpu = testing::to_gpu(out.t), dinp_gpu = testing::to_gpu(dinp.t);
+    const testing::OwnedTensor dw_gpu = testing::to_gpu(dw.t), bias_gpu = testing::to_gpu(bias.t);
+    float8_linear_forward(out.t, xq.q(), wq.q(), bias.t);
+    float8_linear_backward_input(dinp.t, dyq.q(), wq.q());
+    float8_linear_backward_weight(dw.t, dyc.q(), xc.q());
+    const Quantized xg = xq.on_gpu(), wg = wq.on_gpu(), dyg = dyq.on_gpu(), xcg = xc.on_gpu(), dycg = dyc.on_gpu();
+    float8_linear_forward(out_gpu.t, xg.q(), wg.q(), bias_gpu.t);
+    float8_linear_backward_input(dinp_gpu.t, dyg.q(), wg.q());
+    float8_linear_backward_weight(dw_gpu.t, dycg.q(), xcg.q());
+    EXPECT_LE(testing::max_ulp_distance(testing::to_host(out_gpu.t).t, out.t), 1);
+    EXPECT_LE(testing::max_ulp_distance(testing::to_host(dinp_gpu.t).t, dinp.t), 1);
+    // 256 exact products summed in f32 in two orders: within 256 roundings of the sum's scale.
+    EXPECT_LT(testing::max_error(testing::to_host(dw_gpu.t).t, dw.t), 256 * 6e-8);
+  }
+}
+
+}  // namespace
+}  // namespace dt::kernels
