@@ -48,8 +48,9 @@ float8_math::Format float8_format(DType dtype);
 // dimension and the tile, where a tile does not divide it.
 Shape float8_scale_shape(const Shape& shape, Float8Tiles tiles);
 
-// amax (1) = max over i of |x[i]|, NaN if any element is NaN (so that a NaN reaches the loss
-// instead of being scaled away); 0 for an empty x.
+// amax (1) = max(amax, max over i of |x[i]|), NaN if any element is NaN (so that a NaN reaches
+// the loss instead of being scaled away): accumulates, so that one amax can take a step's
+// tensors one by one; start it at 0.
 void float8_amax(Tensor amax, Tensor x);
 // scale[i] = scale_from_amax(amax[i], format, margin, pow2, scale[i]): a new scale from each
 // amax, or the scale kept where the amax is 0, infinite or NaN. amax and scale (n) f32.

@@ -186,8 +186,12 @@ TEST(Float8Kernels, AmaxIsTheLargestMagnitudeAndKeepsNaN) {
   EXPECT_EQ(*amax.ptr<float>(), 7.5f);
   const testing::OwnedTensor x16 = testing::zeros(DType::bf16, x.t.shape);
   convert(x16.t, x.t);
+  *amax.ptr<float>() = 0;
   float8_amax(amax.t, x16.t);
   EXPECT_EQ(*amax.ptr<float>(), 7.5f);
+  *amax.ptr<float>() = 9.0f;  // accumulates
+  float8_amax(amax.t, x.t);
+  EXPECT_EQ(*amax.ptr<float>(), 9.0f);
   x.ptr<float>()[200] = NAN;
   float8_amax(amax.t, x.t);
   EXPECT_TRUE(std::isnan(*amax.ptr<float>()));

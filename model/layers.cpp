@@ -72,20 +72,36 @@ void Norm::backward(const FlatTensors& weights, const FlatTensors& grads, Tensor
 }
 
 void LinearProduct::forward(const FlatTensors& weights, Tensor out, Tensor inp) const {
-  k::linear_forward(out, inp, weights.stored(*weight_), adds_bias_ ? weights.stored(*bias_) : Tensor{});
+  const Tensor bias = adds_bias_ ? weights.stored(*bias_) : Tensor{};
+  if (float8_) return float8_->forward(out, inp, weights.stored(*weight_), bias);
+  k::linear_forward(out, inp, weights.stored(*weight_), bias);
 }
 
 void LinearProduct::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const {
+  if (float8_) return float8_->backward_input(dinp, dout, weights.stored(*weight_));
   k::linear_backward_input(dinp, dout, weights.stored(*weight_));
 }
 
 void LinearProduct::backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const {
-  k::linear_backward_weight(grads.stored(*weight_), view(grads, bias_), dout, inp);
+  if (!float8_) return k::linear_backward_weight(grads.stored(*weight_), view(grads, bias_), dout, inp);
+  float8_->backward_weight(grads.stored(*weight_), dout, inp);
+  if (const Tensor dbias = view(grads, bias_); dbias.defined()) k::linear_backward_bias(dbias, dout);
 }
+
+namespace {
+
+// The FP8 products of a layer of `style` where its state view says FP8 quantizes it.
+std::optional<Float8Linear> float8_products(const LinearStateView& state, LinearStyle style) {
+  if (state.float8() == nullptr) return std::nullopt;
+  return Float8Linear(*state.float8(), style, state);
+}
+
+}  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(const ParameterLayout& layout, const std::string& prefix,
                                            ParallelRegions& regions, LinearStateView state)
-    : product_(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), linear_bias(layout, prefix) != nullptr),
+    : product_(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), linear_bias(layout, prefix) != nullptr,
+               float8_products(state, LinearStyle::column)),
       regions_(&regions),
       state_(std::move(state)) {}
 
@@ -117,7 +133,8 @@ RowParallelLinear::RowParallelLinear(const ParameterLayout& layout, const std::s
 
 RowParallelLinear::RowParallelLinear(const ParamInfo* weight, const ParamInfo* bias, ParallelRegions& regions,
                                      LinearStateView state)
-    : product_(weight, bias, bias != nullptr && bias->slice.pieces.front().owned),
+    : product_(weight, bias, bias != nullptr && bias->slice.pieces.front().owned,
+               float8_products(state, LinearStyle::row)),
       regions_(&regions),
       state_(std::move(state)) {}
 

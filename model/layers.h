@@ -19,16 +19,18 @@
 // (model/parallel_regions.h); the embedding's sum is the caller's. Every rank computes every
 // gradient it holds.
 // A linear layer of a block may hold its per-linear state (model/linear_state.h: FP8's scaling
-// state, a quantizer's), the same on every rank that holds a piece of the layer; no pass reads
-// it yet.
+// state, a quantizer's), the same on every rank that holds a piece of the layer, and run its
+// products in FP8 where its state view says FP8 training quantizes it (model/float8_linear.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/attention_core.h"
 #include "model/config.h"
+#include "model/float8_linear.h"
 #include "model/linear_state.h"
 #include "model/parallel_regions.h"
 #include "model/parameters.h"
@@ -61,11 +63,13 @@ class Norm {
 };
 
 // The product both styles of linear layer compute on this rank's slice of the weight:
-// out = inp @ weight^T (+ bias where `adds_bias`).
+// out = inp @ weight^T (+ bias where `adds_bias`), in the storage precision, or in FP8 where
+// `float8` is given (model/float8_linear.h).
 class LinearProduct {
  public:
-  LinearProduct(const ParamInfo* weight, const ParamInfo* bias, bool adds_bias)
-      : weight_(weight), bias_(bias), adds_bias_(adds_bias) {}
+  LinearProduct(const ParamInfo* weight, const ParamInfo* bias, bool adds_bias,
+                std::optional<Float8Linear> float8 = std::nullopt)
+      : weight_(weight), bias_(bias), adds_bias_(adds_bias), float8_(std::move(float8)) {}
 
   void forward(const FlatTensors& weights, Tensor out, Tensor inp) const;
   // dinp = dout @ weight (set, not accumulated).
@@ -77,6 +81,7 @@ class LinearProduct {
   const ParamInfo* weight_;
   const ParamInfo* bias_;  // where the family has biases
   bool adds_bias_;
+  std::optional<Float8Linear> float8_;
 };
 
 // The output projection's weight: lm_head, or wte when the embeddings are tied.

@@ -5,6 +5,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/suggest.h"
+#include "model/float8_recipe.h"
 
 namespace dt {
 
@@ -85,8 +86,9 @@ Tensor LinearStateView::get(std::string_view state) const {
                   known.empty() ? "; none is declared for it" : str("; it has ", known)));
 }
 
-LinearStates::LinearStates(const ParameterLayout& layout, std::vector<LinearStateDeclaration> declared, Device device)
-    : declared_(std::move(declared)) {
+LinearStates::LinearStates(const ParameterLayout& layout, std::vector<LinearStateDeclaration> declared, Device device,
+                           const Float8Training* float8)
+    : declared_(std::move(declared)), float8_(float8) {
   Plan plan = plan_states(layout, declared_);
   entries_ = std::move(plan.entries);
   kinds_ = std::move(plan.kinds);
@@ -143,6 +145,7 @@ Tensor LinearStates::all(std::string_view state) const {
 LinearStateView LinearStates::of(int layer, std::string_view linear) const {
   LinearStateView view;
   view.linear_ = str(block_prefix(layer), linear);
+  if (float8_ != nullptr && float8_->recipe.enabled() && float8_quantizes(linear)) view.float8_ = float8_;
   for (const Entry& e : entries_)
     if (e.layer == layer && e.linear == linear) view.states_.emplace_back(declared_[e.kind].name, at(e));
   return view;

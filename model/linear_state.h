@@ -41,6 +41,8 @@
 
 namespace dt {
 
+struct Float8Training;
+
 struct LinearStateDeclaration {
   std::string name;                  // "amax_history": the last part of each entry's name
   int64_t count = 1;                 // f32 elements per linear layer
@@ -49,11 +51,14 @@ struct LinearStateDeclaration {
 };
 
 // The states of one linear layer: a view per kind declared for it, in declaration order; none
-// where nothing is declared. What a ColumnParallelLinear or RowParallelLinear holds.
+// where nothing is declared. What a ColumnParallelLinear or RowParallelLinear holds, with the FP8
+// training it runs under where FP8 quantizes it (model/float8_recipe.h).
 class LinearStateView {
  public:
   LinearStateView() = default;
   bool empty() const { return states_.empty(); }
+  // The model's FP8 training where this layer's products run in FP8, else nullptr.
+  const Float8Training* float8() const { return float8_; }
   // The state of kind `state`, (count) f32 on the model's device; throws dt::Error naming the
   // kinds the layer has.
   Tensor get(std::string_view state) const;
@@ -64,6 +69,7 @@ class LinearStateView {
   friend class LinearStates;
   std::string linear_;  // "h.3.attn.qkv", for errors
   std::vector<std::pair<std::string, Tensor>> states_;
+  const Float8Training* float8_ = nullptr;
 };
 
 class LinearStates {
@@ -81,8 +87,10 @@ class LinearStates {
   LinearStates() = default;
   // The declared kinds over the blocks `layout` holds, on `device`, each element at its kind's
   // initial value. Throws dt::Error for a kind without a name or elements, a name declared twice
-  // or a linear layer the block does not declare (naming those it does).
-  LinearStates(const ParameterLayout& layout, std::vector<LinearStateDeclaration> declared, Device device);
+  // or a linear layer the block does not declare (naming those it does). `float8`: the FP8
+  // training the layers run under (which must outlive this object), none by default.
+  LinearStates(const ParameterLayout& layout, std::vector<LinearStateDeclaration> declared, Device device,
+               const Float8Training* float8 = nullptr);
   LinearStates(LinearStates&&) = default;
   LinearStates& operator=(LinearStates&&) = default;
   // The bytes such states allocate: what plan/memory.h adds to the `parameters` tag where a run
@@ -93,6 +101,7 @@ class LinearStates {
 
   bool empty() const { return entries_.empty(); }
   const std::vector<LinearStateDeclaration>& declared() const { return declared_; }
+  const Float8Training* float8() const { return float8_; }
   // Every entry this rank holds, kind-major (as laid out).
   const std::vector<Entry>& entries() const { return entries_; }
   // The names of every entry of the whole model, whichever blocks this rank holds: what a
@@ -121,6 +130,7 @@ class LinearStates {
   std::vector<std::pair<int64_t, int64_t>> kinds_;  // each kind's [first element, end)
   std::vector<std::string> model_names_;
   Buffer buffer_;
+  const Float8Training* float8_ = nullptr;
 };
 
 }  // namespace dt

@@ -22,12 +22,21 @@ std::vector<StageUnits> held_units(const ModelConfig& config, const RankStages& 
   return held;
 }
 
+// The kinds `declared` and those FP8 training's recipe keeps.
+std::vector<LinearStateDeclaration> with_float8_states(const Float8Training* float8, const ModelConfig& config,
+                                                       std::vector<LinearStateDeclaration> declared) {
+  if (float8 == nullptr) return declared;
+  for (LinearStateDeclaration& d : float8_state_declarations(float8->recipe, config)) declared.push_back(std::move(d));
+  return declared;
+}
+
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute,
                          DType precision, Device device, const ParameterStorage& storage, ParallelRegions* regions,
                          const RankStages& stages, const AttentionScope* scope,
-                         const std::vector<LinearStateDeclaration>& linear_states, ExpertExchange* experts)
+                         const std::vector<LinearStateDeclaration>& linear_states, ExpertExchange* experts,
+                         const Float8Training* float8)
     : regions_(regions != nullptr ? *regions : ParallelRegions::single_rank()),
       experts_(experts != nullptr ? *experts : ExpertExchange::single_rank()),
       layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating
@@ -36,7 +45,8 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
       params_(layout_, parameter_buffers(precision, storage).params.tag, device, DType::f32,
               parameter_buffers(precision, storage).params.storage),
       grads_(layout_, MemTag::gradients, device, DType::f32, parameter_buffers(precision, storage).grads.storage),
-      linear_states_(layout_, with_model_states(layout_.config(), linear_states), device),
+      linear_states_(layout_, with_model_states(layout_.config(), with_float8_states(float8, config, linear_states)),
+                     device, float8),
       recompute_(recompute),
       precision_(precision),
       device_(device),

@@ -29,6 +29,7 @@
 #include "core/buffer.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/float8_recipe.h"
 #include "model/linear_state.h"
 #include "model/parameters.h"
 #include "model/recompute.h"
@@ -76,11 +77,13 @@ class Transformer {
   // experts: under expert parallelism (parallel/expert/expert_parallel.h), where an expert block's
   // rows travel to their experts; the model then holds this rank's experts (experts->shard()). It
   // must outlive the model. None: every expert here.
+  // float8: FP8 training (model/float8_recipe.h): its linear layers' products in FP8, with the
+  // recipe's per-linear state; it must outlive the model. None: the products in `precision`.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
               DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {},
               ParallelRegions* regions = nullptr, const RankStages& stages = {},
               const AttentionScope* scope = nullptr, const std::vector<LinearStateDeclaration>& linear_states = {},
-              ExpertExchange* experts = nullptr);
+              ExpertExchange* experts = nullptr, const Float8Training* float8 = nullptr);
   ~Transformer();
 
   // The flat buffers such a model makes, each with its tag, dtype and storage: the f32

@@ -26,13 +26,18 @@ ParallelRun::ParallelRun(const ParallelOptions& options, Communicator& control) 
   // 5. Expert parallelism before the model: the model then holds this rank's experts, its expert
   // blocks' rows travelling to them over the ep group.
   if (groups_.dims.ep > 1) expert_parallel_.emplace(*groups_.ep, mc.moe.experts);
-  // 6. The model: this rank's shard of its stages over its tokens, stored as ZeRO's policy says.
+  // 6. The model: this rank's shard of its stages over its tokens, stored as ZeRO's policy says,
+  // its linear layers in FP8 where the recipe says.
+  if (options_.fp8.enabled())
+    float8_ = Float8Training{.recipe = options_.fp8,
+                             .tp = groups_.dims.tp > 1 ? groups_.tp.get() : nullptr,
+                             .cp = groups_.dims.cp > 1 ? groups_.cp.get() : nullptr};
   model_.emplace(mc, options_.micro_batch_size, T_local, options_.recompute, options_.precision, options_.device,
                  options_.zero.storage(), tensor_parallel_ ? &*tensor_parallel_ : nullptr,
                  schedule_ ? pipeline::PipelineParallel::rank_stages(mc, *schedule_, groups_.coords.pp, T)
                            : RankStages{},
                  context_ ? &*context_ : nullptr, options_.linear_states,
-                 expert_parallel_ ? &*expert_parallel_ : nullptr);
+                 expert_parallel_ ? &*expert_parallel_ : nullptr, float8_ ? &*float8_ : nullptr);
   // 7. Data parallelism over the finished model: it hooks the model's units, shards its states
   // over dp × cp (the cp ranks join the gradients' sum; the experts' over the ranks holding the
   // same ones) and holds the optimizer of this rank's parts; under pipeline parallelism the

@@ -7,7 +7,8 @@
 //   3. context parallelism  this rank's tokens of each sequence, attention in a ring (cp > 1)
 //   4. tensor parallelism   the regions through which this rank's shard communicates (tp > 1)
 //   5. expert parallelism   this rank's experts, and the all-to-alls to them (ep > 1)
-//   6. the model            this rank's shard of its stages, over its tokens
+//   6. the model            this rank's shard of its stages, over its tokens, its linear
+//                           layers in FP8 where a recipe says (amaxes agreed over tp and cp)
 //   7. data parallelism     gradients summed, ZeRO's shards and the optimizer, over dp × cp
 //                           (experts' over the ranks holding them)
 //   8. pipeline executor    the schedule run over the model (pp > 1)
@@ -60,9 +61,10 @@ struct ParallelOptions {
   bool sp = false;             // sequence parallelism over the tp ranks
   std::string backend = "auto";  // of the groups' world (comm/world.h)
   // The per-linear state kinds the model's linear layers carry (model/linear_state.h) beyond the
-  // model's own (an expert bias, model/expert_balance.h): none in any run yet; FP8's scaling
-  // state will be declared here.
+  // model's own (an expert bias, model/expert_balance.h) and FP8's recipe's.
   std::vector<LinearStateDeclaration> linear_states = {};
+  // FP8 training's recipe (model/float8_recipe.h); none by default.
+  Float8Recipe fp8 = {};
 };
 
 class ParallelRun {
@@ -117,6 +119,8 @@ class ParallelRun {
   std::optional<ContextParallel> context_;
   std::optional<TensorParallel> tensor_parallel_;
   std::optional<ExpertParallel> expert_parallel_;
+  // FP8 training over this rank's tp and cp groups, when the recipe is on.
+  std::optional<Float8Training> float8_;
   std::optional<Transformer> model_;
   std::optional<DataParallel> data_parallel_;
   std::optional<pipeline::PipelineParallel> pipeline_;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "comm/world.h"
 #include "core/error.h"
 #include "core/suggest.h"
+#include "model/block_declaration.h"
 #include "model/tensor_shard.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/schedule.h"
@@ -563,6 +565,45 @@ void check_layout(const RunConfig& config, bool model_complete, Checker& check) 
                 "must be finite and above 0 (seconds a collective may wait before the job is ended as hung)");
 }
 
+// FP8 training: bf16 storage, the recipe's own keys, and blockwise tiles that lie within each
+// rank's pieces of a tensor, covering the same elements as one rank's (model/float8_linear.h).
+void check_float8(const RunConfig& config, bool model_complete, Checker& check) {
+  const Float8Recipe& r = config.fp8;
+  if (!r.enabled()) return;
+  if (config.train.precision != DType::bf16)
+    check.report("train.fp8", str("FP8 quantizes the bf16 activations and weights, and train.precision = \"",
+                                  dtype_name(config.train.precision), "\"; set train.precision = \"bf16\""));
+  const auto problems = float8_recipe_problems(r);
+  for (const auto& [key, what] : problems) check.report(key, what);
+  if (r.scaling != Float8Scaling::blockwise || !model_complete || !problems.empty()) return;
+  const auto& p = config.parallel;
+  // The weight gradient's tiles run down a rank's rows of a micro-batch: each sequence's tokens
+  // there come in runs (context parallelism's chunks), and a tile must not straddle two.
+  const int64_t T = config.data.seq_len, runs = p.cp == 1 ? 1 : (p.cp_zigzag ? 2 * p.cp : p.cp);
+  const int64_t run = p.cp == 1 ? int64_t{config.train.micro_batch_size} * T : T / runs;
+  if (run % r.block != 0)
+    check.report("fp8.block", p.cp == 1 ? str("blockwise tiles run down a micro-batch's ", run, " rows (train.micro_batch_size ",
+                                              config.train.micro_batch_size, " x data.seq_len ", T, "), which fp8.block = ",
+                                              r.block, " does not divide; use a block dividing it, or longer micro-batches")
+                                        : str("blockwise tiles run down each context-parallel chunk of ", run,
+                                              " tokens (data.seq_len ", T, " in ", runs, " chunks), which fp8.block = ",
+                                              r.block, " does not divide; use a block dividing it"));
+  for (int rank = 0; rank < std::max(p.tp, 1); ++rank) {
+    const ShardDims dims = shard_dims(config.model, TensorShard{.rank = rank, .size = std::max(p.tp, 1)});
+    for (const BlockDeclaration* b : block_declarations(config.model))
+      for (const LinearDeclaration* l : b->linears()) {
+        if (!float8_quantizes(l->name)) continue;
+        const int64_t in = l->in_features(config.model, dims), out = l->out_features(config.model, dims);
+        if (in % r.block == 0 && out % r.block == 0) continue;
+        check.report("fp8.block", str("linear layer ", l->name, "'s weight is ", out, " x ", in,
+                                      p.tp > 1 ? str(" on tensor-parallel rank ", rank) : std::string(),
+                                      ", which fp8.block = ", r.block, " tiles do not divide; use a block dividing ",
+                                      std::gcd(in, out)));
+        return;
+      }
+  }
+}
+
 // What the run writes: checkpoints, logs, evaluations and samples.
 void check_outputs(const RunConfig& config, bool model_complete, Checker& check) {
   check.require(config.checkpoint.every >= 0, "checkpoint.every", "must be at least 0 (0: save only at the end)");
@@ -588,6 +629,7 @@ void check_values(const RunConfig& config, bool model_complete, Checker& check) 
   check_batch(config, check);
   check_optimizer(config, check);
   check_layout(config, model_complete, check);
+  check_float8(config, model_complete, check);
   check_outputs(config, model_complete, check);
 }
 

@@ -4,8 +4,9 @@
 //   [model]       preset = "gpt2-124m", or family + sizes; explicit fields override a preset's
 //   [init]        from = "" (a safetensors file or a Hugging Face directory), seed
 //   [data]        dir, train_prefix, val_prefix, tokenizer, seq_len, shuffle, seed
-//   [train]       steps, micro_batch_size, global_batch_size, device, precision, recompute,
+//   [train]       steps, micro_batch_size, global_batch_size, device, precision, fp8, recompute,
 //                 grad_clip
+//   [fp8]         format, amax_history, amax_compute, margin, block (model/float8_recipe.h)
 //   [optim]       lr, min_lr_ratio, warmup_steps, decay, decay_steps, beta1, beta2, eps,
 //                 weight_decay, decay_embeddings
 //   [loss_scale]  enabled, initial, growth_interval, min_scale
@@ -30,6 +31,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/float8_recipe.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
@@ -75,6 +77,9 @@ struct RunConfig {
     bool unsafe_skip_memory_check = false;
     Device target_device() const { return device_from_name(device); }
   } train;
+
+  // train.fp8 (the recipe's scaling) and the [fp8] keys (model/float8_recipe.h).
+  Float8Recipe fp8;
 
   LrSchedule lr;       // [optim] lr, min_lr_ratio, warmup_steps, decay, decay_steps; total = train.steps
   AdamWConfig adamw;   // [optim] beta1, beta2, eps, weight_decay, decay_embeddings

@@ -20,10 +20,13 @@ constexpr std::array kRecomputePolicies{Recompute::none, Recompute::selective, R
 constexpr std::array kDecays{LrDecay::cosine, LrDecay::linear, LrDecay::wsd};
 constexpr std::array kFamilies{ModelFamily::gpt2, ModelFamily::llama};
 constexpr std::array kMoeScores{kernels::MoeScore::softmax, kernels::MoeScore::sigmoid};
+constexpr std::array kFloat8Scalings{Float8Scaling::none, Float8Scaling::tensorwise, Float8Scaling::delayed,
+                                     Float8Scaling::blockwise};
 
 std::string_view name_of(DType v) { return dtype_name(v); }
 std::string_view name_of(Recompute v) { return recompute_name(v); }
 std::string_view name_of(ModelFamily v) { return model_family_name(v); }
+std::string_view name_of(Float8Scaling v) { return float8_scaling_name(v); }
 std::string_view name_of(kernels::MoeScore v) { return v == kernels::MoeScore::softmax ? "softmax" : "sigmoid"; }
 std::string_view name_of(LrDecay v) {
   switch (v) {
@@ -129,6 +132,7 @@ std::string read_value(const toml::node& node, Recompute& out) { return read_enu
 std::string read_value(const toml::node& node, LrDecay& out) { return read_enum(node, out, kDecays); }
 std::string read_value(const toml::node& node, ModelFamily& out) { return read_enum(node, out, kFamilies); }
 std::string read_value(const toml::node& node, kernels::MoeScore& out) { return read_enum(node, out, kMoeScores); }
+std::string read_value(const toml::node& node, Float8Scaling& out) { return read_enum(node, out, kFloat8Scalings); }
 
 std::string write_value(bool v) { return v ? "true" : "false"; }
 std::string write_value(int v) { return std::to_string(v); }
@@ -236,9 +240,16 @@ std::vector<ConfigKey> make_keys() {
       key("train", "global_batch_size", &C::train, &C::Train::global_batch_size),
       choice_key("train", "device", kDevices, &C::train, &C::Train::device),
       key("train", "precision", &C::train, &C::Train::precision),
+      key("train", "fp8", &C::fp8, &Float8Recipe::scaling),
       key("train", "recompute", &C::train, &C::Train::recompute),
       key("train", "grad_clip", &C::train, &C::Train::grad_clip),
       key("train", "unsafe_skip_memory_check", &C::train, &C::Train::unsafe_skip_memory_check),
+
+      key("fp8", "format", &C::fp8, &Float8Recipe::format),
+      key("fp8", "amax_history", &C::fp8, &Float8Recipe::amax_history),
+      key("fp8", "amax_compute", &C::fp8, &Float8Recipe::amax_compute),
+      key("fp8", "margin", &C::fp8, &Float8Recipe::margin),
+      key("fp8", "block", &C::fp8, &Float8Recipe::block),
 
       key("optim", "lr", &C::lr, &LrSchedule::peak_lr),
       key("optim", "min_lr_ratio", &C::lr, &LrSchedule::min_lr_ratio),

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/trace.h"
+#include "model/float8_linear.h"
 #include "kernels/reduce.h"
 #include "optim/grad_clip.h"
 
@@ -75,6 +76,7 @@ StepStats train_step(Transformer& model, AdamW& optimizer, std::span<const Micro
   apply_update(optimizer, lr, max_grad_norm, stats, scaler, step, data_parallel);
   stats.expert_stats = end_step_expert_balance(model, data_parallel != nullptr ? &data_parallel->group() : nullptr,
                                                stats.applied, stats.targets);
+  end_step_float8(model, {model.regions().group(), data_parallel != nullptr ? &data_parallel->group() : nullptr});
   return stats;
 }
 

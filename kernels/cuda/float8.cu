@@ -5,7 +5,7 @@
 //
 // An amax is a max over the bits of |x|: non-negative floats order as their bits do, and a NaN's
 // bits lie above infinity's, so the max of bits is the max of values with NaN kept, and an
-// atomicMax on them is exact whatever the order. Memory-bound kernels, one element per thread;
+// atomicMax on them is exact whatever the order (and accumulates into the amax there). Memory-bound kernels, one element per thread;
 // a tile is one block's.
 #include <cuda_fp8.h>
 
@@ -110,7 +110,6 @@ struct TileGrid {
 }  // namespace
 
 void float8_amax(Tensor amax, Tensor x) {
-  DT_CUDA_CHECK(cudaMemsetAsync(amax.data, 0, sizeof(float), compute_stream()));
   const int64_t n = x.numel();
   if (n == 0) return;
   dispatch_storage(x.dtype, [&]<typename S>() {
