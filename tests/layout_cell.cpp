@@ -120,7 +120,7 @@ std::string cell_name(const LayoutCell& c) {
              c.recompute == Recompute::none ? "" : str("_", recompute_name(c.recompute)),
              c.pp == 1 ? "" : str("_pp", c.pp, "_", schedule, c.virtual_stages > 1 ? str("_v", c.virtual_stages) : ""),
              c.cp == 1 ? "" : str("_cp", c.cp, c.zigzag ? "" : "_plain", c.padded ? "_padded" : ""),
-             c.ep == 1 ? "" : str("_ep", c.ep));
+             c.ep == 1 ? "" : str("_ep", c.ep), c.fp8 == Float8Scaling::none ? "" : str("_fp8", float8_scaling_name(c.fp8)));
 }
 
 void expect_layout_matches_one_rank(const LayoutCell& cell) {
@@ -141,7 +141,12 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     if (cell.pp > 1) schedule = pipeline::make_schedule(cell.schedule, cell.pp, accumulation, cell.virtual_stages);
     const ModelConfig config = test_model(cell, schedule ? schedule->stages() : 1);
     const int micro_batches = cell.dp * accumulation;
-    Transformer one(config, kB, T, cell.recompute, cell.precision);
+    const Float8Recipe recipe{.scaling = cell.fp8, .block = 8};
+    const Float8Training one_fp8{.recipe = recipe};
+    const Float8Training my_fp8{.recipe = recipe, .tp = tp > 1 ? groups.tp.get() : nullptr,
+                                .cp = cell.cp > 1 ? groups.cp.get() : nullptr};
+    Transformer one(config, kB, T, cell.recompute, cell.precision, Device::cpu, {}, nullptr, {}, nullptr, {}, nullptr,
+                    &one_fp8);
     AdamW one_optimizer(one.layout(), OptimizerParts::whole(one), {});
     init_parameters(one.params(), 7);
     one_optimizer.round_weights();
@@ -155,7 +160,8 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     // cp joins dp: the parameters' gradients are summed, and ZeRO shards, over dp × cp.
     const ZeroPolicy zero = ZeroPolicy::of(cell.zero, cell.precision, cell.dp * cell.cp);
     Transformer mine(config, kB, T_local, cell.recompute, cell.precision, Device::cpu, zero.storage(), tensor_parallel ? &*tensor_parallel : nullptr,
-                     stages, context ? &*context : nullptr, {}, expert_parallel ? &*expert_parallel : nullptr);
+                     stages, context ? &*context : nullptr, {}, expert_parallel ? &*expert_parallel : nullptr,
+                     &my_fp8);
     DataParallel data_parallel(mine, groups.dp_cp(), /*bucket_mb=*/0.05, zero, {},
                                schedule ? groups.pp.get() : nullptr, groups.expert_dp.get());
     std::optional<pipeline::PipelineParallel> pipeline;

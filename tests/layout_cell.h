@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/float8_recipe.h"
 #include "model/recompute.h"
 
 namespace dt::testing {
@@ -31,12 +32,15 @@ struct LayoutCell {
   std::string schedule = "1f1b";  // with pp > 1
   int virtual_stages = 1;
   int ep = 1;  // expert parallelism: the experts over ep of the dp × cp ranks
+  // FP8 training's recipe (with bf16), tiles of 8 for blockwise: the test models' every piece
+  // takes them.
+  Float8Scaling fp8 = Float8Scaling::none;
   // Micro-batches per dp rank and step, each run of the cell; under pp the schedule's count.
   std::vector<int> accumulations = {1, 2};
 };
 
 // The cell's name:
-// family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]][_cpC[_plain][_padded]][_epE].
+// family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]][_cpC[_plain][_padded]][_epE][_fp8R].
 std::string cell_name(const LayoutCell& cell);
 
 // How GoogleTest prints a cell: its name.

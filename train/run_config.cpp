@@ -597,8 +597,8 @@ void check_float8(const RunConfig& config, bool model_complete, Checker& check) 
         if (in % r.block == 0 && out % r.block == 0) continue;
         check.report("fp8.block", str("linear layer ", l->name, "'s weight is ", out, " x ", in,
                                       p.tp > 1 ? str(" on tensor-parallel rank ", rank) : std::string(),
-                                      ", which fp8.block = ", r.block, " tiles do not divide; use a block dividing ",
-                                      std::gcd(in, out)));
+                                      ", which fp8.block = ", r.block, " tiles do not divide; use fp8.block = ",
+                                      std::gcd(in, out) & -std::gcd(in, out), " or a smaller power of two"));
         return;
       }
   }

@@ -417,6 +417,66 @@ TEST(RunConfig, Fp16NeedsLossScaling) {
   EXPECT_EQ(load_error(path, {"loss_scale.enabled=true"}), "");  // with f32: allowed, harmless
 }
 
+TEST(RunConfig, Fp8NeedsBf16AndAKnownRecipe) {
+  testing::TempDir dir;
+  const auto path = write_config(dir, kTiny);
+  for (const char* precision : {"f32", "f16"}) {
+    const auto e = load_error(path, {"train.fp8=tensorwise", str("train.precision=", precision), "loss_scale.enabled=true"});
+    EXPECT_NE(e.find(str("train.fp8 = \"tensorwise\": FP8 quantizes the bf16 activations and weights, and "
+                         "train.precision = \"", precision, "\"; set train.precision = \"bf16\"")),
+              std::string::npos)
+        << e;
+  }
+  for (const char* recipe : {"tensorwise", "delayed", "blockwise"})
+    EXPECT_EQ(load_error(path, {str("train.fp8=", recipe), "train.precision=bf16", "fp8.block=16"}), "") << recipe;
+  const auto unknown = load_error(path, {"train.fp8=fp8", "train.precision=bf16"});
+  EXPECT_NE(unknown.find("train.fp8 = \"fp8\": must be one of none, tensorwise, delayed, blockwise"), std::string::npos)
+      << unknown;
+  const auto keys = load_error(path, {"train.fp8=delayed", "train.precision=bf16", "fp8.format=e5m2",
+                                      "fp8.amax_history=0", "fp8.amax_compute=mean", "fp8.margin=-1"});
+  for (const char* wrong : {"fp8.format = \"e5m2\": must be \"hybrid\"", "fp8.amax_history = 0: must be at least 1",
+                            "fp8.amax_compute = \"mean\": must be \"max\"", "fp8.margin = -1: must be in [0, 30]"})
+    EXPECT_NE(keys.find(wrong), std::string::npos) << keys;
+}
+
+// gpt2-tiny's weights are 144 x 48 (qkv) to 48 x 192 (proj); micro-batches of 8 x 64 tokens.
+TEST(RunConfig, BlockwiseTilesMustDivideEveryRanksPieces) {
+  testing::TempDir dir;
+  const auto path = write_config(dir, kTiny);
+  const std::vector<std::string> blockwise = {"train.fp8=blockwise", "train.precision=bf16"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), blockwise.begin(), blockwise.end());
+    return load_error(path, more);
+  };
+  const auto weights = with({"fp8.block=32"});
+  EXPECT_NE(weights.find("fp8.block = 32: linear layer attn.qkv's weight is 144 x 48, which fp8.block = 32 tiles do not "
+                         "divide; use fp8.block = 16 or a smaller power of two"),
+            std::string::npos)
+      << weights;
+  const auto rows = with({"fp8.block=16", "train.micro_batch_size=1", "train.global_batch_size=1", "data.seq_len=8"});
+  EXPECT_NE(rows.find("blockwise tiles run down a micro-batch's 8 rows (train.micro_batch_size 1 x data.seq_len 8), which "
+                      "fp8.block = 16 does not divide"),
+            std::string::npos)
+      << rows;
+  const auto chunks = with({"fp8.block=16", "parallel.cp=2", "data.seq_len=32"});
+  EXPECT_NE(chunks.find("blockwise tiles run down each context-parallel chunk of 8 tokens (data.seq_len 32 in 4 chunks)"),
+            std::string::npos)
+      << chunks;
+  EXPECT_EQ(with({"fp8.block=16", "parallel.cp=2", "parallel.cp_zigzag=false", "data.seq_len=32"}), "");
+  // 4 heads of 16 over 4 tensor-parallel ranks: the whole qkv weight (192 x 64) takes tiles of 32,
+  // a rank's 48 x 64 does not.
+  const std::vector<std::string> wider = {"model.d_model=64", "model.n_head=4", "fp8.block=32"};
+  EXPECT_EQ(with(wider), "");
+  std::vector<std::string> split = wider;
+  split.push_back("parallel.tp=4");
+  const auto pieces = with(split);
+  EXPECT_NE(pieces.find("linear layer attn.qkv's weight is 48 x 64 on tensor-parallel rank 0, which fp8.block = 32 tiles "
+                        "do not divide; use fp8.block = 16"),
+            std::string::npos)
+      << pieces;
+  EXPECT_NE(with({"fp8.block=12"}).find("fp8.block = 12: must be a power of two"), std::string::npos);
+}
+
 TEST(RunConfig, ATomlSyntaxErrorNamesLineAndColumn) {
   testing::TempDir dir;
   const auto e = load_error(write_config(dir, "[train]\nsteps = = 3\n"));

@@ -33,6 +33,13 @@ std::vector<testing::LayoutCell> cells() {
     for (const bool sp : {false, true}) out.push_back({.family = family, .dp = 2, .zero = 2, .sp = sp});
     for (const Recompute recompute : {Recompute::selective, Recompute::full})
       out.push_back({.family = family, .sp = true, .recompute = recompute});
+    // FP8: in f32 storage, where the quantized operands are the only difference from bf16's
+    // bounds' causes and a wrong amax group shows, and in bf16, the storage it trains in.
+    for (const Float8Scaling fp8 : {Float8Scaling::tensorwise, Float8Scaling::delayed, Float8Scaling::blockwise}) {
+      for (const auto& [dp, sp] : {std::pair{1, false}, std::pair{1, true}, std::pair{2, true}})
+        out.push_back({.family = family, .dp = dp, .zero = dp == 2 ? 1 : 0, .sp = sp, .fp8 = fp8});
+      out.push_back({.family = family, .precision = DType::bf16, .sp = true, .fp8 = fp8});
+    }
   }
   return out;
 }
