@@ -10,32 +10,15 @@
 
 #include "kernels/convert.h"
 #include "kernels/linear.h"
+#include "tests/float8_testing.h"
 #include "tests/gradcheck.h"
 #include "tests/testing.h"
 
 namespace dt::kernels {
 namespace {
 
-// x quantized as `format` in `tiles` (whole: by its amax's scale), with its buffers.
-struct Quantized {
-  testing::OwnedTensor data, scale_inv;
-  Float8Tiles tiles;
-  Float8Tensor q() const { return {data.t, scale_inv.t, tiles}; }
-};
-
-Quantized quantize(const Tensor& x, DType format, Float8Tiles tiles) {
-  Quantized q{testing::zeros(format, x.shape), testing::zeros(DType::f32, float8_scale_shape(x.shape, tiles)), tiles};
-  if (!tiles.is_whole()) {
-    float8_quantize_tiles(q.q(), x);
-    return q;
-  }
-  testing::OwnedTensor amax = testing::zeros(DType::f32, {1}), scale = testing::zeros(DType::f32, {1});
-  *scale.ptr<float>() = 1;
-  float8_amax(amax.t, x);
-  float8_scale(scale.t, amax.t, float8_format(format), 0, false);
-  float8_quantize(q.q(), x, scale.t);
-  return q;
-}
+using testing::Quantized;
+using testing::quantize;
 
 std::vector<double> dequantized(const Quantized& q) {
   testing::OwnedTensor out = testing::zeros(DType::f32, q.data.t.shape);

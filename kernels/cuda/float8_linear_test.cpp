@@ -8,31 +8,16 @@
 
 #include "kernels/convert.h"
 #include "tests/cuda_testing.h"
+#include "tests/float8_testing.h"
 #include "tests/storage_testing.h"
 
 namespace dt::kernels {
 namespace {
 
-struct Quantized {
-  testing::OwnedTensor data, scale_inv;
-  Float8Tiles tiles;
-  Float8Tensor q() const { return {data.t, scale_inv.t, tiles}; }
-  Quantized on_gpu() const { return {testing::to_gpu(data.t), testing::to_gpu(scale_inv.t), tiles}; }
-};
+using testing::Quantized;
+using testing::quantize;
 
-Quantized quantize(const Tensor& x, DType format, Float8Tiles tiles) {
-  Quantized q{testing::zeros(format, x.shape), testing::zeros(DType::f32, float8_scale_shape(x.shape, tiles)), tiles};
-  if (!tiles.is_whole()) {
-    float8_quantize_tiles(q.q(), x);
-    return q;
-  }
-  testing::OwnedTensor amax = testing::zeros(DType::f32, {1}), scale = testing::zeros(DType::f32, {1});
-  *scale.ptr<float>() = 1;
-  float8_amax(amax.t, x);
-  float8_scale(scale.t, amax.t, float8_format(format), 0, false);
-  float8_quantize(q.q(), x, scale.t);
-  return q;
-}
+Quantized on_gpu(const Quantized& q) { return {testing::to_gpu(q.data.t), testing::to_gpu(q.scale_inv.t), q.tiles}; }
 
 TEST(CudaFloat8Linear, EqualsTheCpuEmulation) {
   DT_SKIP_WITHOUT_CUDA();
@@ -56,7 +41,7 @@ TEST(CudaFloat8Linear, EqualsTheCpuEmulation) {
     float8_linear_forward(out.t, xq.q(), wq.q(), bias.t);
     float8_linear_backward_input(dinp.t, dyq.q(), wq.q());
     float8_linear_backward_weight(dw.t, dyc.q(), xc.q());
-    const Quantized xg = xq.on_gpu(), wg = wq.on_gpu(), dyg = dyq.on_gpu(), xcg = xc.on_gpu(), dycg = dyc.on_gpu();
+    const Quantized xg = on_gpu(xq), wg = on_gpu(wq), dyg = on_gpu(dyq), xcg = on_gpu(xc), dycg = on_gpu(dyc);
     float8_linear_forward(out_gpu.t, xg.q(), wg.q(), bias_gpu.t);
     float8_linear_backward_input(dinp_gpu.t, dyg.q(), wg.q());
     float8_linear_backward_weight(dw_gpu.t, dycg.q(), xcg.q());
