@@ -65,7 +65,7 @@ Float8Linear::Quantized Float8Linear::quantize(Operand operand, Tensor x, Along 
       const Tensor amax = values.view(DType::f32, {1}), scale = values.view(DType::f32, {1}, sizeof(float));
       k::float8_amax(amax, x);
       for (Communicator* group : holders_[operand]) group->all_reduce(amax, ReduceOp::max).wait();
-      k::float8_scale(scale, amax, format, recipe.margin, /*pow2=*/false);
+      k::float8_scale(scale, amax, format, recipe.margin, recipe.pow2_scales);
       k::float8_quantize(out.q, x, scale);
       break;
     }
@@ -121,7 +121,7 @@ void end_step_float8(Transformer& model, const std::vector<Communicator*>& holde
       const float used = recipe.amax_compute == "most_recent" ? h[0] : std::accumulate(h, h + H, 0.0f, k::float8_math::amax_of);
       const Format format = operand == 2 ? recipe.gradient_format() : recipe.input_format();
       float& s = scale[3 * e + operand];
-      s = k::float8_math::scale_from_amax(used, format, recipe.margin, /*pow2=*/false, s);
+      s = k::float8_math::scale_from_amax(used, format, recipe.margin, recipe.pow2_scales, s);
       amax[3 * e + operand] = 0;
     }
   copy_bytes(amax_t.data, amax_t.device, amax.data(), Device::cpu, amax_t.bytes());

@@ -43,6 +43,9 @@ struct Float8Recipe {
   int amax_history = 16;              // delayed: steps whose amaxes a scale is made from
   std::string amax_compute = "max";   // delayed: "max" over the history, or "most_recent"
   int margin = 0;                     // delayed and tensorwise: binades left free below the largest value
+  // tensorwise and delayed: scales rounded down to a power of two (always so for blockwise), so
+  // that scaling is exact and a scale does not move with its amax's last bits.
+  bool pow2_scales = false;
   int block = 128;                    // blockwise: the tile's side
 
   bool enabled() const { return scaling != Float8Scaling::none; }

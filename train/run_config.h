@@ -6,7 +6,7 @@
 //   [data]        dir, train_prefix, val_prefix, tokenizer, seq_len, shuffle, seed
 //   [train]       steps, micro_batch_size, global_batch_size, device, precision, fp8, recompute,
 //                 grad_clip
-//   [fp8]         format, amax_history, amax_compute, margin, block (model/float8_recipe.h)
+//   [fp8]         format, amax_history, amax_compute, margin, pow2_scales, block (model/float8_recipe.h)
 //   [optim]       lr, min_lr_ratio, warmup_steps, decay, decay_steps, beta1, beta2, eps,
 //                 weight_decay, decay_embeddings
 //   [loss_scale]  enabled, initial, growth_interval, min_scale

@@ -249,6 +249,7 @@ std::vector<ConfigKey> make_keys() {
       key("fp8", "amax_history", &C::fp8, &Float8Recipe::amax_history),
       key("fp8", "amax_compute", &C::fp8, &Float8Recipe::amax_compute),
       key("fp8", "margin", &C::fp8, &Float8Recipe::margin),
+      key("fp8", "pow2_scales", &C::fp8, &Float8Recipe::pow2_scales),
       key("fp8", "block", &C::fp8, &Float8Recipe::block),
 
       key("optim", "lr", &C::lr, &LrSchedule::peak_lr),
