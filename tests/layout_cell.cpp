@@ -126,6 +126,14 @@ Bounds bounds(const LayoutCell& cell) {
   if (cell.precision != DType::f32)
     return {.first_loss = 1e-3, .losses = 1e-3, .first_norm = 1e-2, .norms = 1e-2, .parameters = 1e-2,
             .first_amaxes = 0.1};
+  // Under context parallelism the first step is not free of f32 rounding either: ring attention
+  // sums in another order before attention's output projection quantizes. There the first loss
+  // is measured 9.3e-7 apart (gpt2, tensorwise), and 8.9e-6 to 6.1e-5 with an activation's amax
+  // left unreduced over cp: bound 3e-6. Its first norm (1.6e-4 against 4.9e-4 to 2.2e-3) tells
+  // the two apart too narrowly to bound; the delayed cells' amax check covers cp's group.
+  if ((cell.fp8 == Float8Scaling::tensorwise || cell.fp8 == Float8Scaling::delayed) && cell.cp > 1)
+    return {.first_loss = 3e-6, .losses = 1e-3, .first_norm = 1e-2, .norms = 1e-2, .parameters = 1e-2,
+            .first_amaxes = 1e-6};
   if (cell.fp8 == Float8Scaling::tensorwise || cell.fp8 == Float8Scaling::delayed)
     return {.first_loss = 2e-7, .losses = 1e-3, .first_norm = 4e-7, .norms = 1e-2, .parameters = 1e-2,
             .first_amaxes = 1e-6};
@@ -192,7 +200,7 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     if (cell.pp > 1) schedule = pipeline::make_schedule(cell.schedule, cell.pp, accumulation, cell.virtual_stages);
     const ModelConfig config = test_model(cell, schedule ? schedule->stages() : 1);
     const int micro_batches = cell.dp * accumulation;
-    const Float8Recipe recipe{.scaling = cell.fp8, .block = 8};
+    const Float8Recipe recipe{.scaling = cell.fp8, .block = 4};
     const Float8Training one_fp8{.recipe = recipe};
     const Float8Training my_fp8{.recipe = recipe, .tp = tp > 1 ? groups.tp.get() : nullptr,
                                 .cp = cell.cp > 1 ? groups.cp.get() : nullptr};

@@ -32,8 +32,8 @@ struct LayoutCell {
   std::string schedule = "1f1b";  // with pp > 1
   int virtual_stages = 1;
   int ep = 1;  // expert parallelism: the experts over ep of the dp × cp ranks
-  // FP8 training's recipe (with bf16), tiles of 8 for blockwise: the test models' every piece
-  // takes them.
+  // FP8 training's recipe, tiles of 4 for blockwise: every piece of the test models' weights, and
+  // every context-parallel chunk (12 tokens at cp 2), takes them.
   Float8Scaling fp8 = Float8Scaling::none;
   // Micro-batches per dp rank and step, each run of the cell; under pp the schedule's count.
   std::vector<int> accumulations = {1, 2};

@@ -39,6 +39,10 @@ std::vector<LayoutCell> cells() {
     out.push_back({.family = family, .precision = DType::bf16, .cp = 2});
     out.push_back({.family = family, .cp = 2, .padded = true});  // 45 tokens over 4 chunks
     out.push_back({.family = family, .cp = 3, .zigzag = false, .padded = true});
+    // FP8: an activation's amax over the cp ranks' rows (tensorwise), or at the step's end (delayed).
+    for (const Float8Scaling fp8 : {Float8Scaling::tensorwise, Float8Scaling::delayed, Float8Scaling::blockwise})
+      out.push_back({.family = family, .cp = 2, .fp8 = fp8});
+    out.push_back({.family = family, .dp = 2, .zero = 1, .cp = 2, .fp8 = Float8Scaling::tensorwise});
   }
   // Experts: each cp rank routes its own tokens, and the loads are summed over dp × cp.
   out.push_back({.family = "moe", .cp = 2});

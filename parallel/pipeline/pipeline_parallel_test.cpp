@@ -62,6 +62,14 @@ std::vector<LayoutCell> cells() {
   LayoutCell moe_dp = pipeline_cell("moe", 2, "zb-h1");
   moe_dp.dp = 2, moe_dp.zero = 1;
   out.push_back(moe_dp);
+  // FP8 under each schedule kind: the stages' blocks on their own ranks, the weight-gradient pass
+  // apart (zb_h1), a delayed history agreed over the stage's ranks only.
+  for (const Float8Scaling fp8 : {Float8Scaling::tensorwise, Float8Scaling::delayed, Float8Scaling::blockwise})
+    for (const char* schedule : {"1f1b", "zb-h1"}) {
+      LayoutCell cell = pipeline_cell("llama", 2, schedule);
+      cell.fp8 = fp8;
+      out.push_back(cell);
+    }
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiPpCell, ::testing::ValuesIn(cells()),
