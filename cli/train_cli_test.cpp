@@ -137,6 +137,33 @@ TEST(TrainCli, SigtermSavesAndTheSameCommandResumesBitForBit) {
   EXPECT_TRUE(run.final_tensors("stopped") == run.final_tensors("straight")) << "final checkpoints differ";
 }
 
+// FP8 with delayed scaling keeps each layer's amax history and scales in its checkpoint: a run
+// stopped at step 3 and resumed goes on bit for bit, and a history saved under tp 2 resumes in
+// one process. The tp 2 run differs from one process by bf16's roundings, which FP8's scales
+// turn into FP8 steps (tests/layout_cell.cpp): its later losses stay within the matrix's bf16
+// bound, 1e-3.
+TEST(TrainCli, Fp8DelayedScalingResumesBitForBitAndItsHistoryMovesBetweenLayouts) {
+  const TrainRun run;
+  const std::string fp8 = " train.precision=bf16 train.fp8=delayed fp8.amax_history=4 checkpoint.every=3";
+  const std::string six = "train.steps=6" + fp8, three = "train.steps=3" + fp8;
+  ASSERT_EQ(run_dtrain(run.args("straight", six)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("resumed", three)).status, 0);
+  const auto resumed = run_dtrain(run.args("resumed", six));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("(step 3)"), std::string::npos) << resumed.output;
+  EXPECT_EQ(run.losses("resumed"), run.losses("straight"));
+  EXPECT_TRUE(run.final_tensors("resumed") == run.final_tensors("straight")) << "final checkpoints differ";
+  EXPECT_NE(run.final_tensors("straight").find("linear_state.h.1.mlp.fc.fp8_amax_history"), std::string::npos);
+
+  ASSERT_EQ(run_dtrain(run.args("tp2_to_one", three + " parallel.tp=2"), testing::mpirun(2)).status, 0);
+  const auto moved = run_dtrain(run.args("tp2_to_one", six));
+  ASSERT_EQ(moved.status, 0) << moved.output;
+  EXPECT_NE(moved.output.find("(step 3)"), std::string::npos) << moved.output;
+  const std::vector<double> got = run.losses("tp2_to_one"), expected = run.losses("straight");
+  ASSERT_EQ(got.size(), 6u);
+  for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-3 * expected[s]) << "step " << s + 1;
+}
+
 // A full disk while saving step 20: the run stops with the reason, and step 10 stays the
 // latest checkpoint, intact.
 TEST(TrainCli, AFailedCheckpointWriteKeepsThePreviousCheckpoint) {

@@ -96,6 +96,18 @@ void Float8Linear::backward_weight(Tensor dweight, Tensor dout, Tensor inp) cons
   k::float8_linear_backward_weight(dweight, dy.q, x.q);
 }
 
+Float8AmaxesKept::Float8AmaxesKept(const LinearStates& states) {
+  const Float8Training* fp8 = states.float8();
+  if (fp8 == nullptr || fp8->recipe.scaling != Float8Scaling::delayed) return;
+  amaxes_ = states.all("fp8_amax");
+  kept_.resize(static_cast<size_t>(amaxes_.numel()));
+  copy_bytes(kept_.data(), Device::cpu, amaxes_.data, amaxes_.device, amaxes_.bytes());
+}
+
+Float8AmaxesKept::~Float8AmaxesKept() {
+  if (amaxes_.defined()) copy_bytes(amaxes_.data, amaxes_.device, kept_.data(), Device::cpu, amaxes_.bytes());
+}
+
 void end_step_float8(Transformer& model, const std::vector<Communicator*>& holders) {
   const LinearStates& states = model.linear_states();
   const Float8Training* fp8 = states.float8();

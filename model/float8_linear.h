@@ -58,6 +58,22 @@ class Float8Linear {
   LinearStateView state_;
 };
 
+// Delayed scaling's step amaxes as they are now, put back when this object goes: forwards that
+// are not training's (evaluation) leave no amax in the step's, so that a run evaluated at step s
+// and one that was not, or one resumed from step s's checkpoint, go on alike. Nothing where no
+// such state is declared.
+class Float8AmaxesKept {
+ public:
+  explicit Float8AmaxesKept(const LinearStates& states);
+  ~Float8AmaxesKept();
+  Float8AmaxesKept(const Float8AmaxesKept&) = delete;
+  Float8AmaxesKept& operator=(const Float8AmaxesKept&) = delete;
+
+ private:
+  Tensor amaxes_;
+  std::vector<float> kept_;
+};
+
 // Delayed scaling's end of step: each quantized layer's step amaxes maxed over `holders` (the
 // stage's tp and dp × cp groups: ProcessGroups::stage_replica_groups; null ones skipped), pushed
 // onto its history, and its scales made from the history for the next step; the step amaxes

@@ -5,6 +5,7 @@
 
 #include "data/data_loader.h"
 #include "kernels/cross_entropy.h"
+#include "model/float8_linear.h"
 
 namespace dt {
 
@@ -19,6 +20,7 @@ Evaluation evaluate(Transformer& model, const TokenDataset& split, int batches, 
   if (context != nullptr) whole.emplace(1, B, T, Device::cpu);
   double loss_sum = 0;
   int64_t targets_seen = 0;
+  const Float8AmaxesKept training_amaxes(model.linear_states());
   for (int64_t b = 0; b < count; ++b) {
     const MicroBatch& read = whole ? whole->host(0) : scratch.host(0);
     loader.next(read.tokens, read.targets);
