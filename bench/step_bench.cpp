@@ -73,7 +73,12 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
   if (o.steps < 1 || o.warmup < 0) throw Error(str("bench step: --steps must be >= 1 and --warmup >= 0"));
   // The whole run (model, AdamW, activations) against the GPU's memory before anything is made.
   if (o.device == Device::cuda) check_fits_on_gpu(o.model, o.batch_size, o.seq_len, o.recompute, o.precision, 1, 0);
-  Transformer model(o.model, o.batch_size, o.seq_len, o.recompute, o.precision, o.device);
+  if (o.fp8 != Float8Scaling::none && o.precision != DType::bf16)
+    throw Error(str("bench step: --fp8 ", float8_scaling_name(o.fp8), " quantizes bf16 activations and weights; add "
+                    "--precision bf16"));
+  const Float8Training fp8{.recipe = {.scaling = o.fp8}};
+  Transformer model(o.model, o.batch_size, o.seq_len, o.recompute, o.precision, o.device, {}, nullptr, {}, nullptr, {},
+                    nullptr, o.fp8 != Float8Scaling::none ? &fp8 : nullptr);
   AdamW optimizer(model.layout(), OptimizerParts::whole(model), AdamWConfig{});
   init_parameters(model.params(), 1);
   optimizer.round_weights();
@@ -94,8 +99,9 @@ StepBenchResult run_step_bench(const StepBenchOptions& o) {
               std::string(model_family_name(o.model.family)).c_str(), o.model.n_layer, o.model.d_model,
               o.model.n_head, o.model.vocab_size, o.model.padded_vocab_size(),
               static_cast<long long>(model.layout().num_parameters()));
-  std::printf("# batch %d x seq %d = %.0f tokens/step, %s, recompute %s, %d threads, %d warm-up + %d timed steps\n",
+  std::printf("# batch %d x seq %d = %.0f tokens/step, %s%s, recompute %s, %d threads, %d warm-up + %d timed steps\n",
               o.batch_size, o.seq_len, tokens, std::string(dtype_name(o.precision)).c_str(),
+              o.fp8 == Float8Scaling::none ? "" : str(" with FP8 ", float8_scaling_name(o.fp8)).c_str(),
               std::string(recompute_name(o.recompute)).c_str(), omp_get_max_threads(), o.warmup, o.steps);
 #ifdef DTRAIN_WITH_CUDA
   if (o.device == Device::cuda) {

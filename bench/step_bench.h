@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "model/config.h"
+#include "model/float8_recipe.h"
 #include "model/transformer.h"
 
 namespace dt {
@@ -22,6 +23,7 @@ struct StepBenchOptions {
   int threads = 0;  // 0: OpenMP's default
   Recompute recompute = Recompute::none;
   DType precision = DType::f32;
+  Float8Scaling fp8 = Float8Scaling::none;  // the blocks' linear layers in FP8 (with bf16)
   Device device = Device::cpu;
 };
 
