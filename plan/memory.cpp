@@ -57,7 +57,8 @@ pipeline::BoundaryBuffers boundary_buffers_of(const pipeline::Schedule& schedule
 
 MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches,
                             Recompute recompute, DType precision, int dp_ranks, int zero_stage, TensorShard shard,
-                            bool sp, const pipeline::Schedule* schedule, int pp_rank, ExpertShard experts) {
+                            bool sp, const pipeline::Schedule* schedule, int pp_rank, ExpertShard experts,
+                            const Float8Recipe& fp8) {
   DT_CHECK(schedule == nullptr || schedule->micro_batches == micro_batches, "a plan of ", micro_batches,
            " micro-batches a step under a schedule of ", schedule->micro_batches);
   MemoryPlan plan;
@@ -73,8 +74,9 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   const Transformer::ParameterBuffers model = Transformer::parameter_buffers(precision, storage);
   for (const auto& spec : {std::optional(model.params), std::optional(model.grads), model.weights})
     if (spec) add(spec->tag, FlatTensors::held_bytes(layout, spec->dtype, spec->storage));
-  // The per-linear state the model carries itself (an expert bias), over the blocks held here.
-  add(MemTag::parameters, LinearStates::bytes(layout, with_model_states(config, {})));
+  // The per-linear state the model carries itself (an expert bias) and FP8's recipe keeps, over
+  // the blocks held here.
+  add(MemTag::parameters, LinearStates::bytes(layout, with_model_states(config, float8_state_declarations(fp8, config))));
   for (const int s : stages.held) {
     const ActivationBytes activations =
         Stage::activation_bytes(config, stages.all[static_cast<size_t>(s)], recompute, precision, batch_size, seq_len,
@@ -182,7 +184,7 @@ size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int s
 
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches, Recompute recompute,
                        DType precision, int dp_ranks, int zero_stage, int tp_ranks, bool sp,
-                       const pipeline::Schedule* schedule, int ep_ranks) {
+                       const pipeline::Schedule* schedule, int ep_ranks, const Float8Recipe& fp8) {
   MemoryPlan largest;
   bool first = true;
   for (int pp_rank = 0; pp_rank < (schedule != nullptr ? schedule->ranks : 1); ++pp_rank)
@@ -190,7 +192,7 @@ MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, i
       for (int e = 0; e < ep_ranks; ++e) {
         const MemoryPlan plan = plan_rank_memory(config, batch_size, seq_len, micro_batches, recompute, precision,
                                                  dp_ranks, zero_stage, {r, tp_ranks}, sp, schedule, pp_rank,
-                                                 {e, ep_ranks});
+                                                 {e, ep_ranks}, fp8);
         if (first || plan.total() > largest.total()) largest = plan;
         first = false;
       }

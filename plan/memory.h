@@ -17,6 +17,7 @@
 
 #include "core/allocator.h"
 #include "model/config.h"
+#include "model/float8_recipe.h"
 #include "model/recompute.h"
 #include "model/tensor_shard.h"
 #include "parallel/pipeline/schedule.h"
@@ -43,15 +44,18 @@ struct MemoryPlan {
 // rank's activations are each of its stages' kept activations times the micro-batches that
 // stage holds at once under the schedule (pipeline::stage_in_flight, to which its activation
 // store grows), plus their shared and scratch regions.
+// `fp8`: FP8 training's recipe, whose per-linear state (delayed scaling's histories and scales)
+// is counted with the parameters.
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches, Recompute recompute,
                        DType precision, int dp_ranks, int zero_stage, int tp_ranks = 1, bool sp = false,
-                       const pipeline::Schedule* schedule = nullptr, int ep_ranks = 1);
+                       const pipeline::Schedule* schedule = nullptr, int ep_ranks = 1, const Float8Recipe& fp8 = {});
 
 // The plan of one rank: tensor-parallel rank `shard` of pipeline rank `pp_rank` under `schedule`
 // (none: one stage, pp_rank 0), holding expert-parallel rank `experts`'s experts.
 MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches,
                             Recompute recompute, DType precision, int dp_ranks, int zero_stage, TensorShard shard,
-                            bool sp, const pipeline::Schedule* schedule, int pp_rank, ExpertShard experts = {});
+                            bool sp, const pipeline::Schedule* schedule, int pp_rank, ExpertShard experts = {},
+                            const Float8Recipe& fp8 = {});
 
 // The most scratch one of the CPU kernels of a step allocates for `threads` threads: attention's
 // per-thread tiles (kernels/attention.h), a norm backward's row-block partials, or a 16-bit linear

@@ -99,6 +99,29 @@ TEST(TrainingBytes, AnExpertModelsPlanIsWhatItHolds) {
     }
 }
 
+// Delayed scaling's state, counted with the parameters: per quantized linear layer (gpt2-tiny's 4
+// a block, 2 blocks) the step's 3 amaxes, 3 histories of amax_history steps and 3 scales, f32;
+// what a model made with the recipe allocates.
+TEST(TrainingBytes, DelayedScalingsHistoriesAreCountedWithTheParameters) {
+  const ModelConfig config = model_preset("gpt2-tiny");
+  const Float8Recipe delayed{.scaling = Float8Scaling::delayed, .amax_history = 16};
+  const MemoryPlan plain = plan_memory(config, 4, 32, 1, Recompute::none, DType::bf16, 1, 0);
+  const MemoryPlan fp8 = plan_memory(config, 4, 32, 1, Recompute::none, DType::bf16, 1, 0, 1, false, nullptr, 1, delayed);
+  const size_t states = 2 * 4 * (3 + 3 * 16 + 3) * sizeof(float);
+  EXPECT_EQ(fp8.bytes[static_cast<size_t>(MemTag::parameters)], plain.bytes[static_cast<size_t>(MemTag::parameters)] + states);
+  const Float8Training training{.recipe = delayed};
+  const Transformer model(config, 4, 32, Recompute::none, DType::bf16, Device::cpu, {}, nullptr, {}, nullptr, {}, nullptr,
+                          &training);
+  int64_t held = 0;
+  for (const LinearStates::Entry& e : model.linear_states().entries()) held += e.count;
+  EXPECT_EQ(static_cast<size_t>(held) * sizeof(float), states);
+  // Tensorwise and blockwise keep none.
+  for (const Float8Scaling none : {Float8Scaling::tensorwise, Float8Scaling::blockwise})
+    EXPECT_EQ(plan_memory(config, 4, 32, 1, Recompute::none, DType::bf16, 1, 0, 1, false, nullptr, 1, {.scaling = none})
+                  .bytes[static_cast<size_t>(MemTag::parameters)],
+              plain.bytes[static_cast<size_t>(MemTag::parameters)]);
+}
+
 TEST(TrainingBytes, TheZeroPapersModelStateWithFp32Gradients) {
   const auto zero_paper = [](double psi, double ranks, int stage, double gradient_bytes) {
     const double weights = 2 * psi, gradients = gradient_bytes * psi, optimizer = 12 * psi;

@@ -99,10 +99,10 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
       rank ? plan_rank_memory(config.model, B, local_T, accumulation, recompute, precision, shard_ranks,
                               config.parallel.zero_stage, {rank->tp, config.dims().tp}, config.parallel.sp,
                               schedule ? &*schedule : nullptr, rank->pp,
-                              {config.dims().ep_rank(*rank), config.dims().ep})
+                              {config.dims().ep_rank(*rank), config.dims().ep}, config.fp8)
            : plan_memory(config.model, B, local_T, accumulation, recompute, precision, shard_ranks,
                          config.parallel.zero_stage, config.dims().tp, config.parallel.sp,
-                         schedule ? &*schedule : nullptr, config.dims().ep);
+                         schedule ? &*schedule : nullptr, config.dims().ep, config.fp8);
   // The trainer's token buffers (train/trainer.cpp): each step's micro-batches and the
   // evaluation's, as the model runs them; under context parallelism the loader's whole
   // sequences beside them, on the host (the device's memory on a CPU run).
