@@ -9,7 +9,8 @@
 # step of gpt2-124m and llama3.2-1b under ncu: the largest kernel shares), comm (dtrain bench comm
 # --device cuda: NCCL at one rank, MPI's staged CUDA buffers at two up to 64 MiB, and NCCL's
 # refusal of two ranks on one GPU where there is one), ep (dtrain bench ep --device cuda: two
-# ranks' experts on one GPU, the all-to-all bytes checked), busy (a llama3.2-1b step benchmark with the
+# ranks' experts on one GPU, the all-to-all bytes checked), fp8 (dtrain bench step --fp8: each FP8
+# recipe against bf16 on gpt2-774m and llama3.2-1b; BENCH_FLAGS as for bench), busy (a llama3.2-1b step benchmark with the
 # GPU's SM clock, power and utilization sampled every 100 ms: whether the time a step spends
 # beyond its kernels' sum is idle or slower clocks). The machine needs the NVIDIA driver, CUDA's
 # libraries (the CUDA toolkit's, or those PyTorch's wheels carry) and, for bench, PyTorch.
@@ -85,6 +86,15 @@ for step in "$@"; do
       mpiexec --allow-run-as-root -n 2 build/dtrain bench ep --device cuda --model moe-tiny --max-seq-len 1024 \
         --seq 1024 --batch 4 --steps 3 > "$logs/ep.log" 2>&1
       tail -8 "$logs/ep.log" ;;
+    fp8)
+      # FP8 against bf16 on the issue's two shapes, each recipe, in one run: the step's median and
+      # its ratio to bf16's (the goal is 1.2x).
+      for shape in "--model gpt2-774m --seq 1024 --batch 16" "--model llama3.2-1b --seq 2048 --batch 8"; do
+        for fp8 in none tensorwise delayed blockwise; do
+          build/dtrain bench step --device cuda $shape --precision bf16 --fp8 $fp8 ${BENCH_FLAGS:-} 2>&1 |
+            grep -E '^# (batch|median)|^result|rror'
+        done
+      done | tee "$logs/fp8.log" ;;
     busy)
       nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,utilization.gpu --format=csv -lms 100 > "$logs/busy.csv" &
       sampler=$!
@@ -100,7 +110,7 @@ for name, i in (("SM clock MHz", 1), ("power W", 2), ("utilization %", 3)):
     print(f"{name}: median {statistics.median(v):.0f}, min {min(v):.0f}, max {max(v):.0f} over {len(v)} busy samples")
 PY
       ;;
-    *) echo "gpu_checks.sh: unknown step $step (steps: doctor tests bench profile comm ep busy)" >&2; exit 2 ;;
+    *) echo "gpu_checks.sh: unknown step $step (steps: doctor tests bench profile comm ep fp8 busy)" >&2; exit 2 ;;
   esac
 done
 echo "=== done $(date +%T)"
