@@ -42,14 +42,23 @@ void check_output(std::string_view op, std::string_view arg, const Tensor& t, in
            ", expected last dim ", width, " on ", device_name(device));
 }
 
+// The (OC, C) weight of a product, in (B, B) tiles or whole, and its device.
+struct WeightDims {
+  int64_t OC, C;
+  Device device;
+};
+WeightDims check_weight(std::string_view op, const Float8Tensor& weight) {
+  DT_CHECK(weight.data.ndim() == 2, op, ": weight ", weight.data.describe());
+  const WeightDims w{weight.data.dim(0), weight.data.dim(1), weight.data.device};
+  check_operand(op, "weight", weight, w.C, Tiling::square, w.device);
+  return w;
+}
+
 }  // namespace
 
 void float8_linear_forward(Tensor out, Float8Tensor inp, Float8Tensor weight, Tensor bias) {
   constexpr std::string_view op = "float8_linear_forward";
-  DT_CHECK(weight.data.ndim() == 2, op, ": weight ", weight.data.describe());
-  const int64_t OC = weight.data.dim(0), C = weight.data.dim(1);
-  const Device device = weight.data.device;
-  check_operand(op, "weight", weight, C, Tiling::square, device);
+  const auto [OC, C, device] = check_weight(op, weight);
   check_operand(op, "inp", inp, C, Tiling::along_rows, device);
   check_output(op, "out", out, OC, device);
   check_rows(op, inp.data, "inp", C, out, "out", OC);
@@ -62,10 +71,7 @@ void float8_linear_forward(Tensor out, Float8Tensor inp, Float8Tensor weight, Te
 
 void float8_linear_backward_input(Tensor dinp, Float8Tensor dout, Float8Tensor weight) {
   constexpr std::string_view op = "float8_linear_backward_input";
-  DT_CHECK(weight.data.ndim() == 2, op, ": weight ", weight.data.describe());
-  const int64_t OC = weight.data.dim(0), C = weight.data.dim(1);
-  const Device device = weight.data.device;
-  check_operand(op, "weight", weight, C, Tiling::square, device);
+  const auto [OC, C, device] = check_weight(op, weight);
   check_operand(op, "dout", dout, OC, Tiling::along_rows, device);
   check_output(op, "dinp", dinp, C, device);
   check_rows(op, dout.data, "dout", OC, dinp, "dinp", C);
