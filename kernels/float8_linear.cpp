@@ -7,7 +7,7 @@ namespace dt::kernels {
 namespace {
 
 // The tiles a product reads an operand in (kernels/float8_linear.h): (1, B) where it sums along
-// the operand's rows, (B, 1) where it sums down its columns, (B, B) for weights.
+// the operand's rows, (B, 1) or (1, B) where it sums down its columns, (B, B) for weights.
 enum class Tiling { along_rows, down_columns, square };
 
 // An FP8 operand of `width` columns on `device`, its scale_inv shaped by its tiles, and those
@@ -23,7 +23,7 @@ void check_operand(std::string_view op, std::string_view arg, const Float8Tensor
   expect_shape(op, str(arg, ".scale_inv"), t.scale_inv, float8_scale_shape(t.data.shape, t.tiles));
   if (t.tiles.is_whole()) return;
   const bool accepted = tiling == Tiling::along_rows     ? t.tiles.rows == 1
-                        : tiling == Tiling::down_columns ? t.tiles.cols == 1
+                        : tiling == Tiling::down_columns ? t.tiles.cols == 1 || t.tiles.rows == 1
                                                          : t.tiles.rows == t.tiles.cols;
   DT_CHECK(accepted, op, ": ", arg, " is quantized in ", t.tiles.rows, " x ", t.tiles.cols,
            " tiles, which this product does not read (kernels/float8_linear.h)");

@@ -11,7 +11,9 @@
 // Tiles each product accepts, by the dimension it sums over (B the tile size, e.g. 128):
 //   forward          X whole or (1, B);  W whole or (B, B)
 //   backward_input   DY whole or (1, B); W whole or (B, B)
-//   backward_weight  DY and X whole or (B, 1), summing over the N rows
+//   backward_weight  DY and X whole or (B, 1), summing over the N rows; or (1, B), the experts'
+//                    rows (model/float8_grouped_linear.h), whose scales change along the sum, so
+//                    that the product dequantizes them (exactly: tiles have power-of-two scales)
 //
 // Numerics: the products of the quantized values accumulate in f32, never in FP8 or 16 bits;
 // out and dinp are stored as their dtype (bf16 in training, or f32), rounded once, the bias

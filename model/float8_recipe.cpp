@@ -43,7 +43,8 @@ std::vector<std::pair<std::string, std::string>> float8_recipe_problems(const Fl
 
 bool float8_quantizes(std::string_view linear) {
   return linear == "attn.qkv" || linear == "attn.proj" || linear == "mlp.fc" || linear == "mlp.proj" ||
-         linear == "mlp.shared.fc" || linear == "mlp.shared.proj";
+         linear == "mlp.shared.fc" || linear == "mlp.shared.proj" || linear == "mlp.experts.fc" ||
+         linear == "mlp.experts.proj";
 }
 
 std::vector<LinearStateDeclaration> float8_state_declarations(const Float8Recipe& recipe, const ModelConfig& config) {

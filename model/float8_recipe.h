@@ -61,7 +61,8 @@ struct Float8Recipe {
 std::vector<std::pair<std::string, std::string>> float8_recipe_problems(const Float8Recipe& recipe);
 
 // The linear layers FP8 quantizes: every linear layer a block declares (model/block_declaration.h)
-// except the MoE router, the shared expert's gate and, for now, the experts' grouped products.
+// except the MoE router and the shared expert's gate; the experts' grouped products too
+// (model/float8_grouped_linear.h).
 bool float8_quantizes(std::string_view linear);
 
 // The per-linear state a recipe keeps (model/linear_state.h) on every linear layer of `config`'s
@@ -79,6 +80,9 @@ struct Float8Training {
   Float8Recipe recipe;
   Communicator* tp = nullptr;
   Communicator* cp = nullptr;
+  // Under context parallelism, the stage's dp × cp ranks (ProcessGroups::dp_cp), over which the
+  // experts' tensorwise amaxes are agreed on (model/float8_grouped_linear.h); else none.
+  Communicator* replicas = nullptr;
 };
 
 }  // namespace dt

@@ -6,6 +6,7 @@
 #include "core/device.h"
 #include "kernels/add.h"
 #include "kernels/embedding.h"
+#include "kernels/grouped_linear.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
@@ -88,15 +89,27 @@ void LinearProduct::backward_weight(const FlatTensors& grads, Tensor dout, Tenso
   if (const Tensor dbias = view(grads, bias_); dbias.defined()) k::linear_backward_bias(dbias, dout);
 }
 
-namespace {
+void GroupedLinearProduct::forward(const FlatTensors& weights, Tensor out, Tensor inp, const ExpertRoute& route) const {
+  if (float8_) return float8_->forward(out, inp, weights.stored(*weight_), route);
+  k::grouped_linear_forward(out, inp, weights.stored(*weight_), route.offsets);
+}
 
-// The FP8 products of a layer of `style` where its state view says FP8 quantizes it.
+void GroupedLinearProduct::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout,
+                                          const ExpertRoute& route) const {
+  if (float8_) return float8_->backward_input(dinp, dout, weights.stored(*weight_), route);
+  k::grouped_linear_backward_input(dinp, dout, weights.stored(*weight_), route.offsets);
+}
+
+void GroupedLinearProduct::backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp,
+                                           const ExpertRoute& route) const {
+  if (float8_) return float8_->backward_weight(grads.stored(*weight_), dout, inp, route);
+  k::grouped_linear_backward_weight(grads.stored(*weight_), dout, inp, route.offsets);
+}
+
 std::optional<Float8Linear> float8_products(const LinearStateView& state, LinearStyle style) {
   if (state.float8() == nullptr) return std::nullopt;
   return Float8Linear(*state.float8(), style, state);
 }
-
-}  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(const ParameterLayout& layout, const std::string& prefix,
                                            ParallelRegions& regions, LinearStateView state)

@@ -30,6 +30,8 @@
 #include "core/tensor.h"
 #include "model/attention_core.h"
 #include "model/config.h"
+#include "model/expert_exchange.h"
+#include "model/float8_grouped_linear.h"
 #include "model/float8_linear.h"
 #include "model/linear_state.h"
 #include "model/parallel_regions.h"
@@ -82,6 +84,28 @@ class LinearProduct {
   const ParamInfo* bias_;  // where the family has biases
   bool adds_bias_;
   std::optional<Float8Linear> float8_;
+};
+
+// The FP8 products of a layer of `style` where its state view says FP8 quantizes it; none
+// otherwise.
+std::optional<Float8Linear> float8_products(const LinearStateView& state, LinearStyle style);
+
+// The experts' grouped linear layer's products (kernels/grouped_linear.h) over the rows `route`
+// lays out expert by expert, in FP8 where `float8` is given (model/float8_grouped_linear.h).
+class GroupedLinearProduct {
+ public:
+  explicit GroupedLinearProduct(const ParamInfo* weight, std::optional<Float8GroupedLinear> float8 = std::nullopt)
+      : weight_(weight), float8_(std::move(float8)) {}
+
+  void forward(const FlatTensors& weights, Tensor out, Tensor inp, const ExpertRoute& route) const;
+  // dinp = dout @ weight for each expert's rows (set).
+  void backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout, const ExpertRoute& route) const;
+  // The weight's gradient += from dout and the forward's input.
+  void backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp, const ExpertRoute& route) const;
+
+ private:
+  const ParamInfo* weight_;
+  std::optional<Float8GroupedLinear> float8_;
 };
 
 // The output projection's weight: lm_head, or wte when the embeddings are tied.

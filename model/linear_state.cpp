@@ -13,8 +13,8 @@ namespace {
 
 // The linear layers of `block` that carry kind `d`, in forward order; throws for a name no block
 // of the model declares (a dense block's mlp.fc is in no expert block, and carries only where it is).
-std::vector<std::string> carriers(const ModelConfig& config, const BlockDeclaration& block,
-                                  const LinearStateDeclaration& d) {
+std::vector<const LinearDeclaration*> carriers(const ModelConfig& config, const BlockDeclaration& block,
+                                               const LinearStateDeclaration& d) {
   std::vector<std::string> all;
   for (const BlockDeclaration* b : block_declarations(config))
     for (const LinearDeclaration* l : b->linears())
@@ -28,9 +28,9 @@ std::vector<std::string> carriers(const ModelConfig& config, const BlockDeclarat
                       "', which no block of the model has", suggestion.empty() ? "" : str(" (did you mean '", suggestion, "'?)"),
                       "; its linear layers are ", known));
     }
-  std::vector<std::string> chosen;
+  std::vector<const LinearDeclaration*> chosen;
   for (const LinearDeclaration* l : block.linears())
-    if (d.linears.empty() || std::ranges::count(d.linears, l->name) > 0) chosen.push_back(l->name);
+    if (d.linears.empty() || std::ranges::count(d.linears, l->name) > 0) chosen.push_back(l);
   return chosen;
 }
 
@@ -63,12 +63,13 @@ Plan plan_states(const ParameterLayout& layout, const std::vector<LinearStateDec
     const LinearStateDeclaration& d = declared[k];
     const int64_t first = plan.elements;
     for (int l = 0; l < config.n_layer; ++l)
-      for (const std::string& linear : carriers(config, declare_block(config, l), d)) {
-        std::string name = str(block_prefix(l), linear, ".", d.name);
+      for (const LinearDeclaration* linear : carriers(config, declare_block(config, l), d)) {
+        std::string name = str(block_prefix(l), linear->name, ".", d.name);
         plan.model_names.push_back(name);
         if (!layout.held_units().holds_block(l)) continue;
-        plan.entries.push_back({std::move(name), l, linear, k, plan.elements, d.count});
-        plan.elements += d.count;
+        const int64_t count = d.count * (linear->per_expert ? config.moe.experts : 1);
+        plan.entries.push_back({std::move(name), l, linear->name, k, plan.elements, count});
+        plan.elements += count;
       }
     plan.kinds.emplace_back(first, plan.elements);
   }

@@ -25,7 +25,11 @@
 // max over the tp ranks (each sees its piece of the weight or the output) and over the dp × cp
 // replicas (each sees other tokens). Maxing over the tp group and then over dp × cp gives the max
 // over every holder (ProcessGroups::stage_replica_groups, parallel/parallel_dims.h); other
-// pipeline stages hold other blocks and take no part. reduce_max does that.
+// pipeline stages hold other blocks and take no part. reduce_max does that. The experts' grouped
+// linear layers (LinearDeclaration::per_expert) hold E weights: each carries its kinds' counts
+// once per expert, expert by expert, all E on every holder whichever experts it holds (expert
+// parallelism): a rank's values for the experts it does not hold are its kind's initial ones,
+// and the max over the holders is the value of the ranks that hold each expert.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +49,7 @@ struct Float8Training;
 
 struct LinearStateDeclaration {
   std::string name;                  // "amax_history": the last part of each entry's name
-  int64_t count = 1;                 // f32 elements per linear layer
+  int64_t count = 1;                 // f32 elements per linear layer (per expert of an experts' one)
   std::vector<std::string> linears;  // the block's linear layers that carry it, by declared name; empty: every one
   float initial = 0;                 // each element's value before anything writes it (FP8's scale: 1)
 };
@@ -113,7 +117,8 @@ class LinearStates {
   // Block `layer`'s state of kind `state` of linear layer `linear`; throws dt::Error naming what
   // is held when there is none.
   Tensor find(int layer, std::string_view linear, std::string_view state) const;
-  // Every entry of kind `state`, (entries of that kind, count), contiguous.
+  // Every entry of kind `state`, contiguous, as (weights, count): a row per weight, an experts'
+  // layer's E rows.
   Tensor all(std::string_view state) const;
   // Block `layer`'s states of linear layer `linear`: none where no kind is declared for it.
   LinearStateView of(int layer, std::string_view linear) const;

@@ -4,7 +4,6 @@
 #include "core/device.h"
 #include "kernels/add.h"
 #include "kernels/convert.h"
-#include "kernels/grouped_linear.h"
 #include "kernels/linear.h"
 #include "kernels/moe_router_loss.h"
 #include "kernels/sigmoid_gate.h"
@@ -19,6 +18,16 @@ namespace {
 // The first `rows` rows of an experts' tensor.
 Tensor first(Tensor t, int64_t rows) { return t.slice_rows(0, rows); }
 
+// Block `layer`'s experts' layer `linear`, in FP8 where its state says.
+GroupedLinearProduct experts_product(const ParameterLayout& layout, int layer, const std::string& linear,
+                                     const LinearStates& states, const ExpertExchange& exchange) {
+  const LinearStateView state = states.of(layer, linear);
+  std::optional<Float8GroupedLinear> float8;
+  if (state.float8() != nullptr)
+    float8.emplace(*state.float8(), state, layout.config().moe.experts, exchange.shard(), exchange.group());
+  return GroupedLinearProduct(&layout.find(block_prefix(layer) + linear + ".weight"), std::move(float8));
+}
+
 }  // namespace
 
 MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, ParallelRegions& regions, const LinearStates& states,
@@ -28,17 +37,19 @@ MoeMlp::MoeMlp(const ParameterLayout& layout, int layer, ParallelRegions& region
       scope_(scope),
       exchange_(exchange),
       router_(&layout.find(block_prefix(layer) + "mlp.router.weight")),
-      fc_(&layout.find(block_prefix(layer) + "mlp.experts.fc.weight")),
-      proj_(&layout.find(block_prefix(layer) + "mlp.experts.proj.weight")),
+      fc_(experts_product(layout, layer, "mlp.experts.fc", states, exchange)),
+      proj_(experts_product(layout, layer, "mlp.experts.proj", states, exchange)),
       router_state_(states.of(layer, "mlp.router")),
       fc_state_(states.of(layer, "mlp.experts.fc")),
       proj_state_(states.of(layer, "mlp.experts.proj")) {
   for (const auto& [kind, state] : router_state_.all())
     if (kind == "expert_bias") bias_ = state;
   if (moe_.shared_hidden == 0) return;
-  shared_fc_ = &layout.find(block_prefix(layer) + "mlp.shared.fc.weight");
-  shared_proj_ = &layout.find(block_prefix(layer) + "mlp.shared.proj.weight");
   shared_fc_state_ = states.of(layer, "mlp.shared.fc"), shared_proj_state_ = states.of(layer, "mlp.shared.proj");
+  shared_fc_.emplace(&layout.find(block_prefix(layer) + "mlp.shared.fc.weight"), nullptr, false,
+                     float8_products(shared_fc_state_, LinearStyle::column));
+  shared_proj_.emplace(&layout.find(block_prefix(layer) + "mlp.shared.proj.weight"), nullptr, false,
+                       float8_products(shared_proj_state_, LinearStyle::row));
   if (!moe_.shared_gate) return;
   shared_gate_ = &layout.find(block_prefix(layer) + "mlp.shared_gate.weight");
   shared_gate_state_ = states.of(layer, "mlp.shared_gate");
@@ -91,10 +102,10 @@ void MoeMlp::forward_to_activation(const FlatTensors& weights, const BlockActiva
   const int64_t X = route.rows();
   k::moe_permute_forward(first(e.sent, rows.rows()), x, e.rows);
   exchange_.dispatch(first(e.expert_in, X), first(e.sent, rows.rows()), route, e.staging);
-  k::grouped_linear_forward(first(e.expert_fch, X), first(e.expert_in, X), weights.stored(*fc_), route.offsets);
+  fc_.forward(weights, first(e.expert_fch, X), first(e.expert_in, X), route);
   k::swiglu_forward(first(e.expert_act, X), first(e.expert_fch, X));
-  if (shared_fc_ == nullptr) return;
-  k::linear_forward(e.shared_fch, x, weights.stored(*shared_fc_), Tensor{});
+  if (!shared_fc_) return;
+  shared_fc_->forward(weights, e.shared_fch, x);
   k::swiglu_forward(e.shared_act, e.shared_fch);
   if (shared_gate_ != nullptr)
     k::linear_forward(e.shared_gate.reshape({a.ln2.dim(0), 1}), local(u), gate_weight(weights, a), Tensor{});
@@ -105,14 +116,14 @@ Tensor MoeMlp::forward_output(const FlatTensors& weights, const BlockActivations
   const k::MoeDispatch rows = dispatch(e);
   const ExpertRoute route = exchange_.route(rows);
   const int64_t R = rows.rows(), X = route.rows();
-  k::grouped_linear_forward(first(e.result, X), first(e.expert_act, X), weights.stored(*proj_), route.offsets);
+  proj_.forward(weights, first(e.result, X), first(e.expert_act, X), route);
   exchange_.combine(first(e.expert_out, R), first(e.result, X), route, e.staging);
   k::moe_unpermute_forward(e.routed, first(e.expert_out, R), e.weights, e.rows);
   const Tensor out = local(e.routed);
-  if (shared_fc_ != nullptr) {
+  if (shared_fc_) {
     // The shared expert's partial output (all rows) summed over the group: into its kept rows.
     const Tensor partial = regions_.sequence_parallel() ? a.proj_out : e.shared_out;
-    k::linear_forward(partial, e.shared_act, weights.stored(*shared_proj_), Tensor{});
+    shared_proj_->forward(weights, partial, e.shared_act);
     const Tensor shared = regions_.row_output(partial, e.shared_out);
     if (shared_gate_ != nullptr)
       k::sigmoid_gate_forward(out, out, shared, e.shared_gate);
@@ -167,9 +178,9 @@ Tensor MoeMlp::shared_output_gradient(const BlockActivations& a, const BlockGrad
 void MoeMlp::shared_backward(const FlatTensors& weights, const BlockActivations& a, const BlockGradients& d, Tensor dh,
                              Tensor dln2, Tensor scratch) const {
   const ExpertGradients& g = d.experts;
-  k::linear_backward_input(g.dshared_act, dh, weights.stored(*shared_proj_));
+  shared_proj_->backward_input(weights, g.dshared_act, dh);
   k::swiglu_backward(g.dshared_fch, g.dshared_act, a.experts.shared_fch);
-  k::linear_backward_input(scratch, g.dshared_fch, weights.stored(*shared_fc_));
+  shared_fc_->backward_input(weights, scratch, g.dshared_fch);
   PendingSum summed = regions_.column_input_gradient(scratch, d.dlocal);
   summed.done.wait();
   k::accumulate(dln2, summed.value);
@@ -208,30 +219,29 @@ PendingSum MoeMlp::backward_input(const FlatTensors& weights, const FlatTensors&
   const Tensor dout = regions_.row_output_gradient(d.dout, a.gathered);
   const Tensor dy = combine_backward(a, d, dout, rows, route);
   const Tensor dact = first(g.dexpert_act, X), dfch = first(g.dexpert_fch, X);
-  k::grouped_linear_backward_input(dact, dy, weights.stored(*proj_), route.offsets);
-  if (weights_now) k::grouped_linear_backward_weight(grads.stored(*proj_), dy, first(e.expert_act, X), route.offsets);
+  proj_.backward_input(weights, dact, dy, route);
+  if (weights_now) proj_.backward_weight(grads, dy, first(e.expert_act, X), route);
   k::swiglu_backward(dfch, dact, first(e.expert_fch, X));
   // The experts' input's gradient takes dy's memory: nothing reads dy after this (a deferred
   // weight pass computes it again). It returns to this rank's rows in dexpert_out.
   const Tensor dexpert_in = dy;
-  k::grouped_linear_backward_input(dexpert_in, dfch, weights.stored(*fc_), route.offsets);
-  if (weights_now) k::grouped_linear_backward_weight(grads.stored(*fc_), dfch, first(e.expert_in, X), route.offsets);
+  fc_.backward_input(weights, dexpert_in, dfch, route);
+  if (weights_now) fc_.backward_weight(grads, dfch, first(e.expert_in, X), route);
   exchange_.combine(first(g.dexpert_out, R), dexpert_in, route, e.staging);
   const Tensor dx = first(d.dtmp, N);
   k::moe_permute_backward(dx, first(g.dexpert_out, R), e.rows);
   // From here this rank's rows: the routed share is the same on every rank of the group, the
   // shared expert's a part of the sum, summed over it (through dy's memory, free again).
   const Tensor dln2 = local(dx);
-  if (shared_fc_ != nullptr) {
+  if (shared_fc_) {
     const Tensor dh = shared_output_gradient(a, d, dout);
     shared_backward(weights, a, d, dh, dln2, first(g.dexpert_out, N));
-    if (weights_now) k::linear_backward_weight(grads.stored(*shared_proj_), Tensor{}, dh, e.shared_act);
+    if (weights_now) shared_proj_->backward_weight(grads, dh, e.shared_act);
   }
   // The router's share (and the shared expert's gate's), in f32, then added in the activations'
   // precision (narrowed into dy's memory where that is 16-bit).
   const Tensor x = whole_input(a), u = router_input(a, x);
-  if (weights_now && shared_fc_ != nullptr)
-    k::linear_backward_weight(grads.stored(*shared_fc_), Tensor{}, g.dshared_fch, x);
+  if (weights_now && shared_fc_) shared_fc_->backward_weight(grads, g.dshared_fch, x);
   route_backward(e, g);
   k::linear_backward_input(g.drouter_in, g.dlogits, router_weight(weights, a));
   if (weights_now) k::linear_backward_weight(grads.stored(*router_), Tensor{}, g.dlogits, u);
@@ -259,15 +269,14 @@ void MoeMlp::backward_weight(const FlatTensors& grads, const BlockActivations& a
   const int64_t X = route.rows();
   const Tensor dout = regions_.row_output_gradient(d.dout, a.gathered);
   const Tensor dy = combine_backward(a, d, dout, rows, route);
-  k::grouped_linear_backward_weight(grads.stored(*proj_), dy, first(e.expert_act, X), route.offsets);
-  k::grouped_linear_backward_weight(grads.stored(*fc_), first(g.dexpert_fch, X), first(e.expert_in, X), route.offsets);
-  if (shared_fc_ != nullptr)
-    k::linear_backward_weight(grads.stored(*shared_proj_), Tensor{}, shared_output_gradient(a, d, dout), e.shared_act);
+  proj_.backward_weight(grads, dy, first(e.expert_act, X), route);
+  fc_.backward_weight(grads, first(g.dexpert_fch, X), first(e.expert_in, X), route);
+  if (shared_fc_) shared_proj_->backward_weight(grads, shared_output_gradient(a, d, dout), e.shared_act);
   // The input is gathered and the router's widened again: their buffers have served other blocks since.
   const Tensor x = whole_input(a), u = router_input(a, x);
   k::linear_backward_weight(grads.stored(*router_), Tensor{}, g.dlogits, u);
-  if (shared_fc_ == nullptr) return;
-  k::linear_backward_weight(grads.stored(*shared_fc_), Tensor{}, g.dshared_fch, x);
+  if (!shared_fc_) return;
+  shared_fc_->backward_weight(grads, g.dshared_fch, x);
   if (shared_gate_ != nullptr) gate_weight_gradient(grads, g.dshared_gate.reshape({a.ln2.dim(0), 1}), local(u));
 }
 
@@ -275,12 +284,12 @@ const LinearStateView& MoeMlp::linear_state(std::string_view linear) const {
   if (linear == "mlp.router") return router_state_;
   if (linear == "mlp.experts.fc") return fc_state_;
   if (linear == "mlp.experts.proj") return proj_state_;
-  if (shared_fc_ != nullptr && linear == "mlp.shared.fc") return shared_fc_state_;
-  if (shared_fc_ != nullptr && linear == "mlp.shared.proj") return shared_proj_state_;
+  if (shared_fc_ && linear == "mlp.shared.fc") return shared_fc_state_;
+  if (shared_fc_ && linear == "mlp.shared.proj") return shared_proj_state_;
   if (shared_gate_ != nullptr && linear == "mlp.shared_gate") return shared_gate_state_;
   throw Error(str("the mixture of experts has no linear layer '", linear,
                   "'; its linear layers are mlp.router, mlp.experts.fc, mlp.experts.proj",
-                  shared_fc_ != nullptr ? ", mlp.shared.fc, mlp.shared.proj" : "",
+                  shared_fc_ ? ", mlp.shared.fc, mlp.shared.proj" : "",
                   shared_gate_ != nullptr ? ", mlp.shared_gate" : ""));
 }
 

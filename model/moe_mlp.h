@@ -53,6 +53,7 @@
 #include "kernels/moe_permute.h"
 #include "kernels/moe_route.h"
 #include "model/expert_exchange.h"
+#include "model/layers.h"
 #include "model/mlp.h"
 
 namespace dt {
@@ -114,8 +115,10 @@ class MoeMlp final : public Mlp {
   ParallelRegions& regions_;
   const AttentionScope& scope_;
   ExpertExchange& exchange_;
-  const ParamInfo *router_, *fc_, *proj_;
-  const ParamInfo *shared_fc_ = nullptr, *shared_proj_ = nullptr, *shared_gate_ = nullptr;  // where there are
+  const ParamInfo* router_;
+  GroupedLinearProduct fc_, proj_;
+  std::optional<LinearProduct> shared_fc_, shared_proj_;  // where there is a shared expert
+  const ParamInfo* shared_gate_ = nullptr;                // where it is gated
   LinearStateView router_state_, fc_state_, proj_state_, shared_fc_state_, shared_proj_state_, shared_gate_state_;
   Tensor bias_;  // the router's "expert_bias" state, where the model balances by bias (model/expert_balance.h)
 };

@@ -31,7 +31,8 @@ ParallelRun::ParallelRun(const ParallelOptions& options, Communicator& control) 
   if (options_.fp8.enabled())
     float8_ = Float8Training{.recipe = options_.fp8,
                              .tp = groups_.dims.tp > 1 ? groups_.tp.get() : nullptr,
-                             .cp = groups_.dims.cp > 1 ? groups_.cp.get() : nullptr};
+                             .cp = groups_.dims.cp > 1 ? groups_.cp.get() : nullptr,
+                             .replicas = groups_.dims.cp > 1 ? &groups_.dp_cp() : nullptr};
   model_.emplace(mc, options_.micro_batch_size, T_local, options_.recompute, options_.precision, options_.device,
                  options_.zero.storage(), tensor_parallel_ ? &*tensor_parallel_ : nullptr,
                  schedule_ ? pipeline::PipelineParallel::rank_stages(mc, *schedule_, groups_.coords.pp, T)

@@ -64,6 +64,19 @@ std::vector<LayoutCell> cells() {
   // over dp 2 × pp 2 under ZB-H1, whose deferred weight passes read the norms' kept gradients.
   out.push_back({.family = "olmoe", .dp = 2, .zero = 1, .ep = 2});
   out.push_back({.family = "olmoe", .dp = 2, .pp = 2, .schedule = "zb-h1", .ep = 2});
+  // FP8 training, the experts' grouped products included: each recipe over ep 2 of dp 2, where an
+  // expert's rows from two micro-batches meet in one product, each quantized as one rank does;
+  // tensorwise and delayed over cp 2 (alone, and as ep 2), where a micro-batch's amax for an
+  // expert is agreed on over its cp ranks, and over dp 2 × cp 2 as ep 4; under tp 2 with sp,
+  // where the shared expert is split.
+  for (const Float8Scaling fp8 : {Float8Scaling::tensorwise, Float8Scaling::delayed, Float8Scaling::blockwise})
+    out.push_back({.family = "moe", .dp = 2, .ep = 2, .fp8 = fp8});
+  for (const Float8Scaling fp8 : {Float8Scaling::tensorwise, Float8Scaling::delayed}) {
+    out.push_back({.family = "moe", .cp = 2, .fp8 = fp8});
+    out.push_back({.family = "moe", .cp = 2, .ep = 2, .fp8 = fp8});
+  }
+  out.push_back({.family = "moe", .dp = 2, .zero = 1, .cp = 2, .ep = 4, .fp8 = Float8Scaling::tensorwise});
+  out.push_back({.family = "moe", .sp = true, .fp8 = Float8Scaling::tensorwise});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiEpCell, ::testing::ValuesIn(cells()),
