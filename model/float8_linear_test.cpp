@@ -57,7 +57,7 @@ TEST(Float8Training, QuantizesTheBlocksProjectionsOnly) {
   const Float8Training fp8{.recipe = {.scaling = Float8Scaling::tensorwise}};
   Transformer model(model_preset("moe-tiny"), 1, 8, Recompute::none, DType::bf16, Device::cpu, {}, nullptr, {},
                     nullptr, {}, nullptr, &fp8);
-  for (const char* linear : {"attn.qkv", "attn.proj"})
+  for (const char* linear : {"attn.qkv", "attn.proj", "mlp.experts.fc", "mlp.experts.proj"})
     EXPECT_EQ(model.linear_states().of(0, linear).float8(), &fp8) << linear;
   EXPECT_EQ(model.linear_states().of(0, "mlp.router").float8(), nullptr);
   EXPECT_TRUE(model.linear_states().empty());  // tensorwise keeps no state

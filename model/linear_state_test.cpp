@@ -78,6 +78,21 @@ TEST(LinearStates, OneEntryPerDeclaredLinearOfEachHeldBlockWithTheDeclaredSizes)
   }
 }
 
+// The experts' grouped layers hold a weight per expert, and carry a kind's count once for each,
+// expert by expert, so that (weights, count) rows stay one per weight.
+TEST(LinearStates, AnExpertsLayerCarriesItsCountPerExpert) {
+  const ModelConfig config = model_preset("moe-tiny");
+  const ParameterLayout layout(config);
+  const LinearStates states(layout, {{.name = "amax", .count = 3}}, Device::cpu);
+  const int64_t E = config.moe.experts;
+  EXPECT_EQ(states.find(0, "mlp.experts.fc", "amax").numel(), 3 * E);
+  EXPECT_EQ(states.find(0, "mlp.experts.proj", "amax").numel(), 3 * E);
+  EXPECT_EQ(states.find(0, "mlp.router", "amax").numel(), 3);
+  EXPECT_EQ(states.find(0, "attn.qkv", "amax").numel(), 3);
+  const int64_t weights = config.n_layer * (static_cast<int64_t>(declare_block(config, 0).linears().size()) - 2 + 2 * E);
+  EXPECT_EQ(states.all("amax").shape, (Shape{weights, 3}));
+}
+
 TEST(LinearStates, NoneDeclaredAllocatesNothing) {
   const ParameterLayout layout(model_preset("gpt2-tiny"));
   const MemoryStats before = memory_stats(Device::cpu);
