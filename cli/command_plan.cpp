@@ -180,6 +180,12 @@ int command_plan(int argc, char** argv, int first) {
   // rank of the group all of them).
   const int64_t routed_rows = int64_t{layout.micro_batch} * (layout.seq_len / layout.cp);
   const MoeConfig& moe = config.model.moe;
+  // The linear layers whose GEMMs run at the FP8 peak, where train.fp8 is on.
+  std::vector<std::string> float8_linears;
+  for (const BlockDeclaration* b : block_declarations(config.model))
+    for (const LinearDeclaration* l : b->linears())
+      if (config.fp8.enabled() && float8_quantizes(l->name) && std::ranges::count(float8_linears, l->name) == 0)
+        float8_linears.push_back(l->name);
   const std::vector<std::pair<const char*, double>> terms = {
       {"GEMMs", time.gemm},
       {"attention", time.attention},
@@ -204,6 +210,10 @@ int command_plan(int argc, char** argv, int first) {
                    {"recompute", std::string(recompute_name(layout.recompute))},
                    {"precision", std::string(dtype_name(layout.precision))}};
     if (layout.pp > 1) j["layout"]["schedule"] = layout.schedule;
+    if (config.fp8.enabled())
+      j["fp8"] = {{"recipe", std::string(float8_scaling_name(config.fp8.scaling))},
+                  {"linears", float8_linears},
+                  {"peak_tflops", profile.peak(DType::f8e4m3) / 1e12}};
     for (int t = 0; t < kNumMemTags; ++t)
       j["memory_bytes"][std::string(mem_tag_name(static_cast<MemTag>(t)))] = memory.peak(static_cast<MemTag>(t));
     j["memory_bytes"]["total"] = memory.total();
@@ -234,6 +244,16 @@ int command_plan(int argc, char** argv, int first) {
               config.dims().describe().c_str(), profile.name.c_str(), per_node, layout.zero_stage,
               layout.sp ? ", sequence parallel" : "", layout.micro_batch, layout.micro_batches,
               layout.pp > 1 ? str(", ", layout.schedule, " schedule").c_str() : "");
+  if (config.fp8.enabled()) {
+    std::string names;
+    for (const std::string& n : float8_linears) names += str(names.empty() ? "" : ", ", n);
+    std::printf("FP8: %s; the GEMMs of %s at the FP8 peak (%.0f TFLOP/s), their operands quantized first; the "
+                "head%s in %s; MFU against the %s peak\n",
+                std::string(float8_scaling_name(config.fp8.scaling)).c_str(), names.c_str(),
+                profile.peak(DType::f8e4m3) / 1e12, moe.experts > 0 ? ", attention and the router" : " and attention",
+                std::string(dtype_name(layout.precision)).c_str(),
+                std::string(dtype_name(layout.precision)).c_str());
+  }
   if (moe.experts > 0) {
     const std::string bound =
         moe.capacity_factor > 0

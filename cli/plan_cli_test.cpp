@@ -46,6 +46,28 @@ TEST(PlanCli, AnExpertModelsPlanStatesTheExpertRowsItAssumes) {
   EXPECT_NE(bounded.output.find("GEMMs"), std::string::npos) << bounded.output;
 }
 
+// With train.fp8 the plan names the GEMMs it times at the FP8 peak (Llama 3.2 1B, whose GEMMs are
+// large enough to gain); a profile without one refuses.
+TEST(PlanCli, Fp8NamesTheGemmsAtTheFp8Peak) {
+  const std::string llama = str(DTRAIN_SOURCE_DIR, "/configs/llama3.2-1b.toml --gpus 8");
+  const auto fp8 = run_dtrain(str("plan ", llama, " train.fp8=tensorwise --json"));
+  ASSERT_EQ(fp8.status, 0) << fp8.output;
+  const auto j = nlohmann::json::parse(fp8.output);
+  EXPECT_EQ(j["fp8"]["recipe"], "tensorwise");
+  EXPECT_EQ(j["fp8"]["linears"], nlohmann::json::parse(R"(["attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"])"));
+  EXPECT_EQ(j["fp8"]["peak_tflops"], 1979);
+  const auto bf16 = nlohmann::json::parse(run_dtrain(str("plan ", llama, " --json")).output);
+  EXPECT_LT(j["step_seconds"]["GEMMs"].get<double>(), bf16["step_seconds"]["GEMMs"].get<double>());
+  const auto text = run_dtrain(str("plan ", kConfig, " train.fp8=delayed"));
+  EXPECT_NE(text.output.find("FP8: delayed; the GEMMs of attn.qkv, attn.proj, mlp.fc, mlp.proj at the FP8 peak (1979 "
+                             "TFLOP/s)"),
+            std::string::npos)
+      << text.output;
+  const auto a100 = run_dtrain(str("plan ", kConfig, " train.fp8=tensorwise --gpu a100-80gb"));
+  EXPECT_NE(a100.status, 0);
+  EXPECT_NE(a100.output.find("has no FP8 peak (peak_tflops.fp8)"), std::string::npos) << a100.output;
+}
+
 // The JSON holds the same figures, and they add up: the tags to the total, the terms to the step,
 // the batch's tokens over the step to tokens/s.
 TEST(PlanCli, JsonHoldsTheFiguresAndTheyAddUp) {

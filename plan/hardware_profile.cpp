@@ -16,7 +16,14 @@ double HardwareProfile::peak(DType precision) const {
     case DType::bf16: return peak_bf16;
     case DType::f16: return peak_f16;
     case DType::f32: return peak_f32;
-    default: throw Error(str("no peak for ", dtype_name(precision), " in the profile ", name, "; use f32, bf16 or f16"));
+    case DType::f8e4m3:
+    case DType::f8e5m2:
+      if (peak_fp8 > 0) return peak_fp8;
+      throw Error(str("the profile ", name, " (", file.string(), ") has no FP8 peak (peak_tflops.fp8): its accelerator "
+                      "has no FP8 tensor cores, as an A100; plan train.fp8 on a profile that has them (h100-sxm, h200) "
+                      "or add the figure"));
+    default:
+      throw Error(str("no peak for ", dtype_name(precision), " in the profile ", name, "; use f32, bf16, f16 or FP8"));
   }
 }
 
@@ -86,6 +93,8 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path) {
   p.peak_bf16 = number("peak_tflops.bf16", "dense TFLOP/s") * 1e12;
   p.peak_f16 = number("peak_tflops.f16", "dense TFLOP/s") * 1e12;
   p.peak_f32 = number("peak_tflops.f32", "dense TFLOP/s") * 1e12;
+  // Optional: only accelerators with FP8 tensor cores have it.
+  if (doc.at_path("peak_tflops.fp8")) p.peak_fp8 = number("peak_tflops.fp8", "dense TFLOP/s") * 1e12;
   // A share of a peak: positive and at most 1.
   const auto share = [&](const std::string& key, const char* what) {
     const double v = number(key, str("the share of ", what, ", at most 1").c_str());

@@ -27,6 +27,7 @@ struct HardwareProfile {
   double memory_bytes = 0;
   double memory_bandwidth = 0;                         // bytes/s, the accelerator's own memory
   double peak_bf16 = 0, peak_f16 = 0, peak_f32 = 0;  // FLOP/s, dense
+  double peak_fp8 = 0;  // FLOP/s, dense FP8 (e4m3 and e5m2) tensor cores; 0: the accelerator has none
   double gemm_efficiency = 0;                          // share of the peak large GEMMs reach
   // Share of each precision's peak that fused attention reaches (efficiency.attention: one
   // share for every precision, or one per precision).
@@ -34,7 +35,8 @@ struct HardwareProfile {
   double memory_efficiency = 0;                        // share of memory_bandwidth streaming kernels reach
   LinkProfile intra_node, inter_node;
 
-  // The dense peak in a training precision (f32, bf16 or f16), and the share of it attention reaches.
+  // The dense peak in a training precision (f32, bf16 or f16) or FP8 (f8e4m3, f8e5m2: throws,
+  // naming the fix, where the profile has none), and the share of it attention reaches.
   double peak(DType precision) const;
   double attention_efficiency(DType precision) const;
 };

@@ -36,6 +36,12 @@ TEST(HardwareProfile, TheDatasheetProfilesLoadWithTheirFigures) {
   EXPECT_EQ(load_hardware_profile("a100-80gb").memory_bandwidth, 2039e9);
   EXPECT_EQ(load_hardware_profile("a100-80gb").peak(DType::bf16), 312e12);
   EXPECT_EQ(load_hardware_profile("h200").memory_bytes, 141.0 * (1 << 30));
+  // FP8 where the GPU has FP8 tensor cores; an A100 has none, and planning FP8 on it is refused.
+  EXPECT_EQ(h100.peak(DType::f8e4m3), 1979e12);
+  EXPECT_EQ(load_hardware_profile("h200").peak(DType::f8e5m2), 1979e12);
+  EXPECT_NE(testing::error_of([] { load_hardware_profile("a100-80gb").peak(DType::f8e4m3); })
+                .find("has no FP8 peak (peak_tflops.fp8): its accelerator has no FP8 tensor cores"),
+            std::string::npos);
   // By path as well as by name.
   EXPECT_EQ(load_hardware_profile((profile_directory() / "h200.toml").string()).name, "H200 SXM");
 }

@@ -75,6 +75,14 @@ class Estimator {
     return std::max(flops / (hw_.peak(type) * hw_.gemm_efficiency), streaming(bytes));
   }
   double streaming(double bytes) const { return bytes / (hw_.memory_bandwidth * hw_.memory_efficiency); }
+  // The same product on FP8 operands (1 byte an element, the result in the run's precision), with
+  // the quantization of both operands before it.
+  double float8_gemm(double m, double n, double k, double groups) const {
+    const double flops = 2 * m * n * k, operands = m * k + groups * k * n;
+    const double reads = l_.fp8 == Float8Scaling::tensorwise ? 2 : 1;
+    return std::max(flops / (hw_.peak(DType::f8e4m3) * hw_.gemm_efficiency), streaming(operands + m * n * element_)) +
+           streaming(operands * (reads * element_ + 1));
+  }
 
   // A stage's passes for one micro-batch: its blocks', and the head's where it holds it. A model's
   // blocks are of two kinds at most, dense and expert blocks (model/config.h), each timed once.
@@ -111,6 +119,12 @@ class Estimator {
       const double out = static_cast<double>(linear->out_features(model_, dims_));
       const double rows = linear->per_expert ? assigned : t;
       const double groups = linear->per_expert ? static_cast<double>(dims_.local_experts.size()) : 1;
+      if (l_.fp8 != Float8Scaling::none && float8_quantizes(linear->name)) {
+        p.forward.gemm += float8_gemm(rows, out, in, groups);
+        p.backward_input.gemm += float8_gemm(rows, in, out, groups);
+        p.backward_weight.gemm += float8_gemm(out, in, rows, groups);
+        continue;
+      }
       const std::optional<DType> dtype = linear->name == "mlp.router" ? std::optional(DType::f32) : std::nullopt;
       p.forward.gemm += gemm(rows, out, in, groups, dtype);
       p.backward_input.gemm += gemm(rows, in, out, groups, dtype);

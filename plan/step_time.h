@@ -20,6 +20,11 @@
 //                rank and sequence-parallel split): forward reads inputs and writes each kept
 //                tensor, backward reads it and writes its gradient. At bandwidth × efficiency.memory.
 //   recompute    selective repeats the attention core's forward, full the whole block's forward.
+//   FP8          with train.fp8, the linears FP8 quantizes (model/float8_recipe.h: not the head,
+//                the router or the shared expert's gate) run at the profile's FP8 peak, their
+//                operands 1 byte an element, and each product first quantizes its two operands:
+//                one streaming pass reading the 16-bit tensor and writing its bytes (two reads for
+//                tensorwise, whose amax is a pass of its own).
 //   tp           per block forward 2 all-reduces of the block's activations (t × C), or under
 //                sequence parallelism 2 all-gathers and 2 reduce-scatters, as much backward and
 //                again in a recomputed forward; on the critical path (collective_time.h).
@@ -38,14 +43,15 @@
 //   optimizer    AdamW over the rank's parameters (its shard above ZeRO 0): f32 master, gradient
 //                and two moments read, three written, and the 16-bit copy written.
 // Model FLOPs (train/throughput.h) over the step time and the job's GPUs give TFLOP/s per GPU
-// and MFU against the profile's peak; hardware FLOPs add what recomputation repeats, the figure
-// Megatron-LM publishes.
+// and MFU against the profile's peak in the run's precision (bf16's with FP8, as torchtitan counts
+// it); hardware FLOPs add what recomputation repeats, the figure Megatron-LM publishes.
 #pragma once
 
 #include <string>
 
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/float8_recipe.h"
 #include "model/recompute.h"
 #include "plan/hardware_profile.h"
 
@@ -63,6 +69,7 @@ struct StepLayout {
   int seq_len = 1024;
   Recompute recompute = Recompute::none;
   DType precision = DType::bf16;
+  Float8Scaling fp8 = Float8Scaling::none;  // FP8 training's recipe (train.fp8)
   int gpus_per_node = 8;
   bool fused_attention = true;  // dtrain's (flash attention); false: the scores materialized
 

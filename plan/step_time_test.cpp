@@ -45,6 +45,39 @@ TEST(StepTime, ComputeTermsAreTheFlopsOverTheProfilesRates) {
   EXPECT_NEAR(t.mfu, t.model_tflops_per_gpu * 1e12 / 989e12, 1e-12);
 }
 
+// With train.fp8 the blocks' projections run at the FP8 peak, each after a pass quantizing its two
+// operands (2 bytes read, 1 written an element; tensorwise reads twice); the head stays bf16.
+// Llama 3.2 1B at 8 x 2048 tokens, where every product is compute-bound in bf16 and FP8 (GPT-2
+// small's are not: its FP8 products wait on memory, and the plan predicts FP8 slower there).
+TEST(StepTime, Fp8RunsTheBlocksProjectionsAtTheFp8PeakAfterQuantizingTheirOperands) {
+  const HardwareProfile h100 = load_hardware_profile("h100-sxm");
+  StepLayout layout;
+  layout.micro_batch = 8;
+  layout.seq_len = 2048;
+  const ModelConfig model = model_preset("llama3.2-1b");
+  const double bf16 = predict_step_time(model, layout, h100).gemm;
+  layout.fp8 = Float8Scaling::delayed;
+  const double delayed = predict_step_time(model, layout, h100).gemm;
+  layout.fp8 = Float8Scaling::tensorwise;
+  const double tensorwise = predict_step_time(model, layout, h100).gemm;
+  const double t = 8 * 2048, L = 16;
+  // (in, out) of qkv (32 query and 8 key/value heads of 64), the output projection, the fused
+  // gate and up projection, and the down projection.
+  const double widths[4][2] = {{2048, 3072}, {2048, 2048}, {2048, 2 * 8192}, {8192, 2048}};
+  double flops = 0, elements = 0;
+  for (const auto& [in, out] : widths) {
+    flops += 3 * 2 * t * in * out;
+    // Each of the three products quantizes two of X (t x in), W (out x in) and DY (t x out).
+    elements += (t * in + in * out) + (t * out + out * in) + (t * out + t * in);
+  }
+  const double head = bf16 - L * flops / (989e12 * 0.75), bandwidth = 3350e9 * 0.8;
+  EXPECT_GT(head, 0);
+  // 1e-9: sums in another order; a product left at the bf16 peak or a pass left out is off by percents.
+  EXPECT_NEAR(delayed / (head + L * flops / (1979e12 * 0.75) + L * elements * 3 / bandwidth), 1.0, 1e-9);
+  EXPECT_NEAR(tensorwise / (head + L * flops / (1979e12 * 0.75) + L * elements * 5 / bandwidth), 1.0, 1e-9);
+  EXPECT_THROW(predict_step_time(model, layout, load_hardware_profile("a100-80gb")), Error);
+}
+
 // Two of Mixtral 8x7B's blocks.
 ModelConfig two_mixtral_blocks() {
   ModelConfig model = model_preset("mixtral-8x7b");

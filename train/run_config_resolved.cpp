@@ -152,7 +152,8 @@ StepLayout run_step_layout(const RunConfig& config, int gpus_per_node) {
           .zero_stage = config.parallel.zero_stage, .schedule = config.parallel.pp_schedule,
           .pp_virtual = config.parallel.pp_virtual, .micro_batch = config.train.micro_batch_size,
           .micro_batches = static_cast<int>(config.accumulation_steps()), .seq_len = config.data.seq_len,
-          .recompute = config.train.recompute, .precision = config.train.precision, .gpus_per_node = gpus_per_node};
+          .recompute = config.train.recompute, .precision = config.train.precision, .fp8 = config.fp8.scaling,
+          .gpus_per_node = gpus_per_node};
 }
 
 std::string derived_quantities(const RunConfig& config) {
