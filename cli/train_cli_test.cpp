@@ -164,6 +164,26 @@ TEST(TrainCli, Fp8DelayedScalingResumesBitForBitAndItsHistoryMovesBetweenLayouts
   for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-3 * expected[s]) << "step " << s + 1;
 }
 
+// The experts' delayed scaling state (a history per expert) saved under expert parallelism, where
+// each rank holds half the experts but the whole state, resumes in one process, on the
+// one-process curve within the bf16 bound (as above).
+TEST(TrainCli, Fp8ExpertsDelayedStateMovesFromExpertParallelRanksToOne) {
+  const TrainRun run;
+  const std::string fp8 = "model.preset=\"moe-tiny\" model.vocab_size=256 train.precision=bf16 train.fp8=delayed "
+                          "fp8.amax_history=4 checkpoint.every=3 ";
+  ASSERT_EQ(run_dtrain(run.args("one", fp8 + "train.steps=6")).status, 0);
+  EXPECT_NE(run.final_tensors("one").find("linear_state.h.1.mlp.experts.proj.fp8_amax_history"), std::string::npos);
+  const auto ep = run_dtrain(run.args("ep2_to_one", fp8 + "train.steps=3 parallel.dp=2 parallel.ep=2"),
+                             testing::mpirun(2));
+  ASSERT_EQ(ep.status, 0) << ep.output;
+  const auto moved = run_dtrain(run.args("ep2_to_one", fp8 + "train.steps=6"));
+  ASSERT_EQ(moved.status, 0) << moved.output;
+  EXPECT_NE(moved.output.find("(step 3)"), std::string::npos) << moved.output;
+  const std::vector<double> got = run.losses("ep2_to_one"), expected = run.losses("one");
+  ASSERT_EQ(got.size(), 6u);
+  for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-3 * expected[s]) << "step " << s + 1;
+}
+
 // A full disk while saving step 20: the run stops with the reason, and step 10 stays the
 // latest checkpoint, intact.
 TEST(TrainCli, AFailedCheckpointWriteKeepsThePreviousCheckpoint) {
