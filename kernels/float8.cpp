@@ -57,13 +57,14 @@ void float8_amax(Tensor amax, Tensor x) {
   DT_DISPATCH_DEVICE(float8_amax, x.device, amax, x);
 }
 
-void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2) {
+void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2,
+                  Float8Fallback fallback) {
   constexpr std::string_view op = "float8_scale";
   expect_f32(op, "scale", scale, amax.device);
   expect_f32(op, "amax", amax, amax.device);
   expect_shape(op, "scale", scale, amax.shape);
   DT_CHECK(margin >= 0 && margin < 126, op, ": margin ", margin, " is not in [0, 126)");
-  DT_DISPATCH_DEVICE(float8_scale, amax.device, scale, amax, format, margin, pow2);
+  DT_DISPATCH_DEVICE(float8_scale, amax.device, scale, amax, format, margin, pow2, fallback);
 }
 
 void float8_quantize(Float8Tensor q, Tensor x, Tensor scale) {

@@ -52,9 +52,13 @@ Shape float8_scale_shape(const Shape& shape, Float8Tiles tiles);
 // the loss instead of being scaled away): accumulates, so that one amax can take a step's
 // tensors one by one; start it at 0.
 void float8_amax(Tensor amax, Tensor x);
-// scale[i] = scale_from_amax(amax[i], format, margin, pow2, scale[i]): a new scale from each
-// amax, or the scale kept where the amax is 0, infinite or NaN. amax and scale (n) f32.
-void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2);
+// Where an amax is 0, infinite or NaN (no scale can be made from it), the scale is the one the
+// tensor had (delayed scaling keeps it), or 1 (current scaling has none: its scale need not be set).
+enum class Float8Fallback { previous_scale, one };
+// scale[i] = scale_from_amax(amax[i], format, margin, pow2, fallback): a new scale from each
+// amax, or the fallback. amax and scale (n) f32.
+void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2,
+                  Float8Fallback fallback = Float8Fallback::previous_scale);
 // Whole tensor: q.data = satfinite(x · scale[0]), q.scale_inv[0] = 1 / scale[0].
 void float8_quantize(Float8Tensor q, Tensor x, Tensor scale);
 // Tiled: each tile's scale from its amax (a power of two), q.data and q.scale_inv set.
@@ -65,7 +69,8 @@ void float8_dequantize(Tensor out, Float8Tensor q);
 
 namespace cpu {
 void float8_amax(Tensor amax, Tensor x);
-void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2);
+void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2,
+                  Float8Fallback fallback);
 void float8_quantize(Float8Tensor q, Tensor x, Tensor scale);
 void float8_quantize_tiles(Float8Tensor q, Tensor x);
 void float8_dequantize(Tensor out, Float8Tensor q);
@@ -73,7 +78,8 @@ void float8_dequantize(Tensor out, Float8Tensor q);
 
 namespace cuda {
 void float8_amax(Tensor amax, Tensor x);
-void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2);
+void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2,
+                  Float8Fallback fallback);
 void float8_quantize(Float8Tensor q, Tensor x, Tensor scale);
 void float8_quantize_tiles(Float8Tensor q, Tensor x);
 void float8_dequantize(Tensor out, Float8Tensor q);

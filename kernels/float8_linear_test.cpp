@@ -34,7 +34,10 @@ struct Case {
   const char* name;
   Float8Tiles rows, columns, square;  // activations along C / OC, down N, weights
 };
-const Case kCases[] = {{"whole", {}, {}, {}}, {"tiles of 16", {1, 16}, {16, 1}, {16, 16}}};
+// The experts' weight gradient reads the rows' (1, B) tiles (model/float8_grouped_linear.h).
+const Case kCases[] = {{"whole", {}, {}, {}},
+                       {"tiles of 16", {1, 16}, {16, 1}, {16, 16}},
+                       {"rows' tiles of 16 in every product", {1, 16}, {1, 16}, {16, 16}}};
 
 TEST(Float8Linear, ProductsAreTheSumsOfTheDequantizedProducts) {
   for (const Case& c : kCases) {
@@ -102,12 +105,12 @@ TEST(Float8Linear, RefusesTilesAProductDoesNotRead) {
   EXPECT_NE(testing::error_of([&] { float8_linear_forward(out.t, down.q(), wq.q(), {}); })
                 .find("inp is quantized in 16 x 1 tiles, which this product does not read"),
             std::string::npos);
-  const Quantized along = quantize(x.t, DType::f8e4m3, {1, 16});
+  const Quantized square = quantize(x.t, DType::f8e4m3, {16, 16});
   testing::OwnedTensor dw = testing::zeros(DType::f32, {OC, C});
   const testing::OwnedTensor dy = testing::random_normal(DType::f32, {N, OC}, 3);
   const Quantized dyq = quantize(dy.t, DType::f8e5m2, {16, 1});
-  EXPECT_NE(testing::error_of([&] { float8_linear_backward_weight(dw.t, dyq.q(), along.q()); })
-                .find("inp is quantized in 1 x 16 tiles"),
+  EXPECT_NE(testing::error_of([&] { float8_linear_backward_weight(dw.t, dyq.q(), square.q()); })
+                .find("inp is quantized in 16 x 16 tiles"),
             std::string::npos);
 }
 

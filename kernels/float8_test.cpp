@@ -197,6 +197,19 @@ TEST(Float8Kernels, AmaxIsTheLargestMagnitudeAndKeepsNaN) {
   EXPECT_TRUE(std::isnan(*amax.ptr<float>()));
 }
 
+// Where no scale can be made from an amax (0, inf, NaN), delayed scaling keeps the scale it had
+// and current scaling takes 1, whatever the scale held before.
+TEST(Float8Kernels, AnAmaxWithoutAScaleFallsBackToThePreviousScaleOrOne) {
+  const testing::OwnedTensor amax = testing::zeros(DType::f32, {4}), scale = testing::zeros(DType::f32, {4});
+  const float amaxes[4] = {0.0f, INFINITY, NAN, 448.0f / 8};
+  for (const Float8Fallback fallback : {Float8Fallback::previous_scale, Float8Fallback::one}) {
+    for (int i = 0; i < 4; ++i) amax.ptr<float>()[i] = amaxes[i], scale.ptr<float>()[i] = 3.0f;
+    float8_scale(scale.t, amax.t, Format::e4m3, 0, false, fallback);
+    const float kept = fallback == Float8Fallback::one ? 1.0f : 3.0f;
+    EXPECT_EQ(std::vector<float>(scale.ptr<float>(), scale.ptr<float>() + 4), (std::vector<float>{kept, kept, kept, 8}));
+  }
+}
+
 TEST(Float8Kernels, QuantizesAWholeTensorByItsScale) {
   const testing::OwnedTensor x = testing::random_normal(DType::f32, {8, 24}, 4, 100.0);
   const testing::OwnedTensor amax = testing::zeros(DType::f32, {1}), scale = testing::zeros(DType::f32, {1});

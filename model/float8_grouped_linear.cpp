@@ -102,17 +102,15 @@ Float8GroupedLinear::Quantized Float8GroupedLinear::quantize_rows(Operand operan
     }
     return out;
   }
-  // Tensorwise: [amaxes (S), scales (S)], the scales from 1 so that a segment without rows (or
-  // with only zeros) keeps it.
-  std::vector<float> start(static_cast<size_t>(2 * S), 0.0f);
-  std::fill(start.begin() + S, start.end(), 1.0f);
-  const Buffer values = on_device(start, x.device);
+  // Tensorwise: [amaxes (S), scales (S)], zeroed on the device; a segment without rows (or with
+  // only zeros) gets scale 1.
+  const Buffer values(static_cast<size_t>(2 * S) * sizeof(float), MemTag::workspace, x.device);
   const Tensor amax = values.view(DType::f32, {S}), scale = values.view(DType::f32, {S}, S * sizeof(float));
   for (size_t s = 0; s < segments.size(); ++s)
     if (const Quantized::Piece& p = segments[s]; p.rows > 0)
       k::float8_amax(amax.slice_rows(static_cast<int64_t>(s), 1), x.slice_rows(p.first, p.rows));
   if (fp8_->replicas != nullptr) agree_on_micro_batches(amax, route);
-  k::float8_scale(scale, amax, format, recipe.margin, recipe.pow2_scales);
+  k::float8_scale(scale, amax, format, recipe.margin, recipe.pow2_scales, k::Float8Fallback::one);
   for (size_t s = 0; s < segments.size(); ++s) {
     const Quantized::Piece& p = segments[s];
     if (p.rows == 0) continue;
@@ -170,13 +168,11 @@ Float8GroupedLinear::Quantized Float8GroupedLinear::quantize_weights(Tensor w) c
   if (recipe.scaling == Float8Scaling::delayed) {
     scale = state_.get("fp8_scale");
   } else {
-    std::vector<float> start(static_cast<size_t>(2 * X), 0.0f);
-    std::fill(start.begin() + X, start.end(), 1.0f);
-    values.emplace(on_device(start, w.device));
+    values.emplace(static_cast<size_t>(2 * X) * sizeof(float), MemTag::workspace, w.device);
     scale = values->view(DType::f32, {X}, X * sizeof(float));
     const Tensor amax = values->view(DType::f32, {X});
     for (int64_t e = 0; e < X; ++e) k::float8_amax(amax.slice_rows(e, 1), expert(w, e));
-    k::float8_scale(scale, amax, format, recipe.margin, recipe.pow2_scales);
+    k::float8_scale(scale, amax, format, recipe.margin, recipe.pow2_scales, k::Float8Fallback::one);
   }
   for (int64_t e = 0; e < X; ++e) {
     const bool delayed = recipe.scaling == Float8Scaling::delayed;

@@ -58,14 +58,13 @@ Float8Linear::Quantized Float8Linear::quantize(Operand operand, Tensor x, Along 
       k::float8_quantize_tiles(out.q, x);
       break;
     case Float8Scaling::tensorwise: {
-      // [amax, scale]: the amax over every holder, the scale from it (1 where it has none).
-      const float start[2] = {0.0f, 1.0f};
-      Buffer values(sizeof start, MemTag::workspace, x.device, false);
-      copy_bytes(values.data(), x.device, start, Device::cpu, sizeof start);
+      // [amax, scale], zeroed on the device (no host copy, which would wait for the stream): the
+      // amax over every holder, the scale from it (1 where it has none).
+      const Buffer values(2 * sizeof(float), MemTag::workspace, x.device);
       const Tensor amax = values.view(DType::f32, {1}), scale = values.view(DType::f32, {1}, sizeof(float));
       k::float8_amax(amax, x);
       for (Communicator* group : holders_[operand]) group->all_reduce(amax, ReduceOp::max).wait();
-      k::float8_scale(scale, amax, format, recipe.margin, recipe.pow2_scales);
+      k::float8_scale(scale, amax, format, recipe.margin, recipe.pow2_scales, k::Float8Fallback::one);
       k::float8_quantize(out.q, x, scale);
       break;
     }

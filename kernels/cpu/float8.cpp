@@ -63,10 +63,12 @@ void float8_amax(Tensor amax, Tensor x) {
   *amax.ptr<float>() = result;
 }
 
-void float8_scale(Tensor scale, Tensor amax, Format format, int margin, bool pow2) {
+void float8_scale(Tensor scale, Tensor amax, Format format, int margin, bool pow2, Float8Fallback fallback) {
   float* s = scale.ptr<float>();
   const float* a = amax.ptr<float>();
-  for (int64_t i = 0; i < amax.numel(); ++i) s[i] = float8_math::scale_from_amax(a[i], format, margin, pow2, s[i]);
+  const bool one = fallback == Float8Fallback::one;
+  for (int64_t i = 0; i < amax.numel(); ++i)
+    s[i] = float8_math::scale_from_amax(a[i], format, margin, pow2, one ? 1.0f : s[i]);
 }
 
 void float8_quantize(Float8Tensor q, Tensor x, Tensor scale) {

@@ -49,9 +49,10 @@ __global__ void amax_kernel(unsigned* amax_bits, const S* x, int64_t n) {
   if (threadIdx.x == 0) atomicMax(amax_bits, block);
 }
 
-__global__ void scale_kernel(float* scale, const float* amax, int64_t n, Format format, int margin, bool pow2) {
+__global__ void scale_kernel(float* scale, const float* amax, int64_t n, Format format, int margin, bool pow2,
+                             bool fallback_one) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) scale[i] = float8_math::scale_from_amax(amax[i], format, margin, pow2, scale[i]);
+  if (i < n) scale[i] = float8_math::scale_from_amax(amax[i], format, margin, pow2, fallback_one ? 1.0f : scale[i]);
 }
 
 template <typename S>
@@ -119,11 +120,11 @@ void float8_amax(Tensor amax, Tensor x) {
   });
 }
 
-void float8_scale(Tensor scale, Tensor amax, Format format, int margin, bool pow2) {
+void float8_scale(Tensor scale, Tensor amax, Format format, int margin, bool pow2, Float8Fallback fallback) {
   const int64_t n = amax.numel();
   if (n == 0) return;
-  scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(scale.ptr<float>(), amax.ptr<float>(), n,
-                                                                            format, margin, pow2);
+  scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(
+      scale.ptr<float>(), amax.ptr<float>(), n, format, margin, pow2, fallback == Float8Fallback::one);
   DT_CUDA_CHECK_LAUNCH();
 }
 

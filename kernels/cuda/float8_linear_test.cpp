@@ -49,6 +49,13 @@ TEST(CudaFloat8Linear, EqualsTheCpuEmulation) {
     EXPECT_LE(testing::max_ulp_distance(testing::to_host(dinp_gpu.t).t, dinp.t), 1);
     // 256 exact products summed in f32 in two orders: within 256 roundings of the sum's scale.
     EXPECT_LT(testing::max_error(testing::to_host(dw_gpu.t).t, dw.t), 256 * 6e-8);
+    if (B == 0) continue;
+    // The experts' weight gradient, on the rows' (1, B) tiles (model/float8_grouped_linear.h).
+    const testing::OwnedTensor dw_rows = testing::random_values(DType::f32, {OC, C}, 6);
+    const testing::OwnedTensor dw_rows_gpu = testing::to_gpu(dw_rows.t);
+    float8_linear_backward_weight(dw_rows.t, dyq.q(), xq.q());
+    float8_linear_backward_weight(dw_rows_gpu.t, dyg.q(), xg.q());
+    EXPECT_LT(testing::max_error(testing::to_host(dw_rows_gpu.t).t, dw_rows.t), 256 * 6e-8);
   }
 }
 

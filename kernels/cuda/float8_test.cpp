@@ -52,6 +52,13 @@ TEST(CudaFloat8, QuantizesAWholeTensorAsTheCpuDoes) {
       const testing::OwnedTensor q_gpu = testing::to_gpu(q.t), inv_gpu = testing::to_gpu(inv.t);
       float8_amax(amax_gpu.t, finite_gpu.t);
       float8_scale(scale_gpu.t, amax_gpu.t, float8_format(format), 1, false);
+      // Current scaling's fallback, from a zero amax: 1 on both.
+      const testing::OwnedTensor zero = testing::zeros(DType::f32, {1}), fallback = testing::zeros(DType::f32, {1});
+      const testing::OwnedTensor zero_gpu = testing::to_gpu(zero.t), fallback_gpu = testing::to_gpu(fallback.t);
+      float8_scale(fallback.t, zero.t, float8_format(format), 0, false, Float8Fallback::one);
+      float8_scale(fallback_gpu.t, zero_gpu.t, float8_format(format), 0, false, Float8Fallback::one);
+      expect_same_bytes(fallback_gpu.t, fallback.t, "fallback scale");
+      EXPECT_EQ(*fallback.ptr<float>(), 1.0f);
       float8_quantize({q_gpu.t, inv_gpu.t, {}}, x_gpu.t, scale_gpu.t);
       expect_same_bytes(amax_gpu.t, amax.t, "amax");
       expect_same_bytes(scale_gpu.t, scale.t, "scale");
