@@ -67,7 +67,7 @@ void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int mar
   DT_DISPATCH_DEVICE(float8_scale, amax.device, scale, amax, format, margin, pow2, fallback);
 }
 
-void float8_quantize(Float8Tensor q, Tensor x, Tensor scale) {
+void float8_quantize(Float8Tensor q, Tensor x, Tensor scale, Tensor amax) {
   constexpr std::string_view op = "float8_quantize";
   expect_source(op, "x", x);
   DT_CHECK(q.tiles.is_whole(), op, ": tiles of ", q.tiles.rows, " x ", q.tiles.cols,
@@ -75,7 +75,11 @@ void float8_quantize(Float8Tensor q, Tensor x, Tensor scale) {
   expect_quantized(op, q, x);
   expect_f32(op, "scale", scale, x.device);
   expect_shape(op, "scale", scale, {1});
-  DT_DISPATCH_DEVICE(float8_quantize, x.device, q, x, scale);
+  if (amax.defined()) {
+    expect_f32(op, "amax", amax, x.device);
+    expect_shape(op, "amax", amax, {1});
+  }
+  DT_DISPATCH_DEVICE(float8_quantize, x.device, q, x, scale, amax);
 }
 
 void float8_quantize_tiles(Float8Tensor q, Tensor x) {

@@ -59,8 +59,10 @@ enum class Float8Fallback { previous_scale, one };
 // amax, or the fallback. amax and scale (n) f32.
 void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2,
                   Float8Fallback fallback = Float8Fallback::previous_scale);
-// Whole tensor: q.data = satfinite(x · scale[0]), q.scale_inv[0] = 1 / scale[0].
-void float8_quantize(Float8Tensor q, Tensor x, Tensor scale);
+// Whole tensor: q.data = satfinite(x · scale[0]), q.scale_inv[0] = 1 / scale[0]; where `amax`
+// (1) is given, also amax = max(amax, max |x|) as float8_amax, in the same pass over x (delayed
+// scaling records the step's amax while it quantizes by the scale it already has).
+void float8_quantize(Float8Tensor q, Tensor x, Tensor scale, Tensor amax = {});
 // Tiled: each tile's scale from its amax (a power of two), q.data and q.scale_inv set.
 void float8_quantize_tiles(Float8Tensor q, Tensor x);
 // out = q.data · scale_inv of its tile (exact where scale_inv is a power of two, else rounded
@@ -71,7 +73,7 @@ namespace cpu {
 void float8_amax(Tensor amax, Tensor x);
 void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2,
                   Float8Fallback fallback);
-void float8_quantize(Float8Tensor q, Tensor x, Tensor scale);
+void float8_quantize(Float8Tensor q, Tensor x, Tensor scale, Tensor amax);
 void float8_quantize_tiles(Float8Tensor q, Tensor x);
 void float8_dequantize(Tensor out, Float8Tensor q);
 }  // namespace cpu
@@ -80,7 +82,7 @@ namespace cuda {
 void float8_amax(Tensor amax, Tensor x);
 void float8_scale(Tensor scale, Tensor amax, float8_math::Format format, int margin, bool pow2,
                   Float8Fallback fallback);
-void float8_quantize(Float8Tensor q, Tensor x, Tensor scale);
+void float8_quantize(Float8Tensor q, Tensor x, Tensor scale, Tensor amax);
 void float8_quantize_tiles(Float8Tensor q, Tensor x);
 void float8_dequantize(Tensor out, Float8Tensor q);
 }  // namespace cuda

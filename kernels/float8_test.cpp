@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -228,6 +229,16 @@ TEST(Float8Kernels, QuantizesAWholeTensorByItsScale) {
     reaches_max |= (b & 0x7f) == 0x7e;
   }
   EXPECT_TRUE(reaches_max);  // the amax element maps onto 448
+  // Quantizing may record the amax in the same pass: the same bytes, and float8_amax's max,
+  // accumulated into what the amax held.
+  const testing::OwnedTensor recorded = testing::zeros(DType::f32, {1}), again = bytes_like(x.t, DType::f8e4m3);
+  *recorded.ptr<float>() = 1.0f;
+  float8_quantize({again.t, scale_inv.t, Float8Tiles::whole()}, x.t, scale.t, recorded.t);
+  EXPECT_EQ(std::memcmp(again.t.data, q.t.data, q.t.bytes()), 0);
+  EXPECT_EQ(*recorded.ptr<float>(), *amax.ptr<float>());
+  *recorded.ptr<float>() = 1e9f;
+  float8_quantize({again.t, scale_inv.t, Float8Tiles::whole()}, x.t, scale.t, recorded.t);
+  EXPECT_EQ(*recorded.ptr<float>(), 1e9f);
   const testing::OwnedTensor back = testing::zeros(DType::f32, x.t.shape);
   float8_dequantize(back.t, {q.t, scale_inv.t, Float8Tiles::whole()});
   for (int64_t i = 0; i < x.t.numel(); ++i)

@@ -96,8 +96,7 @@ Float8GroupedLinear::Quantized Float8GroupedLinear::quantize_rows(Operand operan
     for (const Quantized::Piece& p : segments) {
       if (p.rows == 0) continue;
       const int64_t at = 3 * (first_expert_ + p.expert) + operand;
-      k::float8_amax(amax.slice_rows(at, 1), x.slice_rows(p.first, p.rows));
-      k::float8_quantize(p.q, x.slice_rows(p.first, p.rows), scale.slice_rows(at, 1));
+      k::float8_quantize(p.q, x.slice_rows(p.first, p.rows), scale.slice_rows(at, 1), amax.slice_rows(at, 1));
       out.pieces.push_back(p);
     }
     return out;
@@ -177,9 +176,9 @@ Float8GroupedLinear::Quantized Float8GroupedLinear::quantize_weights(Tensor w) c
   for (int64_t e = 0; e < X; ++e) {
     const bool delayed = recipe.scaling == Float8Scaling::delayed;
     const int64_t at = delayed ? 3 * (first_expert_ + e) + weight : e;
-    if (delayed) k::float8_amax(state_.get("fp8_amax").slice_rows(at, 1), expert(w, e));
     const k::Float8Tensor q{expert(data, e), scale_inv.slice_rows(e, 1), k::Float8Tiles::whole()};
-    k::float8_quantize(q, expert(w, e), scale.slice_rows(at, 1));
+    k::float8_quantize(q, expert(w, e), scale.slice_rows(at, 1),
+                       delayed ? state_.get("fp8_amax").slice_rows(at, 1) : Tensor{});
     out.pieces.push_back({e, e * OC, OC, q});
   }
   return out;

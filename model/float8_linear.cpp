@@ -70,8 +70,7 @@ Float8Linear::Quantized Float8Linear::quantize(Operand operand, Tensor x, Along 
     }
     case Float8Scaling::delayed: {
       const Tensor amax = state_.get("fp8_amax"), scale = state_.get("fp8_scale");
-      k::float8_amax(amax.slice_rows(operand, 1), x);
-      k::float8_quantize(out.q, x, scale.slice_rows(operand, 1));
+      k::float8_quantize(out.q, x, scale.slice_rows(operand, 1), amax.slice_rows(operand, 1));
       break;
     }
     case Float8Scaling::none:

@@ -71,18 +71,29 @@ void float8_scale(Tensor scale, Tensor amax, Format format, int margin, bool pow
     s[i] = float8_math::scale_from_amax(a[i], format, margin, pow2, one ? 1.0f : s[i]);
 }
 
-void float8_quantize(Float8Tensor q, Tensor x, Tensor scale) {
+void float8_quantize(Float8Tensor q, Tensor x, Tensor scale, Tensor amax) {
   const Format format = float8_format(q.data.dtype);
   const float s = *scale.ptr<float>();
   *q.scale_inv.ptr<float>() = 1.0f / s;
+  float result = amax.defined() ? *amax.ptr<float>() : 0.0f;
   dispatch_storage(x.dtype, [&]<typename S>() {
     const S* in = storage_ptr<S>(x);
     uint8_t* out = q.data.ptr<uint8_t>();
     const int64_t n = x.numel();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = float8_math::encode_satfinite(static_cast<float>(load(in[i])) * s, format);
+#pragma omp parallel
+    {
+      float local = 0;
+#pragma omp for schedule(static) nowait
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = static_cast<float>(load(in[i]));
+        local = float8_math::amax_of(local, std::fabs(v));
+        out[i] = float8_math::encode_satfinite(v * s, format);
+      }
+#pragma omp critical
+      result = float8_math::amax_of(result, local);
+    }
   });
+  if (amax.defined()) *amax.ptr<float>() = result;
 }
 
 void float8_quantize_tiles(Float8Tensor q, Tensor x) {

@@ -55,14 +55,23 @@ __global__ void scale_kernel(float* scale, const float* amax, int64_t n, Format 
   if (i < n) scale[i] = float8_math::scale_from_amax(amax[i], format, margin, pow2, fallback_one ? 1.0f : scale[i]);
 }
 
+// With amax_bits, the block's max of |x| too, atomically maxed into it.
 template <typename S>
 __global__ void quantize_kernel(uint8_t* q, float* scale_inv, const S* x, const float* scale, int64_t n,
-                                Format format) {
+                                Format format, unsigned* amax_bits) {
+  __shared__ unsigned warp_max[32];
   const float s = *scale;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i == 0) *scale_inv = 1.0f / s;
-  for (int64_t j = i; j < n; j += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    q[j] = cast(static_cast<float>(load(x[j])) * s, format);
+  unsigned local = 0;
+  for (int64_t j = i; j < n; j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = static_cast<float>(load(x[j]));
+    local = max(local, magnitude_bits(v));
+    q[j] = cast(v * s, format);
+  }
+  if (amax_bits == nullptr) return;
+  const unsigned block = block_max(local, warp_max);
+  if (threadIdx.x == 0) atomicMax(amax_bits, block);
 }
 
 // Block t quantizes tile t of the (R, C) view: tiles (th, tw), tile_cols of them a row.
@@ -128,12 +137,13 @@ void float8_scale(Tensor scale, Tensor amax, Format format, int margin, bool pow
   DT_CUDA_CHECK_LAUNCH();
 }
 
-void float8_quantize(Float8Tensor q, Tensor x, Tensor scale) {
+void float8_quantize(Float8Tensor q, Tensor x, Tensor scale, Tensor amax) {
   const Format format = float8_format(q.data.dtype);
   const int64_t n = x.numel();
+  unsigned* amax_bits = amax.defined() ? static_cast<unsigned*>(amax.data) : nullptr;
   dispatch_storage(x.dtype, [&]<typename S>() {
     quantize_kernel<S><<<std::max(grid_for(n), 1u), kThreads, 0, compute_stream()>>>(
-        q.data.ptr<uint8_t>(), q.scale_inv.ptr<float>(), storage_ptr<S>(x), scale.ptr<float>(), n, format);
+        q.data.ptr<uint8_t>(), q.scale_inv.ptr<float>(), storage_ptr<S>(x), scale.ptr<float>(), n, format, amax_bits);
     DT_CUDA_CHECK_LAUNCH();
   });
 }

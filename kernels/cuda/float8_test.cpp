@@ -61,6 +61,13 @@ TEST(CudaFloat8, QuantizesAWholeTensorAsTheCpuDoes) {
       EXPECT_EQ(*fallback.ptr<float>(), 1.0f);
       float8_quantize({q_gpu.t, inv_gpu.t, {}}, x_gpu.t, scale_gpu.t);
       expect_same_bytes(amax_gpu.t, amax.t, "amax");
+      // The amax recorded while quantizing (delayed scaling's), with NaN and infinities kept.
+      const testing::OwnedTensor recorded = testing::zeros(DType::f32, {1}), recorded_gpu = testing::to_gpu(recorded.t);
+      const testing::OwnedTensor q2 = testing::zeros(format, x.t.shape), q2_gpu = testing::to_gpu(q2.t);
+      float8_quantize({q2.t, inv.t, {}}, x.t, scale.t, recorded.t);
+      float8_quantize({q2_gpu.t, inv_gpu.t, {}}, x_gpu.t, scale_gpu.t, recorded_gpu.t);
+      expect_same_bytes(recorded_gpu.t, recorded.t, "recorded amax");
+      expect_same_bytes(q2_gpu.t, q.t, "bytes, recording");
       expect_same_bytes(scale_gpu.t, scale.t, "scale");
       expect_same_bytes(q_gpu.t, q.t, "bytes");
       expect_same_bytes(inv_gpu.t, inv.t, "scale_inv");
