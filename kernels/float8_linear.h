@@ -23,6 +23,8 @@
 // scales the f32 sums: the two differ by f32 roundings only.
 #pragma once
 
+#include <array>
+
 #include "core/tensor.h"
 #include "kernels/float8.h"
 
@@ -33,6 +35,11 @@ void float8_linear_backward_input(Tensor dinp, Float8Tensor dout, Float8Tensor w
 void float8_linear_backward_weight(Tensor dweight, Float8Tensor dout, Float8Tensor inp);
 
 namespace cpu {
+// The f32 scratch the emulation allocates in each product (forward, input gradient, weight
+// gradient) of `rows` rows of `in` -> `out` features stored as `storage`, with a bias where
+// `bias`: the dequantized operands, a 16-bit result's f32 one and a 16-bit bias widened. What the
+// memory plan counts (plan/memory.h).
+std::array<size_t, 3> float8_linear_scratch_bytes(int64_t rows, int64_t in, int64_t out, DType storage, bool bias);
 void float8_linear_forward(Tensor out, Float8Tensor inp, Float8Tensor weight, Tensor bias);
 void float8_linear_backward_input(Tensor dinp, Float8Tensor dout, Float8Tensor weight);
 void float8_linear_backward_weight(Tensor dweight, Float8Tensor dout, Float8Tensor inp);

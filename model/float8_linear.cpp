@@ -94,6 +94,20 @@ void Float8Linear::backward_weight(Tensor dweight, Tensor dout, Tensor inp) cons
   k::float8_linear_backward_weight(dweight, dy.q, x.q);
 }
 
+std::array<size_t, 3> float8_operand_bytes(const Float8Recipe& recipe, int64_t rows, int64_t in, int64_t out,
+                                           int64_t experts) {
+  const bool tiles = recipe.scaling == Float8Scaling::blockwise;
+  const int64_t B = recipe.block, weights = std::max<int64_t>(experts, 1);
+  // An operand's bytes and its scales: (1, B) tiles along a row of `width`, (B, 1) down the rows.
+  const auto along = [&](int64_t width) { return rows * width + 4 * (tiles ? rows * width / B : 1); };
+  const auto down = [&](int64_t width) {
+    return experts > 0 ? along(width) : rows * width + 4 * (tiles ? rows / B * width : 1);
+  };
+  const int64_t weight = weights * (out * in + 4 * (tiles ? out / B * (in / B) : 1));
+  return {static_cast<size_t>(along(in) + weight), static_cast<size_t>(along(out) + weight),
+          static_cast<size_t>(down(out) + down(in))};
+}
+
 Float8AmaxesKept::Float8AmaxesKept(const LinearStates& states) {
   const Float8Training* fp8 = states.float8();
   if (fp8 == nullptr || fp8->recipe.scaling != Float8Scaling::delayed) return;

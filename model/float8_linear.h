@@ -24,6 +24,7 @@
 // divides each piece), so they need no agreement.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -57,6 +58,14 @@ class Float8Linear {
   std::vector<Communicator*> holders_[3];
   LinearStateView state_;
 };
+
+// The workspace each product (forward, input gradient, weight gradient) of a layer of `in` ->
+// `out` features over `rows` rows holds for its quantized operands, bytes and scales, as
+// Float8Linear quantizes them; for an experts' layer (model/float8_grouped_linear.h, `experts`
+// weights beside the rows, every row read in (1, B) tiles) as Float8GroupedLinear does, its
+// tensorwise scales per segment aside (a float each). What the memory plan counts (plan/memory.h).
+std::array<size_t, 3> float8_operand_bytes(const Float8Recipe& recipe, int64_t rows, int64_t in, int64_t out,
+                                           int64_t experts = 0);
 
 // Delayed scaling's step amaxes as they are now, put back when this object goes: forwards that
 // are not training's (evaluation) leave no amax in the step's, so that a run evaluated at step s

@@ -7,9 +7,11 @@
 
 #include "core/device.h"
 #include "kernels/attention.h"
+#include "kernels/float8_linear.h"
 #include "kernels/cpu/linear_scratch.h"
 #include "kernels/cpu/row_blocks.h"
 #include "model/expert_balance.h"
+#include "model/float8_linear.h"
 #include "model/rope_tables.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -180,6 +182,34 @@ size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int s
   const size_t attention = kernels::cpu::attention_scratch_bytes(seq_len, static_cast<int>(dims.head_size),
                                                                  dims.heads.attention(), precision, threads);
   return std::max({norms, attention, linears});
+}
+
+size_t float8_workspace_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
+                              TensorShard shard, ExpertShard experts, const Float8Recipe& fp8, bool cpu) {
+  if (!fp8.enabled()) return 0;
+  const ShardDims dims = shard_dims(config, shard, experts);
+  const int64_t tokens = int64_t{batch_size} * seq_len, local = static_cast<int64_t>(dims.local_experts.size());
+  const int64_t expert_rows = experts.size > 1 ? config.moe.received_rows(tokens, local, experts.size)
+                                               : config.moe.expert_rows(tokens);
+  // An experts' product runs on one expert's rows from one rank (a segment: each row once, at
+  // most a capacity), blockwise on one expert's rows from every rank of the ep group.
+  const int64_t segment = config.moe.capacity_factor > 0 ? config.moe.capacity(tokens) : tokens;
+  const int64_t piece_rows =
+      std::min(expert_rows, segment * (fp8.scaling == Float8Scaling::blockwise ? experts.size : 1));
+  size_t most = 0;
+  for (const BlockDeclaration* block : block_declarations(config))
+    for (const LinearDeclaration* l : block->linears()) {
+      if (!float8_quantizes(l->name)) continue;
+      const int64_t in = l->in_features(config, dims), out = l->out_features(config, dims);
+      const int64_t rows = l->per_expert ? expert_rows : tokens;
+      const std::array<size_t, 3> operands = float8_operand_bytes(fp8, rows, in, out, l->per_expert ? local : 0);
+      const std::array<size_t, 3> emulation =
+          cpu ? kernels::cpu::float8_linear_scratch_bytes(l->per_expert ? piece_rows : rows, in, out, precision,
+                                                          !l->per_expert && l->has_bias(config))
+              : std::array<size_t, 3>{};
+      for (size_t p = 0; p < 3; ++p) most = std::max(most, operands[p] + emulation[p]);
+    }
+  return most;
 }
 
 MemoryPlan plan_memory(const ModelConfig& config, int batch_size, int seq_len, int micro_batches, Recompute recompute,

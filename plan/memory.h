@@ -57,6 +57,15 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
                             bool sp, const pipeline::Schedule* schedule, int pp_rank, ExpertShard experts = {},
                             const Float8Recipe& fp8 = {});
 
+// The most workspace one FP8 product of a step holds (train.fp8, model/float8_recipe.h): its
+// quantized operands (float8_operand_bytes) and, on the CPU (`cpu`), the emulation's f32 copies
+// (kernels::cpu::float8_linear_scratch_bytes), over the linear layers FP8 quantizes and their
+// `batch_size` x `seq_len` rows; an experts' layer over its rows' bound (MoeConfig::expert_rows,
+// or received_rows under expert parallelism), each of its products over one segment's rows at
+// most (one rank's for one expert; blockwise, every rank's). Nothing without a recipe. Held at a moment of the step when no other kernel's scratch is.
+size_t float8_workspace_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
+                              TensorShard shard, ExpertShard experts, const Float8Recipe& fp8, bool cpu);
+
 // The most scratch one of the CPU kernels of a step allocates for `threads` threads: attention's
 // per-thread tiles (kernels/attention.h), a norm backward's row-block partials, or a 16-bit linear
 // layer's widened operands where the processor has no bf16 units (kernels/cpu/linear_scratch.h;

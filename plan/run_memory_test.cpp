@@ -53,11 +53,11 @@ std::string run_toml(const LayoutCell& cell, int world, const std::string& data_
                                    : "",
              cell.pp > 1 ? str("n_layer = ", stages + 1, "\n") : "", "[data]\ndir = \"", data_dir,
              "\"\nseq_len = 32\n[train]\nsteps = 2\nmicro_batch_size = 4\nglobal_batch_size = ",
-             4 * cell.dp * accumulation, "\nprecision = \"", dtype_name(cell.precision),
+             4 * cell.dp * accumulation, "\nprecision = \"", dtype_name(cell.precision), "\"\nfp8 = \"", float8_scaling_name(cell.fp8),
              "\"\nrecompute = \"", recompute_name(cell.recompute), "\"\n[optim]\nwarmup_steps = 1\n",
              "[parallel]\ndp = ", cell.dp, "\ntp = ", tp, "\npp = ", cell.pp, "\ncp = ", cell.cp, "\nep = ", cell.ep,
              "\nsp = ", cell.sp ? "true" : "false", "\nzero_stage = ", cell.zero, "\npp_schedule = \"", schedule,
-             "\"\npp_virtual = ", cell.virtual_stages, "\n[log]\nprogress = \"plain\"\n");
+             "\"\npp_virtual = ", cell.virtual_stages, "\n[log]\nprogress = \"plain\"\n", "[fp8]\nblock = 8\n");
 }
 
 class MpiMemoryCell : public ::testing::TestWithParam<LayoutCell> {};
@@ -98,7 +98,9 @@ TEST_P(MpiMemoryCell, PeakIsPlanned) {
     // and the schedule's own orders for what they hold at once: within 5%, the planner's promise
     // (exact in every cell today but moe_f32_dp2_zero0_ep2, whose communication is planned 1.6%
     // over: at ZeRO 0 its units reduce as two buckets each, the experts' over a group of one, and
-    // a bucket done early may lend its kept result buffer to a later one that the plan counts apart).
+    // a bucket done early may lend its kept result buffer to a later one that the plan counts apart;
+    // and moe_bf16_dp2_zero0_ep2_fp8blockwise, whose workspace is planned 1.2-1.9% over: an FP8
+    // product's rows are bounded, not known, where the routing decides them).
     EXPECT_NEAR(static_cast<double>(planned), static_cast<double>(measured), 0.05 * static_cast<double>(measured))
         << what;
   }
@@ -141,6 +143,10 @@ std::vector<LayoutCell> cells() {
   // OLMoE's query and key norms: their inputs and statistics, rebuilt under full recomputation,
   // and their working space.
   out.push_back({.family = "olmoe", .precision = DType::bf16, .recompute = Recompute::full});
+  // FP8: each product's quantized operands, and delayed scaling's state.
+  out.push_back({.family = "gpt2", .precision = DType::bf16, .fp8 = Float8Scaling::tensorwise});
+  out.push_back({.family = "llama", .precision = DType::bf16, .sp = true, .fp8 = Float8Scaling::delayed});
+  out.push_back({.family = "moe", .precision = DType::bf16, .dp = 2, .ep = 2, .fp8 = Float8Scaling::blockwise});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiMemoryCell, ::testing::ValuesIn(cells()),

@@ -142,7 +142,11 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
   const size_t kernels = on_cpu ? cpu_kernel_scratch_bytes(config.model, B, local_T, precision, shard,
                                                            config.parallel.sp, cp > 1, head, omp_get_max_threads())
                                 : 0;
-  plan.during_step[static_cast<size_t>(MemTag::workspace)] += std::max(kernels, ring_workspace);
+  // Or an FP8 product's operands, and on the CPU its emulation's copies.
+  const size_t float8 = float8_workspace_bytes(config.model, B, local_T, precision, shard,
+                                               {rank ? config.dims().ep_rank(*rank) : 0, config.dims().ep}, config.fp8,
+                                               on_cpu);
+  plan.during_step[static_cast<size_t>(MemTag::workspace)] += std::max({kernels, ring_workspace, float8});
   return plan;
 }
 

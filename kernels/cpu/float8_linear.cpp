@@ -37,6 +37,13 @@ void into(Tensor out, Product&& product) {
 
 }  // namespace
 
+std::array<size_t, 3> float8_linear_scratch_bytes(int64_t rows, int64_t in, int64_t out, DType storage, bool bias) {
+  const int64_t widened = storage == DType::f32 ? 0 : 1;  // a 16-bit result or bias has an f32 copy
+  const auto f32 = [](int64_t elements) { return static_cast<size_t>(elements) * sizeof(float); };
+  return {f32(rows * in + out * in + widened * (rows * out + (bias ? out : 0))),
+          f32(rows * out + out * in + widened * rows * in), f32(rows * out + rows * in)};
+}
+
 void float8_linear_forward(Tensor out, Float8Tensor inp, Float8Tensor weight, Tensor bias) {
   const Scratch x = dequantized(inp), w = dequantized(weight);
   if (!bias.defined() || bias.dtype == DType::f32) {
