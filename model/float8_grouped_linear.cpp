@@ -65,11 +65,10 @@ Float8GroupedLinear::Quantized Float8GroupedLinear::quantize_rows(Operand operan
   const int64_t X = static_cast<int64_t>(route.offsets.size()) - 1, R = static_cast<int64_t>(route.sent.size());
   DT_CHECK(static_cast<int64_t>(route.received.size()) == R * X && x.dim(0) == route.rows(), "a route of ", X,
            " experts and ", R, " ranks for ", x.describe());
-  const bool blockwise = recipe.scaling == Float8Scaling::blockwise;
-  const k::Float8Tiles tiles = blockwise ? k::Float8Tiles{1, recipe.block} : k::Float8Tiles{1, x.dim(1)};
   Quantized out{workspace(x.numel(), x.device), {}, {}};
   const Tensor data = out.data.view(dtype_of(format), x.shape);
-  if (blockwise) {
+  if (recipe.scaling == Float8Scaling::blockwise) {
+    const k::Float8Tiles tiles{1, recipe.block};
     const Shape scales = k::float8_scale_shape(x.shape, tiles);
     out.scale_inv = workspace(scales.numel() * int64_t{sizeof(float)}, x.device);
     const Tensor scale_inv = out.scale_inv.view(DType::f32, scales);
