@@ -1,6 +1,6 @@
 """The curves of bench/fp8_curves.sh's runs: the final validation loss of each model and recipe
-with its difference from bf16's, and the median step time with its ratio to bf16's (the CPU's
-cost of emulating FP8), printed as a Markdown table, and the training loss (a moving
+with its difference from bf16's, printed as a Markdown table (the step times are left out: runs
+that share the cores time each other; `dtrain bench step --fp8` measures the emulation's cost), and the training loss (a moving
 mean over 25 steps) and validation loss of every run drawn side by side, one panel a model, into
 an SVG file. Only the standard library.
 
@@ -9,7 +9,6 @@ an SVG file. Only the standard library.
 
 import json
 import os
-import statistics
 import sys
 
 RECIPES = [("none", "bf16", "#222222"), ("tensorwise", "tensorwise", "#1f77b4"),
@@ -20,7 +19,7 @@ WINDOW = 25
 
 
 def read_run(path):
-    losses, vals, times = {}, {}, {}
+    losses, vals = {}, {}
     with open(path) as f:
         for line in f:
             record = json.loads(line)
@@ -28,8 +27,7 @@ def read_run(path):
                 vals[record["step"]] = record["val_loss"]
             elif "loss" in record:
                 losses[record["step"]] = record["loss"]  # a resumed run's repeated steps: the last
-                times[record["step"]] = record["step_ms"]
-    return sorted(losses.items()), sorted(vals.items()), statistics.median(times.values())
+    return sorted(losses.items()), sorted(vals.items())
 
 
 def moving_mean(points):
@@ -41,8 +39,7 @@ def moving_mean(points):
 
 
 def table(runs):
-    lines = ["| model | recipe | final validation loss | relative to bf16 | median step | step time to bf16's |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| model | run | final validation loss | relative to bf16 |", "| --- | --- | --- | --- |"]
     for model, title in MODELS:
         base = runs.get((model, "none"))
         for recipe, label, _ in RECIPES:
@@ -50,12 +47,11 @@ def table(runs):
             if run is None or not run[1]:
                 continue
             step, val = run[1][-1]
-            diff = cost = ""
+            diff = ""
             if recipe != "none" and base is not None:
                 base_val = dict(base[1]).get(step)  # bf16's at the same step
                 diff = "" if base_val is None else f"{100 * (val - base_val) / base_val:+.2f}%"
-                cost = f"{run[2] / base[2]:.2f}x"
-            lines.append(f"| {title} | {label} | {val:.4f} (step {step}) | {diff} | {run[2]:.0f} ms | {cost} |")
+            lines.append(f"| {title} | {label} | {val:.4f} (step {step}) | {diff} |")
     return "\n".join(lines)
 
 
