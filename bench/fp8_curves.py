@@ -4,7 +4,7 @@ that share the cores time each other; `dtrain bench step --fp8` measures the emu
 mean over 25 steps) and validation loss of every run drawn side by side, one panel a model, into
 an SVG file. Only the standard library.
 
-    python3 bench/fp8_curves.py runs/fp8 docs/fp8-curves.svg
+    python3 bench/fp8_curves.py runs/fp8 docs/images/fp8-curves.svg
 """
 
 import json

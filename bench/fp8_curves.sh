@@ -5,7 +5,7 @@
 # blockwise), on the same data in the same order from the same initial weights; and once more in
 # bf16 from other initial weights (init.seed=7), the yardstick of what a difference is. Then
 # bench/fp8_curves.py prints the final validation losses with their relative difference from
-# bf16's, and draws the curves into docs/fp8-curves.svg.
+# bf16's, and draws the curves into docs/images/fp8-curves.svg.
 #
 #   bash bench/fp8_curves.sh                   every model and recipe
 #   bash bench/fp8_curves.sh llama-tiny        one model's runs
@@ -42,4 +42,4 @@ for model in "${models[@]}"; do
       { tail -20 "$run.log" >&2; exit 1; }
   done
 done
-python3 bench/fp8_curves.py runs/fp8 docs/fp8-curves.svg
+python3 bench/fp8_curves.py runs/fp8 docs/images/fp8-curves.svg
