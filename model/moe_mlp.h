@@ -31,7 +31,9 @@
 //
 // The assignments are laid out expert by expert (kernels/moe_permute.h), so each expert's two
 // projections are one grouped GEMM over its rows (kernels/grouped_linear.h); dropless: every
-// assignment gets a row. The views are a.experts' and d.experts' (model/block_tensors.h). The
+// assignment gets a row. Under FP8 training the experts' products run in FP8 as
+// model/float8_grouped_linear.h says, the shared expert's as a linear layer's (model/float8_linear.h);
+// the router and the gate do not. The views are a.experts' and d.experts' (model/block_tensors.h). The
 // rows' layout is computed again from the kept choice wherever a pass needs it on the host
 // (moe_dispatch: the same rows, from the same experts), so no pass keeps host state per
 // micro-batch.
