@@ -13,7 +13,7 @@ import sys
 
 RECIPES = [("none", "bf16", "#222222"), ("tensorwise", "tensorwise", "#1f77b4"),
            ("delayed", "delayed", "#d62728"), ("blockwise", "blockwise", "#2ca02c"),
-           ("reseeded", "bf16, other initial weights", "#999999")]
+           ("reseeded", "bf16, other init. weights", "#999999")]
 MODELS = [("quickstart", "quickstart GPT-2 (4.3M)"), ("llama-tiny", "llama-tiny")]
 WINDOW = 25
 
@@ -105,9 +105,9 @@ def svg(runs):
               {colours[r]: [(x, y) for x, y in s[1] if x >= 100] for r, s in series.items()}, lambda y: f"{y:.2f}")
         for i, (recipe, label, colour) in enumerate(r for r in RECIPES if r[0] in series):
             y = 30 + 14 + 16 * i
-            parts.append(f'<line x1="{left + w - 110}" y1="{y - 4}" x2="{left + w - 90}" y2="{y - 4}" '
+            parts.append(f'<line x1="{left + w - 175}" y1="{y - 4}" x2="{left + w - 155}" y2="{y - 4}" '
                          f'stroke="{colour}" stroke-width="2"/>')
-            parts.append(f'<text x="{left + w - 84}" y="{y}">{label}</text>')
+            parts.append(f'<text x="{left + w - 149}" y="{y}">{label}</text>')
         base = dict(smooth.get("none", []))
         diffs = {colours[r]: [(x, 100 * (y - base[x]) / base[x]) for x, y in pts if x in base]
                  for r, pts in smooth.items() if r != "none"}
