@@ -17,6 +17,7 @@ int command_bench_profile(int argc, char** argv, int first);
 int command_plan_schedule(int argc, char** argv, int first);
 int command_model_info(int argc, char** argv, int first);
 int command_ckpt_inspect(int argc, char** argv, int first);
+int command_report(int argc, char** argv, int first);
 int command_config_show(int argc, char** argv, int first);
 int command_tokenizer_train(int argc, char** argv, int first);
 int command_tokenizer_encode(int argc, char** argv, int first);

@@ -37,6 +37,8 @@ constexpr Command kCommands[] = {
     {"generate", "sample text from a checkpoint or Hugging Face model, printed as it is written",
      dt::cli::command_generate},
     {"export", "write a checkpoint as a Hugging Face model directory", dt::cli::command_export},
+    {"report", "one HTML page of runs' curves: loss, learning rate, norms, throughput, MFU, memory",
+     dt::cli::command_report},
     {"ckpt inspect", "a checkpoint's manifest, its checksums verified", dt::cli::command_ckpt_inspect},
     {"model info", "parameter count, bytes and parameter list of a model description", dt::cli::command_model_info},
     {"plan", "a run configuration's memory per GPU and step time on a hardware profile, predicted",
