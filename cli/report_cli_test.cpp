@@ -1,5 +1,5 @@
 // `dtrain report RUN_DIR...`: a page of a real run's metrics, written beside them or where --out
-// says, and the mistakes named.
+// says, and the mistakes named; and the page in a real browser.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -12,6 +12,7 @@
 namespace dt {
 namespace {
 
+using testing::run_command;
 using testing::run_dtrain;
 
 TEST(ReportCli, WritesOnePageOfRealRuns) {
@@ -36,6 +37,33 @@ TEST(ReportCli, WritesOnePageOfRealRuns) {
   EXPECT_NE(run_dtrain(str("report ", run.path("a"), " --out ", run.path("no/such/dir/x.html"))).output.find(
                 "report: cannot write"),
             std::string::npos);
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Debian's Chromium, headless, loads the page and prints its DOM as the browser parsed it: every
+// chart is there, each with its title, its lines and its dots (an element the browser could not
+// parse would be missing or read as text).
+TEST(ReportCli, APageLoadsInABrowserWithEveryChartDrawn) {
+  if (run_command("command -v chromium").status != 0)
+    GTEST_SKIP() << "needs Chromium (scripts/setup.sh --tests installs Debian's chromium)";
+  const testing::TrainRun run;
+  ASSERT_EQ(run_dtrain(run.args("run", "train.steps=6 eval.every=3")).status, 0);
+  const std::filesystem::path page = run.path("page.html");
+  ASSERT_EQ(run_dtrain(str("report ", run.path("run"), " --out ", page)).status, 0);
+  const auto dom = run_command(str("(timeout 120 chromium --headless --no-sandbox --disable-gpu --dump-dom file://",
+                                   page.string(), " 2>/dev/null)"));
+  ASSERT_EQ(dom.status, 0) << dom.output;
+  EXPECT_EQ(count(dom.output, "<svg "), 6u) << dom.output;
+  EXPECT_EQ(count(dom.output, "</svg>"), 6u);
+  EXPECT_EQ(count(dom.output, "<polyline "), 11u);  // five charts a line each, memory one each of its six tags
+  EXPECT_EQ(count(dom.output, "<circle "), 2u);    // the validations at steps 3 and 6
+  EXPECT_NE(dom.output.find(">throughput</text>"), std::string::npos);
+  EXPECT_NE(dom.output.find("<td>run</td><td>6</td>"), std::string::npos);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 # Installs the system packages (Debian package names) that building dtrain and running it need,
 # with the quickstart's corpus:
 #   scripts/setup.sh            the build, dtrain and the quickstart
-#   scripts/setup.sh --tests    also what the tests need: GoogleTest, and the reference stack
+#   scripts/setup.sh --tests    also what the tests need: GoogleTest, Chromium, and the reference stack
 #                               (Debian's PyTorch, then the pinned PyPI packages of
 #                               scripts/python-requirements.txt for its /usr/bin/python3)
 # Safe to run any number of times: each step skips what is present.
@@ -38,6 +38,7 @@ if $tests; then
   packages+=(
     libgtest-dev                                  # unit tests (GoogleTest, built from source by CMake)
     python3 python3-torch python3-numpy           # PyTorch reference for equivalence tests and bench/
+    chromium                                      # dtrain report's page loaded in a real browser (cli/report_cli_test.cpp)
     python3-pip python3-yaml python3-requests python3-typing-extensions python3-six  # pip, and what the PyPI packages import
   )
 fi
