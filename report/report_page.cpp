@@ -40,7 +40,7 @@ std::vector<std::string> with_prefix(const RunSeries& run, const std::string& pr
 // A chart of one series per run, `scale` applied to the values.
 Plot per_run(const std::vector<RunSeries>& runs, const std::string& series, const std::string& title,
              const std::string& y_label, double scale = 1) {
-  Plot plot{.title = title, .x_label = "step", .y_label = y_label, .series = {}};
+  Plot plot{.id = series, .title = title, .x_label = "step", .y_label = y_label, .series = {}};
   for (size_t r = 0; r < runs.size(); ++r)
     if (const Points* points = find(runs[r], series)) {
       Points scaled = *points;
@@ -54,7 +54,8 @@ Plot per_run(const std::vector<RunSeries>& runs, const std::string& series, cons
 // of several, the legend naming both.
 Plot grouped(const std::vector<RunSeries>& runs, const std::string& prefix, const std::string& title,
              const std::string& y_label, double scale) {
-  Plot plot{.title = title, .x_label = "step", .y_label = y_label, .series = {}};
+  Plot plot{.id = prefix.substr(0, prefix.size() - 1), .title = title, .x_label = "step", .y_label = y_label,
+            .series = {}};
   size_t next = 0;
   for (const RunSeries& run : runs)
     for (const std::string& name : with_prefix(run, prefix)) {
@@ -103,8 +104,8 @@ RunSeries read_run_series(const std::filesystem::path& run_dir) {
 std::vector<Plot> report_plots(const std::vector<RunSeries>& runs) {
   std::vector<Plot> plots;
   // Loss: a run's training loss as a line, its validation loss as dots of the same colour.
-  Plot loss{.title = "loss (lines: training; dots: validation)", .x_label = "step", .y_label = "loss (nats a token)",
-            .series = {}};
+  Plot loss{.id = "loss", .title = "loss (lines: training; dots: validation)", .x_label = "step",
+            .y_label = "loss (nats a token)", .series = {}};
   for (size_t r = 0; r < runs.size(); ++r) {
     if (const Points* train = find(runs[r], "loss"))
       loss.series.push_back({.label = runs[r].name, .colour = colour(r), .points = *train, .dots = false});

@@ -18,6 +18,7 @@ struct PlotSeries {
 };
 
 struct Plot {
+  std::string id;  // a short name, a file's stem ("loss")
   std::string title, x_label, y_label;
   std::vector<PlotSeries> series;
 };

@@ -28,7 +28,7 @@ std::vector<std::pair<double, double>> polyline_points(const std::string& svg) {
 
 TEST(SvgPlot, PointsLandWhereTheirValuesSayInsideTheAxes) {
   // 560 x 300: the axes span x 70..545 and y 30..255.
-  const Plot plot{.title = "loss", .x_label = "step", .y_label = "nats",
+  const Plot plot{.id = "chart", .title = "loss", .x_label = "step", .y_label = "nats",
                   .series = {{.label = "run", .colour = "#000", .points = {{0, 4}, {50, 3}, {100, 2}}, .dots = false}}};
   const std::string svg = svg_plot(plot);
   const auto points = polyline_points(svg);
@@ -45,7 +45,7 @@ TEST(SvgPlot, PointsLandWhereTheirValuesSayInsideTheAxes) {
 }
 
 TEST(SvgPlot, LeavesOutValuesThatAreNotFiniteAndEscapesText) {
-  const Plot plot{.title = "a < b & c", .x_label = "", .y_label = "",
+  const Plot plot{.id = "chart", .title = "a < b & c", .x_label = "", .y_label = "",
                   .series = {{.label = "\"run\"", .colour = "#000", .points = {{1, 1}, {2, NAN}, {3, 2}}, .dots = false},
                              {.label = "", .colour = "#f00", .points = {{2, 1.5}}, .dots = true}}};
   const std::string svg = svg_plot(plot);
@@ -54,7 +54,7 @@ TEST(SvgPlot, LeavesOutValuesThatAreNotFiniteAndEscapesText) {
   EXPECT_NE(svg.find("a &lt; b &amp; c"), std::string::npos);
   EXPECT_NE(svg.find("&quot;run&quot;"), std::string::npos);
   EXPECT_EQ(svg.find("nan"), std::string::npos);
-  const std::string empty = svg_plot({.title = "none", .x_label = "", .y_label = "",
+  const std::string empty = svg_plot({.id = "none", .title = "none", .x_label = "", .y_label = "",
                                       .series = {{.label = "x", .colour = "#000", .points = {{1, NAN}}, .dots = false}}});
   EXPECT_NE(empty.find("no values"), std::string::npos);
 }
