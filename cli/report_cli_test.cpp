@@ -30,6 +30,10 @@ TEST(ReportCli, WritesOnePageOfRealRuns) {
   EXPECT_NE(page.find("<td>a</td><td>6</td>"), std::string::npos);
   EXPECT_NE(page.find("<td>b</td><td>6</td>"), std::string::npos);
   EXPECT_NE(page.find("</html>"), std::string::npos);
+  const std::filesystem::path charts = run.path("charts");
+  ASSERT_EQ(run_dtrain(str("report ", run.path("a"), " --svg-dir ", charts)).status, 0);
+  for (const char* id : {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "memory"})
+    EXPECT_TRUE(std::filesystem::exists(charts / str(id, ".svg"))) << id;
 
   EXPECT_NE(run_dtrain("report").output.find("report: give one or more run directories"), std::string::npos);
   EXPECT_NE(run_dtrain(str("report ", run.path("missing"))).output.find("metrics.jsonl: cannot be read"),
