@@ -10,17 +10,14 @@ namespace dt::report {
 
 namespace {
 
-std::string number(double v) {
+// v as printf's `format` writes it: "%.4g" for the labels, "%.1f" for coordinates.
+std::string printed(const char* format, double v) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.4g", v);
+  std::snprintf(text, sizeof text, format, v);
   return text;
 }
-
-std::string coordinate(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f", v);
-  return text;
-}
+std::string number(double v) { return printed("%.4g", v); }
+std::string coordinate(double v) { return printed("%.1f", v); }
 
 }  // namespace
 
