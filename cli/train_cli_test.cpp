@@ -137,6 +137,21 @@ TEST(TrainCli, SigtermSavesAndTheSameCommandResumesBitForBit) {
   EXPECT_TRUE(run.final_tensors("stopped") == run.final_tensors("straight")) << "final checkpoints differ";
 }
 
+// Run `moved` trains 3 steps on 2 ranks as `saved` says, then resumes in one process to step 6 as
+// `resumed` says: its 6 losses on run `reference`'s within the layout matrix's bf16 bound, 1e-3
+// (FP8's scales turn the two layouts' bf16 roundings into FP8 steps: tests/layout_cell.cpp).
+void expect_moved_to_one_process(const TrainRun& run, const std::string& moved, const std::string& saved,
+                                 const std::string& resumed, const std::string& reference) {
+  const auto first = run_dtrain(run.args(moved, saved), testing::mpirun(2));
+  ASSERT_EQ(first.status, 0) << first.output;
+  const auto second = run_dtrain(run.args(moved, resumed));
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_NE(second.output.find("(step 3)"), std::string::npos) << second.output;
+  const std::vector<double> got = run.losses(moved), expected = run.losses(reference);
+  ASSERT_EQ(got.size(), 6u);
+  for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-3 * expected[s]) << moved << " step " << s + 1;
+}
+
 // FP8 with delayed scaling keeps each layer's amax history and scales in its checkpoint: a run
 // stopped at step 3 and resumed goes on bit for bit, and a history saved under tp 2 resumes in
 // one process. The tp 2 run differs from one process by bf16's roundings, which FP8's scales
@@ -155,13 +170,7 @@ TEST(TrainCli, Fp8DelayedScalingResumesBitForBitAndItsHistoryMovesBetweenLayouts
   EXPECT_TRUE(run.final_tensors("resumed") == run.final_tensors("straight")) << "final checkpoints differ";
   EXPECT_NE(run.final_tensors("straight").find("linear_state.h.1.mlp.fc.fp8_amax_history"), std::string::npos);
 
-  ASSERT_EQ(run_dtrain(run.args("tp2_to_one", three + " parallel.tp=2"), testing::mpirun(2)).status, 0);
-  const auto moved = run_dtrain(run.args("tp2_to_one", six));
-  ASSERT_EQ(moved.status, 0) << moved.output;
-  EXPECT_NE(moved.output.find("(step 3)"), std::string::npos) << moved.output;
-  const std::vector<double> got = run.losses("tp2_to_one"), expected = run.losses("straight");
-  ASSERT_EQ(got.size(), 6u);
-  for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-3 * expected[s]) << "step " << s + 1;
+  expect_moved_to_one_process(run, "tp2_to_one", three + " parallel.tp=2", six, "straight");
 }
 
 // The experts' delayed scaling state (a history per expert) saved under expert parallelism, where
@@ -173,15 +182,8 @@ TEST(TrainCli, Fp8ExpertsDelayedStateMovesFromExpertParallelRanksToOne) {
                           "fp8.amax_history=4 checkpoint.every=3 ";
   ASSERT_EQ(run_dtrain(run.args("one", fp8 + "train.steps=6")).status, 0);
   EXPECT_NE(run.final_tensors("one").find("linear_state.h.1.mlp.experts.proj.fp8_amax_history"), std::string::npos);
-  const auto ep = run_dtrain(run.args("ep2_to_one", fp8 + "train.steps=3 parallel.dp=2 parallel.ep=2"),
-                             testing::mpirun(2));
-  ASSERT_EQ(ep.status, 0) << ep.output;
-  const auto moved = run_dtrain(run.args("ep2_to_one", fp8 + "train.steps=6"));
-  ASSERT_EQ(moved.status, 0) << moved.output;
-  EXPECT_NE(moved.output.find("(step 3)"), std::string::npos) << moved.output;
-  const std::vector<double> got = run.losses("ep2_to_one"), expected = run.losses("one");
-  ASSERT_EQ(got.size(), 6u);
-  for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-3 * expected[s]) << "step " << s + 1;
+  expect_moved_to_one_process(run, "ep2_to_one", fp8 + "train.steps=3 parallel.dp=2 parallel.ep=2",
+                              fp8 + "train.steps=6", "one");
 }
 
 // A full disk while saving step 20: the run stops with the reason, and step 10 stays the
