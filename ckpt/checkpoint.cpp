@@ -100,6 +100,7 @@ void begin_checkpoint(const std::filesystem::path& root, int64_t step) {
 void write_checkpoint_file(const std::filesystem::path& root, int64_t step, const std::string& file,
                            const std::vector<std::pair<std::string, Tensor>>& tensors) {
   with_context(str("saving checkpoint of step ", step, " under '", root.string(), "'"), [&] {
+    if (fault_injected("checkpoint-write-slow", step)) std::this_thread::sleep_for(std::chrono::seconds(2));
     SafetensorsWriter writer;
     for (const auto& [name, tensor] : tensors) {
       writer.add(name, tensor);

@@ -80,7 +80,7 @@ TEST(PlanCli, JsonHoldsTheFiguresAndTheyAddUp) {
   EXPECT_EQ(j["layout"]["tp"], 2);
   EXPECT_EQ(j["layout"]["micro_batches"], 4);
   double tags = 0;
-  for (const char* tag : {"parameters", "gradients", "optimizer_state", "activations", "communication", "workspace"})
+  for (const char* tag : {"parameters", "gradients", "optimizer_state", "activations", "communication", "workspace", "checkpoint"})
     tags += j["memory_bytes"][tag].get<double>();
   EXPECT_EQ(tags, j["memory_bytes"]["total"].get<double>());
   EXPECT_EQ(j["memory_bytes"]["available"].get<double>(), 141.0 * (1 << 30));

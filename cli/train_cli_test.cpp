@@ -110,6 +110,62 @@ TEST(TrainCli, SigkillDuringACheckpointWriteResumesFromThePreviousOneBitForBit) 
   expect_sigkill_mid_save_resumes_bit_for_bit("");
 }
 
+// Every file of every checkpoint a run keeps, by its path under checkpoints/.
+std::map<std::string, std::string> checkpoint_files(const std::filesystem::path& run_dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(run_dir / "checkpoints"))
+    if (entry.is_regular_file()) {
+      std::ifstream in(entry.path(), std::ios::binary);
+      files[std::filesystem::relative(entry.path(), run_dir).string()] = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+  return files;
+}
+
+// checkpoint.async = true: the checkpoint of step 2 is written two seconds late (a slow disk,
+// injected), and the steps go on meanwhile; yet every checkpoint, file for file and byte for
+// byte, is what a synchronous save writes — the state after its step, not after the steps that
+// ran during the write — in one process and on two ZeRO-1 ranks that each write their file.
+TEST(TrainCli, AsynchronousSavesWriteWhatSynchronousOnesDoWhileTheStepsGoOn) {
+  const TrainRun run;
+  const std::string six = "train.steps=6 checkpoint.every=2 eval.every=0";
+  for (const bool two_ranks : {false, true}) {
+    const std::string name = two_ranks ? "zero1" : "one", ranks = two_ranks ? testing::mpirun(2) : "";
+    const std::string layout = two_ranks ? " parallel.dp=2 parallel.zero_stage=1" : "";
+    const auto sync = run_dtrain(run.args(name + "_sync", six + layout), ranks);
+    ASSERT_EQ(sync.status, 0) << sync.output;
+    const auto async = run_dtrain(run.args(name + "_async", six + layout + " checkpoint.async=true"),
+                                  "DTRAIN_INJECT_FAULT=checkpoint-write-slow@2 " + ranks);
+    ASSERT_EQ(async.status, 0) << async.output;
+    // Steps 3 and 4 ran while step 2's checkpoint was written; step 4's save waited for it.
+    const size_t step3 = async.output.find("step 3/6 | loss "), saved2 = async.output.find("step 2: saved checkpoint ");
+    ASSERT_NE(saved2, std::string::npos) << async.output;
+    EXPECT_LT(step3, saved2) << async.output;
+    EXPECT_NE(async.output.find("training paused "), std::string::npos) << async.output;
+    EXPECT_EQ(run.losses(name + "_async"), run.losses(name + "_sync"));
+    const std::map<std::string, std::string> expected = checkpoint_files(run.path(name + "_sync")),
+                                             got = checkpoint_files(run.path(name + "_async"));
+    EXPECT_EQ(expected.size(), two_ranks ? 10u : 7u) << name;  // 3 steps, and latest
+    for (const auto& [file, bytes] : expected) {
+      ASSERT_TRUE(got.contains(file)) << file;
+      EXPECT_TRUE(got.at(file) == bytes) << file << " differs";
+    }
+    // Each save's line in metrics.jsonl; step 2's came after step 3's.
+    std::ifstream metrics(run.path(name + "_async") / "metrics.jsonl");
+    std::vector<int64_t> saves;
+    int64_t last_step = 0, step2_after = 0;
+    for (std::string line; std::getline(metrics, line);) {
+      const auto entry = nlohmann::json::parse(line);
+      if (entry.contains("loss")) last_step = entry["step"].get<int64_t>();
+      if (!entry.contains("checkpoint_stall_ms")) continue;
+      saves.push_back(entry["step"].get<int64_t>());
+      EXPECT_LE(entry["checkpoint_stall_ms"].get<double>(), entry["checkpoint_save_ms"].get<double>()) << line;
+      if (saves.back() == 2) step2_after = last_step;
+    }
+    EXPECT_EQ(saves, (std::vector<int64_t>{2, 4, 6})) << name;
+    EXPECT_GE(step2_after, 3) << name;
+  }
+}
+
 // The same on a GPU, in bf16: the CUDA kernels are deterministic, so resuming is bit-exact there
 // too (issue 6).
 TEST(TrainCli, OnTheGpuResumingIsBitForBitToo) {

@@ -17,7 +17,8 @@ namespace dt {
 namespace {
 
 constexpr std::string_view kTagNames[kNumMemTags] = {"parameters",    "gradients",     "optimizer_state",
-                                                     "activations",   "communication", "workspace"};
+                                                     "activations",   "communication", "workspace",
+                                                     "checkpoint"};
 
 struct Accounting {
   std::mutex mutex;

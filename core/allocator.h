@@ -18,8 +18,9 @@
 
 namespace dt {
 
-enum class MemTag : uint8_t { parameters, gradients, optimizer_state, activations, communication, workspace };
-constexpr int kNumMemTags = 6;
+// `checkpoint`: the host staging an asynchronous checkpoint save copies its tensors into.
+enum class MemTag : uint8_t { parameters, gradients, optimizer_state, activations, communication, workspace, checkpoint };
+constexpr int kNumMemTags = 7;
 std::string_view mem_tag_name(MemTag tag);
 
 struct MemoryStats {

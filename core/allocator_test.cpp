@@ -15,7 +15,8 @@ namespace dt {
 namespace {
 
 constexpr MemTag kAllTags[] = {MemTag::parameters,  MemTag::gradients,     MemTag::optimizer_state,
-                               MemTag::activations, MemTag::communication, MemTag::workspace};
+                               MemTag::activations, MemTag::communication, MemTag::workspace,
+                               MemTag::checkpoint};
 
 // Other tests in the same process may still hold memory, so every check is a change from the
 // stats taken at construction. Peaks are reset first, so a peak change is measured from the
@@ -67,7 +68,8 @@ TEST(Allocator, CurrentAndPeakBytesPerTag) {
   deallocate(params_b, 500, MemTag::parameters, Device::cpu);
   for (MemTag tag : kAllTags) EXPECT_EQ(delta.current(tag), 0) << mem_tag_name(tag);
   EXPECT_EQ(delta.peak(MemTag::gradients), 3000);
-  for (MemTag tag : {MemTag::optimizer_state, MemTag::activations, MemTag::communication, MemTag::workspace})
+  for (MemTag tag : {MemTag::optimizer_state, MemTag::activations, MemTag::communication, MemTag::workspace,
+                     MemTag::checkpoint})
     EXPECT_EQ(delta.peak(tag), 0) << mem_tag_name(tag);
 
   reset_peak_memory(Device::cpu);

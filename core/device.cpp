@@ -123,6 +123,23 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 #endif
 }
 
+HostPinning::HostPinning(void* data, size_t bytes, Device from) {
+  if (from == Device::cpu || bytes == 0) return;
+  require_device(from);
+#ifdef DTRAIN_WITH_CUDA
+  DT_CUDA_CHECK(cudaHostRegister(data, bytes, cudaHostRegisterDefault));
+  pinned_ = data;
+#else
+  (void)data;
+#endif
+}
+
+HostPinning::~HostPinning() {
+#ifdef DTRAIN_WITH_CUDA
+  if (pinned_ != nullptr) cudaHostUnregister(pinned_);
+#endif
+}
+
 void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
                Device device) {
   if (row_bytes == 0 || rows == 0) return;

@@ -59,6 +59,19 @@ std::vector<T> host_values(const Tensor& t) {
   return values;
 }
 
+// Page-locks the `bytes` of host memory at `data` while it lives (cudaHostRegister), so that
+// copies from a GPU into it run at the link's speed; nothing when `from` is the CPU.
+class HostPinning {
+ public:
+  HostPinning(void* data, size_t bytes, Device from);
+  ~HostPinning();
+  HostPinning(const HostPinning&) = delete;
+  HostPinning& operator=(const HostPinning&) = delete;
+
+ private:
+  void* pinned_ = nullptr;
+};
+
 // Copies `rows` rows of row_bytes each within one device, row i from src + i * src_pitch to
 // dst + i * dst_pitch (columns of a matrix into another's), in order with the kernels queued on
 // the device.

@@ -14,10 +14,11 @@ bool fault_injected(std::string_view fault, int64_t where) {
   const size_t at = spec.find('@');
   const std::string name = spec.substr(0, at);
   if (at == std::string::npos ||
-      (name != "checkpoint-write-fails" && name != "checkpoint-write-stalls" && name != "step-stalls" &&
+      (name != "checkpoint-write-fails" && name != "checkpoint-write-stalls" && name != "checkpoint-write-slow" &&
+       name != "step-stalls" &&
        name != "step-kills-rank" && name != "collective-result-wrong"))
     throw Error(str("DTRAIN_INJECT_FAULT = '", spec, "': expected checkpoint-write-fails@STEP, "
-                    "checkpoint-write-stalls@STEP, step-stalls@STEP, step-kills-rank@STEP or "
+                    "checkpoint-write-stalls@STEP, checkpoint-write-slow@STEP, step-stalls@STEP, step-kills-rank@STEP or "
                     "collective-result-wrong@RANK; unset it for a normal run"));
   char* end = nullptr;
   const long long fault_at = std::strtoll(spec.c_str() + at + 1, &end, 10);

@@ -8,6 +8,9 @@
 //                            says it was injected)
 //   checkpoint-write-stalls  saving the checkpoint of STEP stops at that same point for a
 //                            minute, so that a test can SIGKILL the process mid-save
+//   checkpoint-write-slow    each tensor file of STEP's checkpoint starts to be written two
+//                            seconds late, as on a slow disk (an asynchronous save's test: the
+//                            steps go on meanwhile)
 //   step-stalls              the rank stops for ten minutes before step STEP, calling no
 //                            collective (the collective watchdog's test: the other ranks
 //                            report it)

@@ -78,7 +78,8 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
     if (spec) add(spec->tag, FlatTensors::held_bytes(layout, spec->dtype, spec->storage));
   // The per-linear state the model carries itself (an expert bias) and FP8's recipe keeps, over
   // the blocks held here.
-  add(MemTag::parameters, LinearStates::bytes(layout, with_model_states(config, float8_state_declarations(fp8, config))));
+  const size_t linear_states = LinearStates::bytes(layout, with_model_states(config, float8_state_declarations(fp8, config)));
+  add(MemTag::parameters, linear_states);
   for (const int s : stages.held) {
     const ActivationBytes activations =
         Stage::activation_bytes(config, stages.all[static_cast<size_t>(s)], recompute, precision, batch_size, seq_len,
@@ -94,6 +95,15 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   for (const ZeroPolicy::ShardBuffer& spec : zero.shard_buffers())
     add(spec.tag, static_cast<size_t>(local) * dtype_size(spec.dtype));
   add(MemTag::optimizer_state, 2 * AdamW::bytes_per_moment(local));
+  // A checkpoint's share of the rank (dp rank 0, the largest): the f32 parameters and the
+  // moments, its parts where they are sharded, else every unit whole, and on tp rank 0 the
+  // per-linear states.
+  int64_t units = 0;
+  for (const kernels::FlatRange& unit : layout.units()) units += unit.size();
+  const int64_t parameters = zero.shards_f32_parameters() ? local : units;
+  const int64_t moments = zero.shards_optimizer_state ? local : units;
+  plan.checkpoint_staging = static_cast<size_t>(parameters + 2 * moments) * sizeof(float) +
+                            (shard.rank == 0 ? linear_states : 0);
   // ZeRO's hooks during the passes of a rank's one stage; a pipeline's reduction follows its
   // schedule and holds nothing more (DataParallel::reduce_gradients).
   if (schedule == nullptr)

@@ -30,6 +30,9 @@ struct MemoryPlan {
   // The result buffers an MPI backend keeps of this rank's all-reduces, one per group at the
   // size of its largest (comm/mpi_communicator.cpp): host memory, the device's on a CPU run.
   size_t mpi_kept_results = 0;
+  // What an asynchronous checkpoint save stages (train/checkpoint_saver.h): this rank's share of
+  // a checkpoint (training_checkpoint.h's checkpoint_share), host memory held for the whole run.
+  size_t checkpoint_staging = 0;
   size_t peak(MemTag tag) const { return bytes[static_cast<size_t>(tag)] + during_step[static_cast<size_t>(tag)]; }
   size_t allocated() const;
   size_t total() const;  // every tag's peak, added

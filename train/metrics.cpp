@@ -90,6 +90,14 @@ void MetricsLog::log_step(const StepMetrics& m) {
   events_->flush();
 }
 
+void MetricsLog::log_checkpoint(int64_t step, double stall_ms, double save_ms) {
+  write_line(nlohmann::ordered_json{{"step", step}, {"checkpoint_stall_ms", stall_ms}, {"checkpoint_save_ms", save_ms}}.dump());
+  if (!events_) return;
+  events_->add_scalar("checkpoint/stall_ms", stall_ms, step);
+  events_->add_scalar("checkpoint/save_ms", save_ms, step);
+  events_->flush();
+}
+
 void MetricsLog::log_validation(int64_t step, double loss) {
   write_line(nlohmann::ordered_json{{"step", step}, {"val_loss", loss}}.dump());
   if (!events_) return;

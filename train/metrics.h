@@ -7,10 +7,12 @@
 //    "peak_bytes": {"parameters": ..., ...}}
 // (grad_norm, lr, mfu and hfu are null on a skipped step), with a mixture of experts also
 // "expert_imbalance": {"h.1": ..., ...} and, where the model trains with them, "expert_aux_loss",
-// "router_z_loss" and (within a capacity) "expert_dropped" alike, and {"step", "val_loss"} when evaluated. The same numbers go to
+// "router_z_loss" and (within a capacity) "expert_dropped" alike, {"step", "val_loss"} when evaluated, and
+// {"step", "checkpoint_stall_ms", "checkpoint_save_ms"} once a checkpoint of that step is in place
+// (an asynchronous save's line comes some steps later). The same numbers go to
 // TensorBoard as train/loss, train/lr, train/grad_norm, train/tokens_per_s, train/mfu, train/hfu,
 // train/loss_scale, moe/imbalance/h.<l>, moe/aux_loss/h.<l>, moe/z_loss/h.<l>, moe/dropped/h.<l>
-// and val/loss.
+// val/loss, checkpoint/stall_ms and checkpoint/save_ms.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +61,9 @@ class MetricsLog {
 
   void log_step(const StepMetrics& m);
   void log_validation(int64_t step, double loss);
+  // A checkpoint of `step` in place: how long the step loop stood still for it, and how long it
+  // took until it was in place (train/checkpoint_saver.h).
+  void log_checkpoint(int64_t step, double stall_ms, double save_ms);
   const std::filesystem::path& metrics_path() const { return metrics_path_; }
 
  private:

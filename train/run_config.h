@@ -12,7 +12,7 @@
 //   [loss_scale]  enabled, initial, growth_interval, min_scale
 //   [parallel]    dp, tp, pp, cp, ep, zero_stage, sp, pp_schedule, pp_virtual, cp_zigzag,
 //                 bucket_mb, timeout_s, backend
-//   [checkpoint]  dir, every, keep_last, resume
+//   [checkpoint]  dir, every, keep_last, async, resume
 //   [log]         run_dir, every, progress, tensorboard, trace
 //   [eval]        every, batches
 //   [sample]      every, prompt, max_tokens, temperature, top_k, top_p, seed
@@ -105,6 +105,7 @@ struct RunConfig {
     std::filesystem::path dir;  // "" = <run_dir>/checkpoints
     int64_t every = 0;          // steps between saves; 0 = only at the end and on SIGTERM/SIGINT
     int keep_last = 3;
+    bool async = false;         // write while training goes on (train/checkpoint_saver.h)
     bool resume = true;         // continue from the latest checkpoint in dir when one exists
   } checkpoint;
 

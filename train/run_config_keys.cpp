@@ -285,6 +285,7 @@ std::vector<ConfigKey> make_keys() {
       key("checkpoint", "dir", &C::checkpoint, &C::Checkpointing::dir),
       key("checkpoint", "every", &C::checkpoint, &C::Checkpointing::every),
       key("checkpoint", "keep_last", &C::checkpoint, &C::Checkpointing::keep_last),
+      key("checkpoint", "async", &C::checkpoint, &C::Checkpointing::async),
       key("checkpoint", "resume", &C::checkpoint, &C::Checkpointing::resume),
 
       key("log", "run_dir", &C::log, &C::Log::run_dir),

@@ -110,8 +110,11 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
   size_t& workspace = plan.bytes[static_cast<size_t>(MemTag::workspace)];
   workspace += BatchBuffers::bytes(accumulation + 1, B, local_T);
   if (cp > 1 && on_cpu) workspace += BatchBuffers::bytes(accumulation, B, T);
-  // On the CPU, the backend is MPI and its kept results are the device's memory.
+  // On the CPU, the backend is MPI and its kept results are the device's memory; so is an
+  // asynchronous save's staging.
   if (on_cpu) plan.bytes[static_cast<size_t>(MemTag::communication)] += plan.mpi_kept_results;
+  if (!config.checkpoint.async) plan.checkpoint_staging = 0;
+  if (on_cpu) plan.bytes[static_cast<size_t>(MemTag::checkpoint)] += plan.checkpoint_staging;
   // Context parallelism: the whole (padded) sequence's rotary tables, and ring attention's blocks
   // and accumulators during each call (parallel/context/).
   const TensorShard shard{rank ? rank->tp : 0, config.dims().tp};

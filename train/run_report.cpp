@@ -180,8 +180,12 @@ void RunReport::sample(int64_t step, const std::string& text) {
   progress_.message(str("step ", step, ": sample: ", text));
 }
 
-void RunReport::checkpoint(int64_t step, const std::filesystem::path& saved) {
-  progress_.message(str("step ", step, ": saved checkpoint ", saved.string()));
+void RunReport::checkpoint(int64_t step, const std::filesystem::path& saved, double stall_s, double save_s) {
+  if (metrics_) metrics_->log_checkpoint(step, stall_s * 1e3, save_s * 1e3);
+  const std::string took = stall_s == save_s ? str(fixed(save_s, 2), " s")
+                                             : str("in place after ", fixed(save_s, 2), " s; training paused ",
+                                                   fixed(stall_s, 3), " s");
+  progress_.message(str("step ", step, ": saved checkpoint ", saved.string(), " (", took, ")"));
 }
 
 void RunReport::stopping(int64_t step, int signal) {

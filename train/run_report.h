@@ -48,7 +48,7 @@ class RunReport {
 
   void validation(int64_t step, const Evaluation& evaluation);
   void sample(int64_t step, const std::string& text);
-  void checkpoint(int64_t step, const std::filesystem::path& saved);
+  void checkpoint(int64_t step, const std::filesystem::path& saved, double stall_s, double save_s);
   void stopping(int64_t step, int signal);
   // At the end, after step `step`: the merged trace, the steps trained, loss scaling (with a
   // scaler) and the peak memory.

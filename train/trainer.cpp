@@ -23,6 +23,7 @@
 #include "parallel/launch_check.h"
 #include "parallel/parallel_run.h"
 #include "train/batch_buffers.h"
+#include "train/checkpoint_saver.h"
 #include "train/evaluate.h"
 #include "train/generate.h"
 #include "train/preflight.h"
@@ -202,7 +203,19 @@ class Milestones {
       : config_(config), run_(run), control_(control), loader_(loader), scaler_(scaler), data_(data),
         report_(report), summary_(summary),
         eval_batch_(1, config.train.micro_batch_size,
-                    run.context() ? run.context()->local_len() : config.data.seq_len, config.train.target_device()) {}
+                    run.context() ? run.context()->local_len() : config.data.seq_len, config.train.target_device()) {
+    // Every rank saves: what is sharded each rank writes its parts of, what every rank of a dp
+    // group holds whole its rank 0 writes, each tp rank its own slices
+    // (train/training_checkpoint.h).
+    if (config.checkpoint_dir().empty()) return;
+    saver_.emplace(config.checkpoint_dir(), config.checkpoint.keep_last, config.checkpoint.async, control,
+                   run.model().layout(),
+                   checkpoint_share(run.data_parallel(), run.model().params(), &run.model().linear_states()),
+                   [this](const CheckpointSaver::Saved& saved) {
+                     summary_.last_checkpoint = saved.directory;
+                     report_.checkpoint(saved.step, saved.directory, saved.stall_s, saved.save_s);
+                   });
+  }
 
   // After `step`, unless it was the last.
   void after_step(int64_t step) {
@@ -234,21 +247,18 @@ class Milestones {
     report_.sample(step, sample_text(config_, *params.whole(), *data_.tokenizer));
   }
 
-  // Every rank calls the save: what is sharded each rank writes its parts of, what every rank of
-  // a dp group holds whole its rank 0 writes, each tp rank its own slices
-  // (train/training_checkpoint.h).
+  // Every rank calls each: a save of the state after `step` (asynchronous: in place some steps
+  // later), a poll after every step (completing an asynchronous save), and the run's last save,
+  // in place when it returns.
   void save(int64_t step) {
-    const std::filesystem::path checkpoints = config_.checkpoint_dir();
-    if (checkpoints.empty()) return;
-    const TrainingProgress at{step, loader_.state()};
-    DataParallel& data_parallel = run_.data_parallel();
-    const std::filesystem::path saved =
-        save_training_checkpoint(checkpoints, config_.checkpoint.keep_last, control_, run_.model().layout(),
-                                 checkpoint_share(data_parallel, run_.model().params(), &run_.model().linear_states()),
-                                 data_parallel.optimizer(), scaler_, at);
-    if (!run_.lead()) return;
-    summary_.last_checkpoint = saved;
-    report_.checkpoint(step, saved);
+    if (saver_) saver_->save(run_.data_parallel().optimizer(), scaler_, {step, loader_.state()});
+  }
+  void poll_save() {
+    if (saver_) saver_->poll();
+  }
+  void save_last(int64_t step) {
+    save(step);
+    if (saver_) saver_->wait();
   }
 
  private:
@@ -261,6 +271,7 @@ class Milestones {
   RunReport& report_;
   TrainSummary& summary_;
   BatchBuffers eval_batch_;
+  std::optional<CheckpointSaver> saver_;  // none without a checkpoint directory
 };
 
 // Faults the tests inject before `step` (core/fault_injection.h): a rank that stalls, one that dies.
@@ -315,6 +326,7 @@ TrainSummary run_training(const RunConfig& config) {
     report.step(step, lr, stats, seconds);
     // Every rank stops after this step if any received a signal, and knows which (to name it).
     stop_signal = static_cast<int>(all_reduce_value(*control, stop.signal_number(), ReduceOp::max));
+    milestones.poll_save();
     if (step == config.train.steps || stop_signal != 0) break;
     milestones.after_step(step);
   }
@@ -327,7 +339,7 @@ TrainSummary run_training(const RunConfig& config) {
     milestones.validate(step);
     milestones.sample(step);
   }
-  milestones.save(step);
+  milestones.save_last(step);
   report.finish(step, scaler.get());
   return summary;
 }

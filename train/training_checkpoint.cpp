@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -283,26 +284,14 @@ CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& para
   return share;
 }
 
-std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last,
-                                               Communicator& control, const ParameterLayout& layout,
-                                               const CheckpointShare& share, const AdamW& optimizer,
-                                               const LossScaler* scaler, const TrainingProgress& progress) {
-  const int rank = control.rank();
-  // This rank's tensors, in host memory (pieces on a GPU are copied out): for each parameter
-  // inside a piece, the whole tensor under its name, or the part of it the piece holds.
+std::vector<std::pair<std::string, Tensor>> checkpoint_tensors(const ParameterLayout& layout,
+                                                              const CheckpointShare& share) {
+  // For each parameter inside a piece, the whole tensor under its name, or the part of it the
+  // piece holds.
   std::vector<std::pair<std::string, Tensor>> tensors;
-  std::deque<Buffer> host_copies;
-  // `t`, or its copy in host memory where it lives on a GPU.
-  const auto on_host = [&](const Tensor& t) {
-    if (t.device == Device::cpu) return t;
-    const Tensor host =
-        host_copies.emplace_back(t.bytes(), MemTag::workspace, Device::cpu, false).view(t.dtype, t.shape);
-    copy_bytes(host.data, Device::cpu, t.data, t.device, t.bytes());
-    return host;
-  };
   for (const auto& [buffer, pieces] : share.buffers)
     for (const CheckpointShare::Piece& piece : pieces) {
-      const Tensor values = on_host(piece.values.reshape({piece.range.size()}));
+      const Tensor values = piece.values.reshape({piece.range.size()});
       for (const ParamInfo& p : layout.params()) {
         const int64_t b = std::max(p.offset, piece.range.begin), e = std::min(p.offset + p.numel(), piece.range.end);
         if (b >= e) continue;
@@ -311,33 +300,77 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& root
           tensors.emplace_back(std::move(named.name), named.values);
       }
     }
-  for (const auto& [name, tensor] : share.whole) tensors.emplace_back(name, on_host(tensor));
-  // The writers, in rank order: the ranks with something to write.
-  const int ranks = control.size();
-  const Buffer writes(static_cast<size_t>(ranks) * sizeof(int32_t), MemTag::workspace, Device::cpu);
-  const Tensor flags = writes.view(DType::i32, {ranks});
-  flags.ptr<int32_t>()[rank] = tensors.empty() ? 0 : 1;
+  for (const auto& [name, tensor] : share.whole) tensors.emplace_back(name, tensor);
+  return tensors;
+}
+
+CheckpointShare share_copy(const CheckpointShare& share, const std::function<Tensor(const Tensor&)>& copy) {
+  CheckpointShare copied{.buffers = {}, .whole = {}};
+  for (const auto& [buffer, pieces] : share.buffers) {
+    std::vector<CheckpointShare::Piece>& to = copied.buffers.emplace_back(buffer, std::vector<CheckpointShare::Piece>{}).second;
+    for (const CheckpointShare::Piece& piece : pieces) to.push_back({piece.range, copy(piece.values)});
+  }
+  for (const auto& [name, tensor] : share.whole) copied.whole.emplace_back(name, copy(tensor));
+  return copied;
+}
+
+size_t checkpoint_share_bytes(const CheckpointShare& share) {
+  size_t bytes = 0;
+  share_copy(share, [&](const Tensor& t) {
+    bytes += t.bytes();
+    return t;
+  });
+  return bytes;
+}
+
+CheckpointFiles checkpoint_files(Communicator& control, bool writes) {
+  const int rank = control.rank(), ranks = control.size();
+  const Buffer flags_buffer(static_cast<size_t>(ranks) * sizeof(int32_t), MemTag::workspace, Device::cpu);
+  const Tensor flags = flags_buffer.view(DType::i32, {ranks});
+  flags.ptr<int32_t>()[rank] = writes ? 1 : 0;
   control.all_gather(flags, flags.slice_rows(rank, 1)).wait();
+  CheckpointFiles files;
   std::vector<int> writers;
   for (int r = 0; r < ranks; ++r)
     if (flags.ptr<int32_t>()[r] != 0) writers.push_back(r);
+  for (size_t i = 0; i < writers.size(); ++i) {
+    files.all.push_back(ckpt::shard_file_name(static_cast<int>(i), static_cast<int>(writers.size())));
+    if (writers[i] == rank) files.own = files.all.back();
+  }
+  return files;
+}
+
+ckpt::CheckpointContent checkpoint_content(const ParameterLayout& layout, const AdamW& optimizer,
+                                           const LossScaler* scaler, const TrainingProgress& progress) {
+  return {.step = progress.step,
+          .model = model_description(layout.config()),
+          .state = training_state(optimizer.steps_taken(), scaler, progress),
+          .tensors = {}};
+}
+
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last,
+                                               Communicator& control, const ParameterLayout& layout,
+                                               const CheckpointShare& share, const AdamW& optimizer,
+                                               const LossScaler* scaler, const TrainingProgress& progress) {
+  // This rank's tensors, in host memory: pieces on a GPU are copied out.
+  std::deque<Buffer> host_copies;
+  const CheckpointShare on_host = share_copy(share, [&](const Tensor& t) {
+    if (t.device == Device::cpu) return t;
+    const Tensor host =
+        host_copies.emplace_back(t.bytes(), MemTag::workspace, Device::cpu, false).view(t.dtype, t.shape);
+    copy_bytes(host.data, Device::cpu, t.data, t.device, t.bytes());
+    return host;
+  });
+  const std::vector<std::pair<std::string, Tensor>> tensors = checkpoint_tensors(layout, on_host);
+  const CheckpointFiles files = checkpoint_files(control, !tensors.empty());
   // Rank 0 makes the directory, the writers write their files (the slowest is waited for
   // untimed: a large write is not a hang), then rank 0 writes the manifest and puts it in place.
-  if (rank == 0) ckpt::begin_checkpoint(root, progress.step);
+  if (control.rank() == 0) ckpt::begin_checkpoint(root, progress.step);
   control.barrier().wait();
-  std::vector<std::string> files;
-  for (size_t i = 0; i < writers.size(); ++i) {
-    files.push_back(ckpt::shard_file_name(static_cast<int>(i), static_cast<int>(writers.size())));
-    if (writers[i] == rank) ckpt::write_checkpoint_file(root, progress.step, files.back(), tensors);
-  }
+  if (!files.own.empty()) ckpt::write_checkpoint_file(root, progress.step, files.own, tensors);
   control.barrier(/*timed=*/false).wait();
-  if (rank != 0) return {};
-  return ckpt::finish_checkpoint(root,
-                                 {.step = progress.step,
-                                  .model = model_description(layout.config()),
-                                  .state = training_state(optimizer.steps_taken(), scaler, progress),
-                                  .tensors = {}},
-                                 files, keep_last);
+  if (control.rank() != 0) return {};
+  return ckpt::finish_checkpoint(root, checkpoint_content(layout, optimizer, scaler, progress), files.all, keep_last);
 }
 
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& root, int keep_last,

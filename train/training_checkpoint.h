@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 
 #include "ckpt/checkpoint.h"
@@ -82,6 +83,27 @@ CheckpointShare checkpoint_share(const DataParallel& dp, const FlatTensors& para
                                  const LinearStates* linear_states = nullptr);
 // The name a per-linear state is saved under: "linear_state.h.3.attn.qkv.amax_history".
 std::string linear_state_tensor_name(const std::string& name);
+
+// The steps of a save, which save_training_checkpoint and an asynchronous save
+// (train/checkpoint_saver.h) compose.
+// The tensors `share` saves, by name: each parameter a piece covers, whole or the part it holds,
+// as views of the pieces' values, and the whole tensors.
+std::vector<std::pair<std::string, Tensor>> checkpoint_tensors(const ParameterLayout& layout,
+                                                              const CheckpointShare& share);
+// `share` with each piece's and whole tensor's values replaced by copy(values).
+CheckpointShare share_copy(const CheckpointShare& share, const std::function<Tensor(const Tensor&)>& copy);
+// The bytes of `share`'s values: what a copy of it holds.
+size_t checkpoint_share_bytes(const CheckpointShare& share);
+// The tensor files of a save: one for each rank of `control` that `writes`, in rank order, and
+// this rank's ("" when it writes none). Every rank of `control` calls it.
+struct CheckpointFiles {
+  std::vector<std::string> all;
+  std::string own;
+};
+CheckpointFiles checkpoint_files(Communicator& control, bool writes);
+// The manifest's content of a save of `progress`: the model, AdamW's steps, the scaler, the loader.
+ckpt::CheckpointContent checkpoint_content(const ParameterLayout& layout, const AdamW& optimizer,
+                                           const LossScaler* scaler, const TrainingProgress& progress);
 
 // Saves under `root` (atomic, keeps the newest keep_last): every rank of `control` (the job's)
 // calls it with its share, and `control` orders the steps (rank 0 makes the directory, the ranks
