@@ -83,16 +83,17 @@ TEST(TrainCli, LogsEveryStepAndFillsTheRunDirectory) {
 }
 
 // 20 steps straight, against: 20 steps killed with SIGKILL while the checkpoint of step 20 is
-// being written (DTRAIN_INJECT_FAULT stalls it there), then the same command again, which
-// resumes from step 10's checkpoint. Every logged loss and every byte of the final parameters
-// and moments must agree.
-void expect_sigkill_mid_save_resumes_bit_for_bit(const std::string& overrides) {
+// being written (DTRAIN_INJECT_FAULT stalls it there), once `steps_logged` steps are logged,
+// then the same command again, which resumes from step 10's checkpoint. Every logged loss and
+// every byte of the final parameters and moments must agree.
+void expect_sigkill_mid_save_resumes_bit_for_bit(const std::string& overrides, size_t steps_logged = 20) {
   const TrainRun run;
   ASSERT_EQ(run_dtrain(run.args("straight", overrides)).status, 0);
   {
     BackgroundDtrain killed(run.args("killed", overrides), "DTRAIN_INJECT_FAULT=checkpoint-write-stalls@20");
     const auto partial = run.path("killed") / "checkpoints" / "step_000000020.tmp" / "tensors.safetensors";
-    ASSERT_TRUE(killed.wait_while_running_until([&] { return std::filesystem::exists(partial); }, 120))
+    ASSERT_TRUE(killed.wait_while_running_until(
+                    [&] { return std::filesystem::exists(partial) && run.losses("killed").size() >= steps_logged; }, 120))
         << killed.wait(0).output;
     killed.signal(SIGKILL);
     EXPECT_EQ(killed.wait(60).signal, SIGKILL);  // at once; the bound only keeps a hang from blocking
@@ -164,6 +165,13 @@ TEST(TrainCli, AsynchronousSavesWriteWhatSynchronousOnesDoWhileTheStepsGoOn) {
     EXPECT_EQ(saves, (std::vector<int64_t>{2, 4, 6})) << name;
     EXPECT_GE(step2_after, 3) << name;
   }
+}
+
+// An asynchronous save killed mid-write: step 20's checkpoint stalls before its manifest while
+// steps 21-30 go on, and the kill lands while the run's last save waits for it. `latest` still
+// names step 10's, and resuming from it is bit for bit.
+TEST(TrainCli, SigkillDuringAnAsynchronousSaveResumesFromThePreviousOneBitForBit) {
+  expect_sigkill_mid_save_resumes_bit_for_bit("checkpoint.async=true train.steps=30", 30);
 }
 
 // The same on a GPU, in bf16: the CUDA kernels are deterministic, so resuming is bit-exact there
@@ -243,16 +251,20 @@ TEST(TrainCli, Fp8ExpertsDelayedStateMovesFromExpertParallelRanksToOne) {
 }
 
 // A full disk while saving step 20: the run stops with the reason, and step 10 stays the
-// latest checkpoint, intact.
+// latest checkpoint, intact. Saved asynchronously, the failure stops the run at the first poll
+// or save after it, with the same reason.
 TEST(TrainCli, AFailedCheckpointWriteKeepsThePreviousCheckpoint) {
   const TrainRun run;
-  BackgroundDtrain failing(run.args("run"), "DTRAIN_INJECT_FAULT=checkpoint-write-fails@20");
-  const auto result = failing.wait(120);  // 20 steps: seconds, well under the bound
-  EXPECT_EQ(result.status, 1) << result.output;
-  EXPECT_NE(result.output.find("No space left on device (injected"), std::string::npos) << result.output;
-  const ckpt::Checkpoint latest(ckpt::Checkpoint::latest(run.path("run") / "checkpoints"));
-  EXPECT_EQ(latest.step(), 10);
-  latest.verify();
+  for (const auto& [name, overrides] : {std::pair{"sync", ""}, {"async", "checkpoint.async=true train.steps=30"}}) {
+    BackgroundDtrain failing(run.args(name, overrides), "DTRAIN_INJECT_FAULT=checkpoint-write-fails@20");
+    const auto result = failing.wait(120);  // 20 steps: seconds, well under the bound
+    EXPECT_EQ(result.status, 1) << result.output;
+    EXPECT_NE(result.output.find("saving checkpoint of step 20"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("No space left on device (injected"), std::string::npos) << result.output;
+    const ckpt::Checkpoint latest(ckpt::Checkpoint::latest(run.path(name) / "checkpoints"));
+    EXPECT_EQ(latest.step(), 10);
+    latest.verify();
+  }
 }
 
 TEST(TrainCli, ResumingIntoADifferentModelNamesTheFields) {

@@ -95,15 +95,18 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   for (const ZeroPolicy::ShardBuffer& spec : zero.shard_buffers())
     add(spec.tag, static_cast<size_t>(local) * dtype_size(spec.dtype));
   add(MemTag::optimizer_state, 2 * AdamW::bytes_per_moment(local));
-  // A checkpoint's share of the rank (dp rank 0, the largest): the f32 parameters and the
-  // moments, its parts where they are sharded, else every unit whole, and on tp rank 0 the
-  // per-linear states.
-  int64_t units = 0;
-  for (const kernels::FlatRange& unit : layout.units()) units += unit.size();
-  const int64_t parameters = zero.shards_f32_parameters() ? local : units;
-  const int64_t moments = zero.shards_optimizer_state ? local : units;
-  plan.checkpoint_staging = static_cast<size_t>(parameters + 2 * moments) * sizeof(float) +
-                            (shard.rank == 0 ? linear_states : 0);
+  // A checkpoint's share (f32): of the parameters and the two moments, the parts of those ZeRO
+  // shards, and each unit's dense and experts' ranges of those held whole.
+  const size_t sharded = (zero.shards_f32_parameters() ? 1 : 0) + (zero.shards_optimizer_state ? 2 : 0);
+  int64_t dense = 0, expert = 0;
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    dense += layout.experts_of_unit(u).begin - layout.units()[u].begin;
+    expert += layout.experts_of_unit(u).size();
+  }
+  plan.checkpoint_staging = {
+      .parts = sharded * static_cast<size_t>(local) * sizeof(float),
+      .dense = (3 - sharded) * static_cast<size_t>(dense) * sizeof(float) + (shard.rank == 0 ? linear_states : 0),
+      .experts = (3 - sharded) * static_cast<size_t>(expert) * sizeof(float)};
   // ZeRO's hooks during the passes of a rank's one stage; a pipeline's reduction follows its
   // schedule and holds nothing more (DataParallel::reduce_gradients).
   if (schedule == nullptr)

@@ -30,9 +30,18 @@ struct MemoryPlan {
   // The result buffers an MPI backend keeps of this rank's all-reduces, one per group at the
   // size of its largest (comm/mpi_communicator.cpp): host memory, the device's on a CPU run.
   size_t mpi_kept_results = 0;
-  // What an asynchronous checkpoint save stages (train/checkpoint_saver.h): this rank's share of
-  // a checkpoint (training_checkpoint.h's checkpoint_share), host memory held for the whole run.
-  size_t checkpoint_staging = 0;
+  // What an asynchronous checkpoint save stages (train/checkpoint_saver.h), host memory held for
+  // the whole run: a rank's share of a checkpoint (train/training_checkpoint.h's
+  // checkpoint_share), by which ranks write it.
+  struct CheckpointStaging {
+    size_t parts = 0;    // every rank: its parts of the buffers ZeRO shards
+    size_t dense = 0;    // rank 0 of dp × cp: the rest of the buffers held whole, and on tp rank 0
+                         // the per-linear states
+    size_t experts = 0;  // rank 0 of the ranks holding the same experts: theirs of the buffers held whole
+    size_t of(bool dp_lead, bool experts_lead) const {
+      return parts + (dp_lead ? dense : 0) + (experts_lead ? experts : 0);
+    }
+  } checkpoint_staging;
   size_t peak(MemTag tag) const { return bytes[static_cast<size_t>(tag)] + during_step[static_cast<size_t>(tag)]; }
   size_t allocated() const;
   size_t total() const;  // every tag's peak, added

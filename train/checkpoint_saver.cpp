@@ -64,7 +64,7 @@ void CheckpointSaver::start(std::function<void()> work) {
 }
 
 void CheckpointSaver::join() {
-  thread_.join();
+  if (thread_.joinable()) thread_.join();  // a poll may have joined it while others still wrote
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 

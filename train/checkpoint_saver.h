@@ -73,7 +73,7 @@ class CheckpointSaver {
   enum class Phase { idle, writing, finishing };  // finishing: rank 0 alone
   // Runs `work` on a thread; `done_` is set when it returns or throws.
   void start(std::function<void()> work);
-  // Joins the thread and rethrows what it threw.
+  // Joins the thread (once) and rethrows what it threw.
   void join();
   void start_finishing();
   void completed();

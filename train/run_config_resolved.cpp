@@ -113,8 +113,10 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
   // On the CPU, the backend is MPI and its kept results are the device's memory; so is an
   // asynchronous save's staging.
   if (on_cpu) plan.bytes[static_cast<size_t>(MemTag::communication)] += plan.mpi_kept_results;
-  if (!config.checkpoint.async) plan.checkpoint_staging = 0;
-  if (on_cpu) plan.bytes[static_cast<size_t>(MemTag::checkpoint)] += plan.checkpoint_staging;
+  // Without a rank, the largest: the first of dp × cp, which writes everything held whole.
+  const int replica = rank ? config.dims().replica_index(*rank) : 0;
+  if (config.checkpoint.async && on_cpu)
+    plan.bytes[static_cast<size_t>(MemTag::checkpoint)] += plan.checkpoint_staging.of(replica == 0, replica < config.dims().ep);
   // Context parallelism: the whole (padded) sequence's rotary tables, and ring attention's blocks
   // and accumulators during each call (parallel/context/).
   const TensorShard shard{rank ? rank->tp : 0, config.dims().tp};
