@@ -33,7 +33,8 @@ CheckpointSaver::CheckpointSaver(std::filesystem::path root, int keep_last, bool
       share_(std::move(share)),
       on_saved_(std::move(on_saved)) {
   if (!async_) return;
-  staging_ = Buffer(checkpoint_share_bytes(share_), MemTag::checkpoint, Device::cpu, /*zero=*/false);
+  // Zeroed now, so that the first save does not pay for faulting its pages in.
+  staging_ = Buffer(checkpoint_share_bytes(share_), MemTag::checkpoint, Device::cpu);
   pinning_.emplace(staging_.data(), staging_.bytes(), share_device(share_));
   size_t offset = 0;
   const CheckpointShare staged = share_copy(share_, [&](const Tensor& t) {
