@@ -30,12 +30,12 @@ for mode in sync async end; do
     end) what=(checkpoint.every=0) ;;
   esac
   echo "checkpoint_stall.sh: $run" >&2
-  start=$(date +%s.%N)
+  date +%s.%N > "$run.seconds"
   "$dtrain" train configs/gpt2-124m.toml data.dir=runs/kjv data.train_prefix=train_ data.val_prefix=val_ \
     data.seq_len=64 train.micro_batch_size=1 train.global_batch_size=1 train.steps="$steps" optim.warmup_steps=1 \
     train.device="${DEVICE:-cpu}" train.precision="${PRECISION:-f32}" eval.every=0 sample.every=0 \
     log.run_dir="$run" log.progress=plain "${what[@]}" > "$run.log" 2>&1 || { tail -20 "$run.log" >&2; exit 1; }
-  echo "$(date +%s.%N) - $start" | bc > "$run.seconds"
+  date +%s.%N >> "$run.seconds"
 done
 python3 - "$out" "$steps" "$every" <<'EOF'
 import json, statistics, sys
@@ -46,7 +46,8 @@ def read(mode):
         r = json.loads(line)
         if "step_ms" in r: steps_ms.append(r["step_ms"])
         if "checkpoint_stall_ms" in r: saves.append(r)
-    return steps_ms, saves, float(open(f"{out}/{mode}.seconds").read())
+    start, end = (float(t) for t in open(f"{out}/{mode}.seconds").read().split())
+    return steps_ms, saves, end - start
 memory = [l for l in open(f"{out}/async.log") if l.startswith("memory")][0]
 _, _, baseline = read("end")
 print(f"gpt2-124m shape, {steps} steps of 64 tokens, a save every {every} steps (the last one waits in both modes)")

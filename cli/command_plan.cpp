@@ -173,6 +173,8 @@ int command_plan(int argc, char** argv, int first) {
                         args.get_bool("json"));
   }
   const MemoryPlan memory = run_memory_plan(config);
+  // An asynchronous save's staging, in host memory (on a CPU run, also the `checkpoint` tag's).
+  const size_t staging = config.checkpoint.async ? memory.checkpoint_staging.of(true, true) : 0;
   const StepLayout layout = run_step_layout(config, per_node);
   const StepTime time = predict_step_time(config.model, layout, profile);
   const bool fits = static_cast<double>(memory.total()) <= profile.memory_bytes;
@@ -218,6 +220,7 @@ int command_plan(int argc, char** argv, int first) {
       j["memory_bytes"][std::string(mem_tag_name(static_cast<MemTag>(t)))] = memory.peak(static_cast<MemTag>(t));
     j["memory_bytes"]["total"] = memory.total();
     j["memory_bytes"]["available"] = profile.memory_bytes;
+    if (staging > 0) j["host_memory_bytes"]["checkpoint_staging"] = staging;
     j["fits"] = fits;
     if (moe.experts > 0)
       j["expert_rows"] = {{"per_micro_batch", moe.expert_rows(routed_rows)},
@@ -280,6 +283,8 @@ int command_plan(int argc, char** argv, int first) {
   std::printf("  %-36s %8s of %s: %s\n", "total", gib(static_cast<double>(memory.total())).c_str(),
               gib(profile.memory_bytes).c_str(),
               fits ? "fits" : "does NOT fit (raise ZeRO, recompute, or use more tp / pp ranks)");
+  if (staging > 0)
+    std::printf("  %-36s %8s of host memory\n", "checkpoint staging (checkpoint.async)", gib(static_cast<double>(staging)).c_str());
   std::printf("\nstep time, the busiest rank               ms   share\n");
   for (const auto& [name, seconds] : terms)
     if (seconds > 0) std::printf("  %-36s %8.2f %6.1f%%\n", name, seconds * 1e3, 100 * seconds / time.total);

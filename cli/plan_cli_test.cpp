@@ -68,6 +68,23 @@ TEST(PlanCli, Fp8NamesTheGemmsAtTheFp8Peak) {
   EXPECT_NE(a100.output.find("has no FP8 peak (peak_tflops.fp8)"), std::string::npos) << a100.output;
 }
 
+// checkpoint.async: the staging of the largest rank's share is host memory. Under ZeRO 1 over 8
+// dp ranks that rank (dp rank 0) stages its f32 parameters whole (the same as an f32 run's
+// `parameters`, one tp rank's half of the model) and its eighth of the two moments (the same as
+// `optimizer_state`): the MpiMemoryCell tests measure the staging exactly, rank by rank.
+TEST(PlanCli, AsynchronousSavesStageTheLargestRanksShareInHostMemory) {
+  const auto f32 = run_dtrain(str("plan ", kConfig, " --gpus 16 --json train.precision=f32", kTpSp));
+  ASSERT_EQ(f32.status, 0) << f32.output;
+  EXPECT_FALSE(nlohmann::json::parse(f32.output).contains("host_memory_bytes"));
+  const auto async = run_dtrain(str("plan ", kConfig, " --gpus 16 --json train.precision=f32 checkpoint.async=true", kTpSp));
+  ASSERT_EQ(async.status, 0) << async.output;
+  const nlohmann::json j = nlohmann::json::parse(async.output);
+  EXPECT_EQ(j["host_memory_bytes"]["checkpoint_staging"].get<size_t>(),
+            j["memory_bytes"]["parameters"].get<size_t>() + j["memory_bytes"]["optimizer_state"].get<size_t>());
+  const auto text = run_dtrain(str("plan ", kConfig, " --gpus 16 checkpoint.async=true", kTpSp));
+  EXPECT_NE(text.output.find("checkpoint staging (checkpoint.async)"), std::string::npos) << text.output;
+}
+
 // The JSON holds the same figures, and they add up: the tags to the total, the terms to the step,
 // the batch's tokens over the step to tokens/s.
 TEST(PlanCli, JsonHoldsTheFiguresAndTheyAddUp) {
