@@ -49,13 +49,19 @@ TEST(TrainCli, LogsEveryStepAndFillsTheRunDirectory) {
   const auto losses = run.losses("run");
   ASSERT_EQ(losses.size(), 20u);
   EXPECT_LT(losses.back(), losses.front());
-  // metrics.jsonl: every documented field on every step; validation losses on their own lines.
+  // metrics.jsonl: every documented field on every step; validation losses and saves on their
+  // own lines.
   std::ifstream metrics(run.path("run") / "metrics.jsonl");
-  int validations = 0;
+  int validations = 0, saves = 0;
   for (std::string line; std::getline(metrics, line);) {
     const auto entry = nlohmann::json::parse(line);
     if (entry.contains("val_loss")) {
       ++validations;
+      continue;
+    }
+    if (entry.contains("checkpoint_stall_ms")) {
+      EXPECT_TRUE(entry.contains("checkpoint_save_ms")) << line;
+      ++saves;
       continue;
     }
     for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu", "hfu",
@@ -65,12 +71,15 @@ TEST(TrainCli, LogsEveryStepAndFillsTheRunDirectory) {
     EXPECT_TRUE(entry["peak_bytes"].contains("activations")) << line;
   }
   EXPECT_EQ(validations, 1);  // eval.every = 0: once, at the end
+  EXPECT_EQ(saves, 2);        // steps 10 and 20
   // The TensorBoard events, read by the tensorboard package, hold every step's scalars.
   std::map<std::string, int> points = tensorboard_points(run.path("run"));
   for (const char* tag : {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/mfu", "train/hfu",
                           "train/loss_scale"})
     EXPECT_EQ(points[tag], 20) << tag;
   EXPECT_EQ(points["val/loss"], 1);
+  EXPECT_EQ(points["checkpoint/stall_ms"], 2);
+  EXPECT_EQ(points["checkpoint/save_ms"], 2);
   for (const char* file : {"config.toml", "version.txt", "checkpoints/latest"})
     EXPECT_TRUE(std::filesystem::exists(run.path("run") / file)) << file;
   // The resolved configuration it kept is the run's, and loads as itself.
@@ -559,7 +568,7 @@ TEST(TrainCli, AMixtureOfExpertsTrainsLikeOneProcessUnderEveryLayoutAndLogsItsLo
     std::ifstream metrics(run.path(name) / "metrics.jsonl");
     for (std::string line; std::getline(metrics, line);) {
       const auto entry = nlohmann::json::parse(line);
-      if (entry.contains("val_loss")) continue;
+      if (!entry.contains("loss")) continue;  // a validation's or a save's line
       for (const char* key : {"expert_imbalance", "expert_aux_loss", "router_z_loss"}) {
         EXPECT_TRUE(entry.contains(key)) << name << ": " << line;
         for (const char* block : {"h.0", "h.1"}) {
@@ -611,7 +620,7 @@ TEST(TrainCli, AMixtureOfExpertsTrainsLikeOneProcessUnderEveryLayoutAndLogsItsLo
   std::ifstream capacity_metrics(run.path("capacity") / "metrics.jsonl");
   for (std::string line; std::getline(capacity_metrics, line);) {
     const auto entry = nlohmann::json::parse(line);
-    if (entry.contains("val_loss")) continue;
+    if (!entry.contains("loss")) continue;  // a validation's or a save's line
     for (const char* block : {"h.0", "h.1"}) {
       // The experts keep at most 4 capacities of ceil(0.5 · 128 rows · 2 / 4) = 32 rows of a
       // micro-batch's 256 assignments: half or more are dropped.

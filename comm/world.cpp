@@ -12,7 +12,14 @@ std::unique_ptr<Communicator> make_world(Device device, std::string_view backend
                                          std::string name) {
   if (backend != "mpi" && backend != "nccl" && backend != "auto")
     throw Error(str("unknown communication backend '", backend, "'; valid backends are auto, mpi, nccl"));
-  if (!launched_by_mpi()) return std::make_unique<SingleProcessCommunicator>(device, std::move(name));
+  if (!launched_by_mpi()) {
+    // srun without PMI starts every task as a job of its own: each would train alone.
+    if (const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS"); tasks != nullptr && std::atoi(tasks) > 1)
+      throw Error(str("srun started ", tasks, " tasks without MPI's process management (PMIx), so each would run "
+                      "alone; launch with srun --mpi=pmix (srun --mpi=list names what this Slurm offers), or set "
+                      "MpiDefault=pmix in slurm.conf"));
+    return std::make_unique<SingleProcessCommunicator>(device, std::move(name));
+  }
   if (uses_nccl(device, backend)) {
     DT_CHECK(control != nullptr, "an NCCL world needs a host world to send its unique id over");
     return nccl_world(*control);

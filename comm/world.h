@@ -15,7 +15,8 @@ namespace dt {
 // The communicator of every rank of this job for buffers on `device`, named `name`. backend:
 // "mpi" (CUDA buffers are staged through host memory), "nccl", or "auto": NCCL for CUDA buffers,
 // else MPI. NCCL's unique id travels over `control`, a host world the caller made first, which
-// NCCL then needs. Throws dt::Error for an unknown backend.
+// NCCL then needs. Without a launcher, one process's. Throws dt::Error for an unknown backend,
+// and for several tasks that srun started without PMIx (each would be a world of one).
 std::unique_ptr<Communicator> make_world(Device device, std::string_view backend = "mpi",
                                          Communicator* control = nullptr, std::string name = "world");
 

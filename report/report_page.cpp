@@ -50,7 +50,7 @@ Plot per_run(const std::vector<RunSeries>& runs, const std::string& series, cons
   return plot;
 }
 
-// A chart of every series under `prefix` of every run: one colour a series of one run, one a run
+// A chart of every series under `prefix` of every run but those at 0 throughout: one colour a series of one run, one a run
 // of several, the legend naming both.
 Plot grouped(const std::vector<RunSeries>& runs, const std::string& prefix, const std::string& title,
              const std::string& y_label, double scale) {
@@ -59,6 +59,8 @@ Plot grouped(const std::vector<RunSeries>& runs, const std::string& prefix, cons
   size_t next = 0;
   for (const RunSeries& run : runs)
     for (const std::string& name : with_prefix(run, prefix)) {
+      // A series at 0 throughout (a memory tag the run never used) would only crowd the chart.
+      if (std::ranges::all_of(*find(run, name), [](const auto& p) { return p.second == 0; })) continue;
       Points scaled = *find(run, name);
       for (auto& [x, y] : scaled) y *= scale;
       const std::string what = name.substr(prefix.size());

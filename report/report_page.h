@@ -4,7 +4,8 @@
 //
 //   loss            training loss every step, validation loss where evaluated (dots)
 //   learning rate, gradient norm, throughput (tokens/s), MFU
-//   memory          the peak bytes of each tag (core/allocator.h) over the steps, in MiB
+//   memory          the peak bytes of each tag (core/allocator.h) over the steps, in MiB; a
+//                   tag a run never used is left out
 //   loss scale      where some run's scale is not 1 (fp16 with loss scaling)
 //   expert load     where some run is a mixture of experts: each expert block's busiest expert's
 //                   load over the mean (expert_imbalance)

@@ -39,6 +39,7 @@ if $tests; then
     libgtest-dev                                  # unit tests (GoogleTest, built from source by CMake)
     python3 python3-torch python3-numpy           # PyTorch reference for equivalence tests and bench/
     chromium                                      # dtrain report's page loaded in a real browser (cli/report_cli_test.cpp)
+    slurmctld slurmd slurm-client munge           # a one-node Slurm cluster (scripts/local_slurm.sh, cli/slurm_cli_test.cpp)
     python3-pip python3-yaml python3-requests python3-typing-extensions python3-six  # pip, and what the PyPI packages import
   )
 fi
