@@ -58,16 +58,33 @@ void write_file_durably(const std::filesystem::path& path, const std::string& te
   }
 }
 
-// Step directories under root, oldest first (temporary ones excluded).
+// Whether `name` is a step directory's: step_ and nine digits, no suffix (not a save's ".tmp",
+// not a removal's ".old").
+bool is_step_name(const std::string& name) {
+  return name.size() == 14 && name.starts_with("step_") &&
+         std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Step directories under root, oldest first.
 std::vector<std::filesystem::path> step_directories(const std::filesystem::path& root) {
   std::vector<std::filesystem::path> steps;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.starts_with("step_") && !name.ends_with(".tmp")) steps.push_back(entry.path());
-  }
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec))
+    if (entry.is_directory() && is_step_name(entry.path().filename().string())) steps.push_back(entry.path());
   std::sort(steps.begin(), steps.end());
   return steps;
+}
+
+// Removes step directory `step`: first renamed (atomically, durably) out of the step
+// directories' names, so that a crash during the removal leaves no checkpoint with files missing;
+// then deleted. A removal a crash left (".old") is finished by the next.
+void remove_step_directory(const std::filesystem::path& root, const std::filesystem::path& step) {
+  std::error_code ec;
+  const std::filesystem::path old = step.string() + ".old";
+  std::filesystem::rename(step, old, ec);
+  if (ec) return;  // kept, whole: it is removed at a later save
+  fsync_path(root, O_RDONLY | O_DIRECTORY);
+  std::filesystem::remove_all(old, ec);
 }
 
 uint32_t checksum_of(const Tensor& t) { return crc32c(t.data, t.bytes()); }
@@ -152,9 +169,11 @@ std::filesystem::path finish_checkpoint(const std::filesystem::path& root, const
     write_file_durably(root / kLatest, name + "\n");
     fsync_path(root, O_RDONLY | O_DIRECTORY);
 
+    for (const auto& entry : std::filesystem::directory_iterator(root, ec))
+      if (entry.path().extension() == ".old") std::filesystem::remove_all(entry.path(), ec);
     std::vector<std::filesystem::path> steps = step_directories(root);
     for (size_t i = 0; i + static_cast<size_t>(keep_last) < steps.size(); ++i)
-      if (steps[i] != final_dir) std::filesystem::remove_all(steps[i], ec);
+      if (steps[i] != final_dir) remove_step_directory(root, steps[i]);
     return final_dir;
   });
 }

@@ -15,7 +15,8 @@
 //
 // Saving writes ROOT/step_N.tmp, syncs every file and the directory, renames it into place,
 // then replaces ROOT/latest atomically (temporary file, fsync, rename) and removes all but the
-// newest keep_last step directories. Loading verifies each tensor's checksum as it is read and
+// newest keep_last step directories, each renamed to step_N.old first, so that a crash during a
+// removal leaves no step directory with files missing. Loading verifies each tensor's checksum as it is read and
 // names the tensor and the previous checkpoint when one fails. docs/formats.md describes the
 // files as a user sees them; what a training run saves is train/training_checkpoint.h's.
 #pragma once

@@ -50,6 +50,33 @@ TEST(Checkpoint, SavesLoadsAndKeepsTheNewestK) {
   latest.verify();
 }
 
+// A removal a crash interrupted (step_N.old, some files gone: cli/rank_faults_cli_test.cpp's
+// kills found one before removals were renamed first) is not a checkpoint: not the previous one
+// a corrupt checkpoint's error points to, and removed by the next save.
+TEST(Checkpoint, ARemovalACrashInterruptedIsNoCheckpointAndIsFinishedLater) {
+  TempDir dir;
+  State state;
+  save_checkpoint(dir.path(), state.content(100), 1);
+  save_checkpoint(dir.path(), state.content(200), 1);
+  // Step 100's removal as a crash leaves it: renamed, its tensors deleted, the manifest left.
+  std::filesystem::create_directory(dir.path() / "step_000000100.old");
+  std::ofstream(dir.path() / "step_000000100.old" / "manifest.json") << "{}";
+  std::filesystem::create_directory(dir.path() / "step_000000150.tmp");  // a save a crash interrupted
+  {
+    std::fstream file(dir.path() / "step_000000200" / "tensors.safetensors",
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(-1, std::ios::end);
+    file.put('\x7f');
+  }
+  const std::string error = error_of([&] { Checkpoint(Checkpoint::latest(dir.path())).verify(); });
+  EXPECT_NE(error.find("No earlier checkpoint is kept"), std::string::npos) << error;
+  save_checkpoint(dir.path(), state.content(300), 1);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "step_000000100.old"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "step_000000200"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "step_000000200.old"));
+  EXPECT_EQ(Checkpoint(Checkpoint::latest(dir.path())).step(), 300);
+}
+
 TEST(Checkpoint, AFlippedByteNamesTheTensorAndThePreviousCheckpoint) {
   TempDir dir;
   const State state;

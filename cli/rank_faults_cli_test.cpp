@@ -2,9 +2,10 @@
 // rank is left waiting), no checkpoint is ever corrupt, and running the same command after each
 // kill finishes the run exactly as an uninterrupted one, loss for loss and byte for byte.
 //
-// The moments are random (a kill may land during startup, a step, a collective or a save, on
-// any rank); each test prints its seed and its record of every kill. RANK_FAULTS_SEED=N replays
-// a seed.
+// The moments are random: a kill lands on any rank, anywhere in the steps left (in a step, a
+// collective, a save or the removal of an old checkpoint); each test prints its seed and its
+// record of every kill. RANK_FAULTS_SEED=N draws the same delays and ranks again (where they land
+// depends on the machine's timing too).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -29,6 +30,7 @@ using testing::run_dtrain;
 using testing::TrainRun;
 
 constexpr int kRanks = 4;
+constexpr int kSteps = 400;
 constexpr double kTimeoutS = 20;  // parallel.timeout_s: the watchdog's bound on a collective
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -56,32 +58,55 @@ std::map<std::string, std::string> latest_files(const std::filesystem::path& run
   return files;
 }
 
+// The step of the latest checkpoint of a run, 0 without one.
+int64_t latest_step(const std::filesystem::path& run_dir) {
+  if (!std::filesystem::exists(run_dir / "checkpoints" / "latest")) return 0;
+  return ckpt::Checkpoint(ckpt::Checkpoint::latest(run_dir / "checkpoints")).step();
+}
+
 // Trains `layout` on 4 ranks straight, then kills a random rank of the same run at a random
-// moment `kills` times, running the same command after each, and once more to the end.
+// moment of its training `kills` times, running the same command after each, and once more to
+// the end.
 void expect_kills_leave_the_run_bit_for_bit(const std::string& name, const std::string& layout, int kills) {
   const TrainRun run;
-  const std::string args = str("train.steps=16 checkpoint.every=2 eval.every=0 parallel.timeout_s=", kTimeoutS, " ",
-                               layout);
-  const auto started = std::chrono::steady_clock::now();
-  const auto straight = run_dtrain(run.args("straight", args), testing::mpirun(kRanks));
-  ASSERT_EQ(straight.status, 0) << straight.output;
-  const double straight_s = seconds_since(started);
+  const std::string args = str("train.steps=", kSteps, " checkpoint.every=4 checkpoint.keep_last=2 eval.every=0 ",
+                               "log.every=50 parallel.timeout_s=", kTimeoutS, " ", layout);
+  // How long the steps take, from the first logged to the end.
+  BackgroundDtrain straight(run.args("straight", args), "", testing::mpirun(kRanks));
+  ASSERT_TRUE(straight.wait_while_running_until([&] { return !run.losses("straight").empty(); }, 120));
+  const auto first_step = std::chrono::steady_clock::now();
+  const auto straight_end = straight.wait(300);
+  ASSERT_EQ(straight_end.status, 0) << straight_end.output;
+  const double steps_s = seconds_since(first_step);
 
   const char* replay = std::getenv("RANK_FAULTS_SEED");
   const unsigned seed = replay != nullptr ? static_cast<unsigned>(std::atol(replay)) : std::random_device{}();
   std::mt19937 random(seed);
-  std::printf("%s: seed %u (RANK_FAULTS_SEED=%u replays it); the uninterrupted run took %.1f s\n", name.c_str(), seed,
-              seed, straight_s);
+  std::printf("%s: seed %u (RANK_FAULTS_SEED=%u replays it); the uninterrupted run's %d steps took %.1f s\n",
+              name.c_str(), seed, seed, kSteps, steps_s);
   std::printf("%-6s %-5s %-9s %-12s %-16s %-14s %s\n", "kill", "rank", "after", "steps done", "during a save",
               "job ended in", "latest checkpoint");
   int landed = 0;
   for (int k = 1; k <= kills; ++k) {
-    BackgroundDtrain job(run.args("killed", args), "", testing::mpirun(kRanks));
-    // Anywhere from the launch to most of an uninterrupted run's length.
-    const double delay = std::uniform_real_distribution<double>(0.2, 0.9 * straight_s)(random);
+    // Anywhere in the steps left, from the first one this launch runs.
+    const int64_t resumed = latest_step(run.path("killed"));
+    const double left_s = steps_s * static_cast<double>(kSteps - resumed) / kSteps;
+    const double delay = std::uniform_real_distribution<double>(0, 0.95 * left_s)(random);
     const int rank = std::uniform_int_distribution<int>(0, kRanks - 1)(random);
-    const auto launched = std::chrono::steady_clock::now();
-    job.wait_while_running_until([&] { return seconds_since(launched) >= delay; }, delay + 1);
+    // This launch's first step: metrics.jsonl rewritten since, past the checkpoint's step.
+    const auto launched = std::filesystem::file_time_type::clock::now();
+    BackgroundDtrain job(run.args("killed", args), "", testing::mpirun(kRanks));
+    const std::filesystem::path metrics = run.path("killed") / "metrics.jsonl";
+    ASSERT_TRUE(job.wait_while_running_until(
+        [&] {
+          std::error_code ec;
+          return std::filesystem::last_write_time(metrics, ec) > launched && !ec &&
+                 run.losses("killed").size() > static_cast<size_t>(resumed);
+        },
+        120))
+        << job.wait(0).output;
+    const auto stepping = std::chrono::steady_clock::now();
+    job.wait_while_running_until([&] { return seconds_since(stepping) >= delay; }, delay + 1);
     if (!job.running()) {
       const auto finished = job.wait(0);
       ASSERT_EQ(finished.status, 0) << finished.output;
@@ -92,12 +117,7 @@ void expect_kills_leave_the_run_bit_for_bit(const std::string& name, const std::
     bool saving = false;
     for (const auto& step : step_directories(run.path("killed")))
       saving = saving || step.filename().string().ends_with(".tmp");
-    try {
-      job.signal_rank(rank, SIGKILL);
-    } catch (const Error&) {
-      std::printf("%-6d %-5d %-7.2f s  (the rank had not started yet: killing the launcher)\n", k, rank, delay);
-      job.signal(SIGKILL);
-    }
+    job.signal_rank(rank, SIGKILL);
     const auto killed = std::chrono::steady_clock::now();
     const auto ended = job.wait(kTimeoutS + 60);
     const double ended_s = seconds_since(killed);
@@ -113,10 +133,13 @@ void expect_kills_leave_the_run_bit_for_bit(const std::string& name, const std::
     std::printf("%-6d %-5d %-7.2f s %-12zu %-16s %-12.2f s %s\n", k, rank, delay, steps_done, saving ? "yes" : "no",
                 ended_s, latest.c_str());
     ++landed;
+    if (latest_step(run.path("killed")) == kSteps) break;  // the kill came after the run's last save
   }
   std::printf("%s: %d kills landed, 0 hangs allowed\n", name.c_str(), landed);
-  const auto last = run_dtrain(run.args("killed", args), testing::mpirun(kRanks));
-  ASSERT_EQ(last.status, 0) << last.output;
+  if (latest_step(run.path("killed")) < kSteps) {
+    const auto last = run_dtrain(run.args("killed", args), testing::mpirun(kRanks));
+    ASSERT_EQ(last.status, 0) << last.output;
+  }
   EXPECT_EQ(run.losses("killed"), run.losses("straight"));
   EXPECT_TRUE(latest_files(run.path("killed")) == latest_files(run.path("straight"))) << "final checkpoints differ";
 }
