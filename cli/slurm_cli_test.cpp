@@ -76,7 +76,9 @@ TEST_F(SlurmCli, TheExampleBatchScriptTrainsLikeMpirun) {
 // that was never stopped.
 TEST_F(SlurmCli, AJobCancelledWithScancelSavesAndResumesBitForBit) {
   const TrainRun run;
-  const std::string longer = "train.steps=300 checkpoint.every=0 eval.every=0 parallel.dp=2";
+  // Long enough (a step of two ranks takes about a millisecond) that scancel, through
+  // slurmctld, arrives mid-run.
+  const std::string longer = "train.steps=5000 checkpoint.every=0 eval.every=0 log.every=1000 parallel.dp=2";
   ASSERT_EQ(run_dtrain(run.args("straight", longer), testing::mpirun(2)).status, 0);
   const std::string output = run.path("job.out").string();
   const auto submitted = run_command(str(slurm(), "sbatch --parsable -n 2 --output=", output, " --wrap 'srun ",
@@ -91,7 +93,7 @@ TEST_F(SlurmCli, AJobCancelledWithScancelSavesAndResumesBitForBit) {
   const std::string log = run_command("cat " + output).output;
   EXPECT_NE(log.find("received SIGTERM during step "), std::string::npos) << log;
   EXPECT_NE(log.find("saved checkpoint "), std::string::npos) << log;
-  ASSERT_LT(run.losses("cancelled").size(), 300u) << "the run ended before the cancel arrived";
+  ASSERT_LT(run.losses("cancelled").size(), 5000u) << "the run ended before the cancel arrived";
   const auto resumed = run_dtrain(run.args("cancelled", longer), srun(2));
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from "), std::string::npos) << resumed.output;

@@ -12,7 +12,9 @@
 # ranks' experts on one GPU, the all-to-all bytes checked), fp8 (dtrain bench step --fp8: each FP8
 # recipe against bf16 on gpt2-774m and llama3.2-1b; BENCH_FLAGS as for bench), busy (a llama3.2-1b step benchmark with the
 # GPU's SM clock, power and utilization sampled every 100 ms: whether the time a step spends
-# beyond its kernels' sum is idle or slower clocks). The machine needs the NVIDIA driver, CUDA's
+# beyond its kernels' sum is idle or slower clocks), ckpt (bench/checkpoint_stall.sh on the GPU:
+# the stall per save, synchronous against asynchronous with pinned staging, on gpt2-124m; needs
+# runs/kjv, which the run's carry must bring). The machine needs the NVIDIA driver, CUDA's
 # libraries (the CUDA toolkit's, or those PyTorch's wheels carry) and, for bench, PyTorch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -110,7 +112,10 @@ for name, i in (("SM clock MHz", 1), ("power W", 2), ("utilization %", 3)):
     print(f"{name}: median {statistics.median(v):.0f}, min {min(v):.0f}, max {max(v):.0f} over {len(v)} busy samples")
 PY
       ;;
-    *) echo "gpu_checks.sh: unknown step $step (steps: doctor tests bench profile comm ep fp8 busy)" >&2; exit 2 ;;
+    ckpt)
+      DEVICE=cuda PRECISION=bf16 bash bench/checkpoint_stall.sh > "$logs/ckpt.log" 2>&1
+      tail -8 "$logs/ckpt.log" ;;
+    *) echo "gpu_checks.sh: unknown step $step (steps: doctor tests bench profile comm ep fp8 busy ckpt)" >&2; exit 2 ;;
   esac
 done
 echo "=== done $(date +%T)"
