@@ -63,7 +63,7 @@ TEST_F(SlurmCli, TheExampleBatchScriptTrainsLikeMpirun) {
   const std::string layout = "train.steps=4 parallel.dp=2";
   ASSERT_EQ(run_dtrain(run.args("mpirun", layout), testing::mpirun(2)).status, 0);
   const std::string config_and_overrides = run.args("sbatch", layout + " train.device=cpu").substr(std::string("train ").size());
-  const auto job = run_command(str(slurm(), "PATH=", DTRAIN_BINARY_DIR, ":$PATH sbatch --wait --nodes=1 ",
+  const auto job = run_command(str(slurm(), "PATH=", DTRAIN_BINARY_DIR, ":$PATH timeout 300 sbatch --wait --nodes=1 ",
                                    "--ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 --time=10 --output=",
                                    run.path("sbatch.out"), " ", DTRAIN_SOURCE_DIR, "/examples/slurm/train.sbatch ",
                                    config_and_overrides));

@@ -61,7 +61,8 @@ MpiDefault=pmix
 ReturnToService=2
 # scancel sends SIGTERM, then SIGKILL this many seconds later: time for a checkpoint.
 KillWait=60
-NodeName=$node CPUs=$(nproc) State=UNKNOWN
+# Every core (nproc would count OMP_NUM_THREADS's).
+NodeName=$node CPUs=$(getconf _NPROCESSORS_ONLN) State=UNKNOWN
 PartitionName=local Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 EOF
 # munge authenticates the daemons and the commands; Debian's package made its key.
@@ -74,8 +75,16 @@ stop
 SLURM_CONF=$dir/slurm.conf slurmctld -f "$dir/slurm.conf"
 SLURM_CONF=$dir/slurm.conf slurmd -f "$dir/slurm.conf"
 for _ in $(seq 100); do
+  # A daemon that stopped (its port taken by another cluster's) would leave sinfo asking that one.
+  for daemon in slurmctld slurmd; do
+    if [ -s "$dir/$daemon.pid" ] && ! kill -0 "$(cat "$dir/$daemon.pid")" 2> /dev/null; then
+      echo "local_slurm.sh: $daemon stopped; the end of $dir/$daemon.log:" >&2
+      tail -5 "$dir/$daemon.log" >&2
+      exit 1
+    fi
+  done
   state=$(SLURM_CONF=$dir/slurm.conf sinfo -h -o %T 2> /dev/null || true)
-  [ "$state" = idle ] && exit 0
+  [ "$state" = idle ] && [ -s "$dir/slurmctld.pid" ] && [ -s "$dir/slurmd.pid" ] && exit 0
   sleep 0.2
 done
 echo "local_slurm.sh: the node did not come up (state '${state:-}'); see $dir/slurmctld.log and $dir/slurmd.log" >&2
