@@ -92,7 +92,7 @@ TEST(SignalCli, ASignalToOneRankStopsEveryRankAfterTheSameStep) {
   BackgroundDtrain training(run.args("run", kRun + " parallel.dp=2 parallel.zero_stage=1 parallel.timeout_s=5"), "",
                             testing::mpirun(2));
   ASSERT_TRUE(training.wait_while_running_until([&] { return run.losses("run").size() >= 2; }, 120)) << training.wait(0).output;
-  training.signal_rank(1, SIGINT);
+  ASSERT_TRUE(training.signal_rank(1, SIGINT)) << training.wait(0).output;
   const auto result = training.wait(60);  // a step and a save: seconds at most
   const size_t last = expect_stopped_by_sigint_and_saved(run, result);
   EXPECT_GE(last, 2u);

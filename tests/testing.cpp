@@ -118,13 +118,10 @@ BackgroundDtrain::~BackgroundDtrain() {
 
 void BackgroundDtrain::signal(int signal_number) const { ::kill(pid_, signal_number); }
 
-void BackgroundDtrain::signal_rank(int rank, int signal_number) const {
-  for (const int child : children_of(pid_)) {
-    if (!environment_holds(child, str("OMPI_COMM_WORLD_RANK=", rank))) continue;
-    ::kill(child, signal_number);
-    return;
-  }
-  DT_CHECK(false, "no process of rank ", rank, " under launcher ", pid_);
+bool BackgroundDtrain::signal_rank(int rank, int signal_number) const {
+  for (const int child : children_of(pid_))
+    if (environment_holds(child, str("OMPI_COMM_WORLD_RANK=", rank))) return ::kill(child, signal_number) == 0;
+  return false;
 }
 
 bool BackgroundDtrain::signal_pending(int signal_number) const {

@@ -61,8 +61,8 @@ class BackgroundDtrain {
   // To dtrain, or to the launcher when there is one.
   void signal(int signal_number) const;
   // To MPI rank `rank` of a job started behind mpirun: the launcher's child whose environment
-  // Open MPI gave that rank. Throws dt::Error when there is none (yet).
-  void signal_rank(int rank, int signal_number) const;
+  // Open MPI gave that rank. False when there is none: not started yet, or ended already.
+  bool signal_rank(int rank, int signal_number) const;
   // Whether a signal sent to the process is still waiting to be delivered: one more of the same
   // kind sent now would merge with it (standard signals do not queue).
   bool signal_pending(int signal_number) const;
