@@ -347,8 +347,18 @@ Tensor FlatTensors::unpadded(const ParamInfo& info) const {
 
 namespace {
 
+// Where the elements of `p`'s whole tensor lie in `target`'s tensor of the same name, a slicing of
+// it holding them (the whole tensor, or a rank's slice that contains p's): its runs by their
+// place in the whole tensor.
+std::vector<ParamInfo::Run> runs_by_global(const ParamInfo& target) {
+  std::vector<ParamInfo::Run> runs = target.runs();
+  std::ranges::sort(runs, {}, &ParamInfo::Run::global);
+  return runs;
+}
+
 // For each run of shard's tensors (the owned ones only when `owned_only`), copies the run's
-// elements between the shard and the whole, either way.
+// elements between the shard and `whole` either way, wherever whole's tensor of the same name
+// holds them.
 void copy_runs(const FlatTensors& whole, const FlatTensors& shard, bool into_shard, bool owned_only,
                const std::function<bool(const ParamInfo&)>& include = {}) {
   const size_t element = dtype_size(shard.dtype());
@@ -356,16 +366,35 @@ void copy_runs(const FlatTensors& whole, const FlatTensors& shard, bool into_sha
            dtype_name(shard.dtype()), " tensors");
   for (const ParamInfo& p : shard.layout().params()) {
     if (include && !include(p)) continue;
-    const Tensor mine = shard.unpadded(p), all = whole.unpadded(p.name);
-    for (const ParamInfo::Run& run : p.runs()) {
-      if (owned_only && !run.owned) continue;
-      char* at_shard = static_cast<char*>(mine.data) + run.local * element;
-      char* at_whole = static_cast<char*>(all.data) + run.global * element;
-      const size_t bytes = static_cast<size_t>(run.count) * element;
+    const ParamInfo& target = whole.layout().find(p.name);
+    const std::vector<ParamInfo::Run> places = runs_by_global(target);
+    const Tensor mine = shard.unpadded(p), all = whole.unpadded(target);
+    const auto copy = [&](int64_t at_mine, int64_t at_all, int64_t count) {
+      char* at_shard = static_cast<char*>(mine.data) + at_mine * static_cast<int64_t>(element);
+      char* at_whole = static_cast<char*>(all.data) + at_all * static_cast<int64_t>(element);
+      const size_t bytes = static_cast<size_t>(count) * element;
       if (into_shard)
         copy_bytes(at_shard, mine.device, at_whole, all.device, bytes);
       else
         copy_bytes(at_whole, all.device, at_shard, mine.device, bytes);
+    };
+    for (const ParamInfo::Run& run : p.runs()) {
+      if (owned_only && !run.owned) continue;
+      // The target's runs overlapping [run.global, run.global + run.count), in order.
+      auto place = std::ranges::upper_bound(places, run.global, {}, &ParamInfo::Run::global);
+      if (place != places.begin()) --place;
+      int64_t from = run.global;
+      const int64_t end = run.global + run.count;
+      for (; from < end && place != places.end(); ++place) {
+        if (place->global + place->count <= from) continue;
+        DT_CHECK(place->global <= from, p.name, ": elements ", from, " to ", place->global,
+                 " of the whole tensor are not in the tensor they are copied ", into_shard ? "from" : "to");
+        const int64_t until = std::min(end, place->global + place->count);
+        copy(run.local + (from - run.global), place->local + (from - place->global), until - from);
+        from = until;
+      }
+      DT_CHECK(from == end, p.name, ": elements from ", from, " of the whole tensor are not in the tensor they are copied ",
+               into_shard ? "from" : "to");
     }
   }
 }

@@ -252,8 +252,10 @@ class FlatTensors {
   std::vector<Buffer> units_;  // per unit: empty while not held
 };
 
-// Sets each of shard's tensors — a tensor-parallel rank's slices, or whole tensors — from the
-// whole model's `whole` (flat tensors of the whole layout; any device, both the same).
+// Sets each of shard's tensors — a tensor-parallel rank's slices, or whole tensors — from
+// `whole`: the whole model's flat tensors, or any slicing of it holding every element shard's
+// do (a tensor-parallel rank's, with every expert, holds those of its expert-parallel ranks). Any
+// device, both the same.
 void copy_slices(const FlatTensors& whole, FlatTensors& shard);
 // The reverse for the slices shard owns of the parameters `include` selects (all without it):
 // sets them in whole.

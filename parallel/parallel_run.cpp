@@ -5,13 +5,17 @@
 
 namespace dt {
 
-ParallelRun::ParallelRun(const ParallelOptions& options, Communicator& control) : options_(options) {
+ParallelRun::ParallelRun(const ParallelOptions& options, Communicator& control)
+    : ParallelRun(options, make_world(options.device, options.backend, &control)) {
+  if (launched_by_mpi()) set_rank_description(groups_.dims.rank_description(groups_.world->rank()));
+}
+
+ParallelRun::ParallelRun(const ParallelOptions& options, std::unique_ptr<Communicator> world) : options_(options) {
   const ModelConfig& mc = options_.model;
   const int T = options_.seq_len;
   // 1. The groups first: every other step communicates over one of them. Splitting the world is
   // a collective, so every rank makes the same communicators in the same order.
-  groups_ = make_process_groups(make_world(options_.device, options_.backend, &control), options_.dims);
-  if (launched_by_mpi()) set_rank_description(groups_.dims.rank_description(groups_.world->rank()));
+  groups_ = make_process_groups(std::move(world), options_.dims);
   // 2. The pipeline schedule before the model: it says which stages this rank makes.
   if (groups_.dims.pp > 1)
     schedule_ = pipeline::make_schedule(options_.pp_schedule, groups_.dims.pp, options_.micro_batches,
@@ -50,7 +54,8 @@ ParallelRun::ParallelRun(const ParallelOptions& options, Communicator& control) 
   const HeldUnits& held = model_->layout().held_units();
   whole_layout_.emplace(mc);
   stages_layout_.emplace(mc, kParamAlignment, TensorShard{}, held);
-  shard_layout_.emplace(mc, kParamAlignment, model_->layout().shard(), held);
+  // The layout a tp rank sends its shard with every expert in, as its tp group receives it.
+  shard_layout_.emplace(mc, model_->layout().unit_multiple(), model_->layout().shard(), held);
 }
 
 bool ParallelRun::evaluates() const {

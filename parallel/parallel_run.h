@@ -72,6 +72,9 @@ class ParallelRun {
   // Builds the run (a collective: every rank of the job calls it alike). `control` is the job's
   // host world, made first, over which NCCL's id travels; it must outlive this object.
   ParallelRun(const ParallelOptions& options, Communicator& control);
+  // The same over `world` as given: a run beside the job's own, such as one rank's reference
+  // to a layout (train/layout_check.h), over a SingleProcessCommunicator.
+  ParallelRun(const ParallelOptions& options, std::unique_ptr<Communicator> world);
   ParallelRun(const ParallelRun&) = delete;
   ParallelRun& operator=(const ParallelRun&) = delete;
 

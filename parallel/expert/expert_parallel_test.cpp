@@ -83,7 +83,9 @@ INSTANTIATE_TEST_SUITE_P(Matrix, MpiEpCell, ::testing::ValuesIn(cells()),
                          [](const auto& info) { return testing::cell_name(info.param); });
 
 // Each rank holds its experts (4 over 3 ranks: 2, 1, 1), and a sample's whole model, gathered on
-// the lead, is every rank's experts beside the rest, bit for bit, whether ZeRO shards them or not.
+// the lead, is every rank's experts beside the rest, bit for bit, whether ZeRO shards them or not;
+// on 4 ranks also under tp 2 × ep 2, where each tp rank gathers its shard's experts over its ep
+// group before the tp group gathers the shards (a rank's slices placed in a shard, not the whole).
 TEST(Mpi, ExpertParallelRanksHoldTheirExpertsAndTheWholeModelGathersThem) {
   const std::unique_ptr<Communicator> control = mpi_world(Device::cpu, "control");
   const int ranks = control->size();
@@ -91,26 +93,30 @@ TEST(Mpi, ExpertParallelRanksHoldTheirExpertsAndTheWholeModelGathersThem) {
   const ParameterLayout whole_layout(config);
   FlatTensors whole(whole_layout, MemTag::workspace);
   init_parameters(whole, 11);
-  for (const int stage : {0, 3}) {
-    ParallelRun run({.model = config, .micro_batch_size = 1, .seq_len = 8,
-                     .dims = {.dp = ranks, .ep = ranks}, .zero = ZeroPolicy::of(stage, DType::f32, ranks),
-                     .backend = "mpi"},
-                    *control);
-    const ParameterLayout& layout = run.model().layout();
-    const kernels::FlatRange experts = even_part(config.moe.experts, ranks, control->rank());
-    EXPECT_EQ(layout.find("h.0.mlp.experts.fc.weight").shape[0], experts.size());
-    EXPECT_EQ(layout.dims().local_experts.begin, experts.begin);
-    FlatTensors mine(layout, MemTag::workspace);
-    copy_slices(whole, mine);
-    run.data_parallel().take_parameters(mine);
-    const ParallelRun::WholeParameters gathered = run.gather_whole_parameters();
-    ASSERT_EQ(gathered.whole() != nullptr, run.lead());
-    if (!run.lead()) continue;
-    for (const ParamInfo& p : whole.layout().params()) {
-      const Tensor got = gathered.whole()->unpadded(p.name), want = whole.unpadded(p);
-      EXPECT_EQ(std::memcmp(got.data, want.data, want.bytes()), 0) << p.name << " at ZeRO " << stage;
+  std::vector<ParallelDims> layouts = {{.dp = ranks, .ep = ranks}};
+  if (ranks == 4) layouts.push_back({.dp = 2, .tp = 2, .ep = 2});
+  for (const ParallelDims& dims : layouts)
+    for (const int stage : {0, 1, 3}) {
+      const int dp = dims.dp;
+      ParallelRun run({.model = config, .micro_batch_size = 1, .seq_len = 8, .dims = dims,
+                       .zero = ZeroPolicy::of(stage, DType::f32, dp), .backend = "mpi"},
+                      *control);
+      const ParameterLayout& layout = run.model().layout();
+      const kernels::FlatRange experts = even_part(config.moe.experts, dims.ep, run.groups().ep->rank());
+      EXPECT_EQ(layout.find("h.0.mlp.experts.fc.weight").shape[0], experts.size());
+      EXPECT_EQ(layout.dims().local_experts.begin, experts.begin);
+      FlatTensors mine(layout, MemTag::workspace);
+      copy_slices(whole, mine);
+      run.data_parallel().take_parameters(mine);
+      const ParallelRun::WholeParameters gathered = run.gather_whole_parameters();
+      ASSERT_EQ(gathered.whole() != nullptr, run.lead());
+      if (!run.lead()) continue;
+      for (const ParamInfo& p : whole.layout().params()) {
+        const Tensor got = gathered.whole()->unpadded(p.name), want = whole.unpadded(p);
+        EXPECT_EQ(std::memcmp(got.data, want.data, want.bytes()), 0)
+            << p.name << " under " << dims.describe() << " at ZeRO " << stage;
+      }
     }
-  }
 }
 
 // A route: what each rank sends each other and receives for its experts, from every rank's rows
