@@ -7,6 +7,7 @@ int command_train(int argc, char** argv, int first);
 int command_bench_step(int argc, char** argv, int first);
 int command_bench_gemm(int argc, char** argv, int first);
 int command_doctor(int argc, char** argv, int first);
+int command_check(int argc, char** argv, int first);
 int command_bench_comm(int argc, char** argv, int first);
 int command_bench_tp(int argc, char** argv, int first);
 int command_bench_pp(int argc, char** argv, int first);

@@ -48,6 +48,8 @@ constexpr Command kCommands[] = {
     {"tokenizer encode", "the token ids of a text file", dt::cli::command_tokenizer_encode},
     {"doctor", "CPU, BLAS, MPI, CUDA, NCCL, GPUs and a checked all-reduce (under mpirun: every rank)",
      dt::cli::command_doctor},
+    {"check", "whether a configuration's parallel layout trains as one rank does, step by step (under mpirun)",
+     dt::cli::command_check},
     {"bench step", "time training steps of a model shape, against this machine's GEMM peak",
      dt::cli::command_bench_step},
     {"bench gemm", "time a step's matrix products: OpenBLAS fp32, oneDNN fp32 and bf16", dt::cli::command_bench_gemm},

@@ -1,11 +1,24 @@
 #include "core/fault_injection.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 
 namespace dt {
+
+namespace {
+
+// Every fault, with what its number names.
+constexpr std::pair<std::string_view, std::string_view> kFaults[] = {
+    {"checkpoint-write-fails", "STEP"}, {"checkpoint-write-stalls", "STEP"}, {"checkpoint-write-slow", "STEP"},
+    {"step-stalls", "STEP"},           {"step-kills-rank", "STEP"},         {"gradient-bucket-unsummed", "STEP"},
+    {"collective-result-wrong", "RANK"},
+};
+
+}  // namespace
 
 bool fault_injected(std::string_view fault, int64_t where) {
   const char* value = std::getenv("DTRAIN_INJECT_FAULT");
@@ -13,13 +26,13 @@ bool fault_injected(std::string_view fault, int64_t where) {
   const std::string spec = value;
   const size_t at = spec.find('@');
   const std::string name = spec.substr(0, at);
-  if (at == std::string::npos ||
-      (name != "checkpoint-write-fails" && name != "checkpoint-write-stalls" && name != "checkpoint-write-slow" &&
-       name != "step-stalls" &&
-       name != "step-kills-rank" && name != "collective-result-wrong"))
-    throw Error(str("DTRAIN_INJECT_FAULT = '", spec, "': expected checkpoint-write-fails@STEP, "
-                    "checkpoint-write-stalls@STEP, checkpoint-write-slow@STEP, step-stalls@STEP, step-kills-rank@STEP or "
-                    "collective-result-wrong@RANK; unset it for a normal run"));
+  const bool known = std::ranges::any_of(kFaults, [&](const auto& f) { return f.first == name; });
+  if (at == std::string::npos || !known) {
+    std::string expected;
+    for (const auto& [known_name, number] : kFaults)
+      expected += str(expected.empty() ? "" : ", ", known_name, "@", number);
+    throw Error(str("DTRAIN_INJECT_FAULT = '", spec, "': expected one of ", expected, "; unset it for a normal run"));
+  }
   char* end = nullptr;
   const long long fault_at = std::strtoll(spec.c_str() + at + 1, &end, 10);
   if (*end != '\0' || end == spec.c_str() + at + 1)

@@ -16,6 +16,10 @@
 //                            report it)
 //   step-kills-rank          the rank kills itself (SIGKILL) before step STEP: a rank that
 //                            dies mid-run
+//   gradient-bucket-unsummed data parallelism leaves the first bucket of step STEP's gradients
+//                            (ZeRO 0 and 1: the last layers') unsummed over the ranks, each
+//                            keeping its own: a missing reduction (`dtrain check`'s test: it must
+//                            name the step and a tensor of that bucket)
 //   collective-result-wrong  in `dtrain bench comm` and `dtrain doctor`, rank N's copy of every
 //                            collective result they check has its last element off by one, as a
 //                            faulty link or MPI library would leave it (the tests of those checks:

@@ -11,7 +11,8 @@
 
 #include "model/transformer.h"
 #include "optim/adamw.h"
-#include "tests/training_batches.h"
+#include "parallel/equivalence.h"
+#include "train/global_batch.h"
 #include "train/step.h"
 
 namespace dt {
@@ -84,13 +85,13 @@ double norm_drift(const Float8Recipe& recipe) {
     }
     optimizer.round_weights();
     for (int step = 0; step < 3; ++step) {
-      const testing::GlobalBatch batch(8, 16, config.vocab_size, step);
+      const GlobalBatch batch(8, 16, config.vocab_size, step);
       std::vector<MicroBatch> micro_batches;
       for (int m = 0; m < 4; ++m) micro_batches.push_back(batch.micro_batch(m, 2));
       norms[run].push_back(train_step(model, optimizer, micro_batches, 1e-3f, 1.0f).grad_norm);
     }
   }
-  return testing::max_relative_difference(norms[1], norms[0]);
+  return max_relative_difference(norms[1], norms[0]);
 }
 
 // A power-of-two scale does not move with its amax's last bits, so f32 rounding stays f32

@@ -19,7 +19,8 @@
 #include "core/rng.h"
 #include "kernels/cross_entropy.h"
 #include "tests/gpt2_sizes.h"
-#include "tests/training_batches.h"
+#include "parallel/equivalence.h"
+#include "train/global_batch.h"
 #include "train/step.h"
 
 namespace dt {
@@ -28,16 +29,15 @@ namespace {
 constexpr int kB = 2, kT = 16, kSteps = 3;
 
 // kB sequences of kT tokens per micro-batch.
-struct GlobalBatch : testing::GlobalBatch {
-  GlobalBatch(int sequences, int vocab_size, int step) : testing::GlobalBatch(sequences, kT, vocab_size, step) {}
-  MicroBatch micro_batch(int index) const { return testing::GlobalBatch::micro_batch(index, kB); }
+struct TestBatch : dt::GlobalBatch {
+  TestBatch(int sequences, int vocab_size, int step) : dt::GlobalBatch(sequences, kT, vocab_size, step) {}
+  MicroBatch micro_batch(int index) const { return dt::GlobalBatch::micro_batch(index, kB); }
 };
 
 struct StepSeries {
   std::vector<double> losses, norms;
 };
 
-using testing::max_relative_difference;
 
 // The largest absolute value among the unpadded parameters of `params`.
 double largest_parameter(const FlatTensors& params) {
@@ -198,7 +198,7 @@ void expect_matches_one_process(Communicator* world, const Cell& cell) {
     DataParallel& data_parallel = sharded.data_parallel;
     StepSeries reference, parallel;
     for (int step = 0; step < steps(precision); ++step) {
-      const GlobalBatch batch(micro_batches * kB, config.vocab_size, step);
+      const TestBatch batch(micro_batches * kB, config.vocab_size, step);
       std::vector<MicroBatch> all, own;
       for (int m = 0; m < micro_batches; ++m) all.push_back(batch.micro_batch(m));
       for (int m = 0; m < accumulation; ++m) own.push_back(batch.micro_batch(m * ranks + rank));
@@ -287,7 +287,7 @@ TEST(DataParallel, ZeroOnOneRankIsAdamWBitForBit) {
     SingleProcessCommunicator one(Device::cpu, "dp");
     ShardedModel sharded(config, one, stage, 3, /*bucket_mb=*/25, precision);
     for (int step = 0; step < 3; ++step) {
-      const GlobalBatch batch(2 * kB, config.vocab_size, step);
+      const TestBatch batch(2 * kB, config.vocab_size, step);
       const std::vector<MicroBatch> mbs = {batch.micro_batch(0), batch.micro_batch(1)};
       const StepStats a = train_step(plain, optimizer, mbs, 1e-2f, /*max_grad_norm=*/0);
       const StepStats b = train_step(sharded.model, sharded.data_parallel, mbs, 1e-2f, 0);
@@ -318,7 +318,7 @@ TEST(DataParallel, ZeroTwoAndThreeHoldNoUnitBetweenSteps) {
   for (const int stage : {2, 3}) {
     SingleProcessCommunicator one(Device::cpu, "dp");
     ShardedModel sharded(config, one, stage, 5);
-    const GlobalBatch batch(kB, config.vocab_size, 0);
+    const TestBatch batch(kB, config.vocab_size, 0);
     const std::vector<MicroBatch> mbs = {batch.micro_batch(0)};
     train_step(sharded.model, sharded.data_parallel, mbs, 1e-2f, 1.0f);
     const size_t units = sharded.model.layout().units().size();
@@ -385,7 +385,7 @@ void expect_every_stage_holds_its_formula(Communicator& group) {
 
       // Two micro-batches: stages 2 and 3 stage the second's reduced parts before adding them.
       reset_peak_memory(Device::cpu);
-      const GlobalBatch batch(2 * ranks * kB, config.vocab_size, 0);
+      const TestBatch batch(2 * ranks * kB, config.vocab_size, 0);
       const std::vector<MicroBatch> mbs = {batch.micro_batch(group.rank()), batch.micro_batch(ranks + group.rank())};
       train_step(sharded.model, sharded.data_parallel, mbs, 1e-3f, 1.0f);
       const MemoryStats after = memory_stats(Device::cpu);

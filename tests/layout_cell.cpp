@@ -10,14 +10,14 @@
 
 #include "comm/mpi.h"
 #include "model/transformer.h"
-#include "kernels/cross_entropy.h"
 #include "parallel/context/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/equivalence.h"
 #include "parallel/expert/expert_parallel.h"
 #include "parallel/parallel_dims.h"
 #include "parallel/pipeline/pipeline_parallel.h"
 #include "parallel/tensor/tensor_parallel.h"
-#include "tests/training_batches.h"
+#include "train/global_batch.h"
 #include "train/step.h"
 
 namespace dt::testing {
@@ -54,98 +54,6 @@ ModelConfig test_model(const LayoutCell& cell, int stages) {
   }
   if (cell.pp > 1) c.n_layer = stages + 1;
   return c;
-}
-
-// The largest difference between this rank's parameters (its shard of its stages; with
-// `experts_only`, its experts) and the reference's at the same places of the whole tensors,
-// relative to the reference's largest parameter.
-double shard_difference(const FlatTensors& reference, const FlatTensors& shard, bool experts_only) {
-  double largest = 0, reference_largest = 0;
-  for (const ParamInfo& p : reference.layout().params()) {
-    const Tensor x = reference.unpadded(p);
-    for (int64_t i = 0; i < x.numel(); ++i)
-      reference_largest = std::max(reference_largest, static_cast<double>(std::fabs(x.ptr<float>()[i])));
-  }
-  for (const ParamInfo& p : shard.layout().params()) {
-    if (experts_only && !p.is_expert) continue;
-    const float* mine = shard.unpadded(p).ptr<float>();
-    const float* expected = reference.unpadded(p.name).ptr<float>();
-    for (const ParamInfo::Run& run : p.runs())
-      for (int64_t i = 0; i < run.count; ++i)
-        largest = std::max(largest, static_cast<double>(std::fabs(mine[run.local + i] - expected[run.global + i])));
-  }
-  return largest / reference_largest;
-}
-
-// Bounds, relative (the parameters to the largest, a norm's weight of about 1), over 3 steps at
-// lr 1e-3.
-//
-// f32: the tensor-parallel run sums each row-parallel product in two parts, and the loss's
-// exponentials per slice, where one rank sums them in one. Pipeline parallelism adds its own
-// rounding in two places only: the gradient norm's sum of squares is completed over the stages
-// (double sums in another order), and a tied wte's two shares of its gradient (the lookup's and
-// the output projection's) are summed in the schedule's order — on two ranks, once at the end;
-// every other gradient is the same sum in the same order (llama, untied, matches bit for bit).
-// That is rounding, and Adam turns it into parameter differences where a gradient nearly
-// cancels: its first update moves an element by about lr whatever the gradient's size, so an
-// element whose tiny gradient changes sign differs by 2 lr. So the norms are bounded twice: at
-// the first step, where both runs hold the same parameters, the gradient itself is compared
-// (largest measured over the tp and pp matrices, 250 cells: 6.0e-8; bound 4e-7); later steps'
-// norms are of parameters that differ that way (largest 1.2e-6, gpt2's tied wte under ZB-V at
-// dp 2 × tp 2 × pp 2; bound 1e-5). Losses: 2.2e-8 measured; parameters 3.3e-5; bounds 6-9x.
-// A wrong reduction lies far above them: without the copied key/value heads' sum (llama-tiny over
-// 3 and 4 ranks) the losses move by 5e-5 to 1.7e-4, the norms by 3-4%, the parameters by 5.8e-3.
-//
-// bf16: each rank rounds its partial product to bf16 before the f32 sum (one rank rounds the
-// whole product once), so activations differ by a bf16 ulp (2^-8 relative) here and there and
-// every later number follows: measured losses 8.3e-5, norms 1.4e-3 (bounds 12x and 7x). The
-// parameters: Adam moves an element by about lr per step whatever its gradient's size, so an
-// element whose tiny gradient changes sign moves by about 2 lr per step differently: 3 steps ×
-// 2e-3 = 6e-3, and 5.0e-3 is measured (tp 6); the bound, 1e-2, leaves room for Adam's steps a
-// little above lr. The bf16 cells check that the 16-bit path works; the f32 cells are the ones
-// tight enough to tell a wrong reduction (which moves the norms past the bf16 bound too: 3-4%).
-//
-// FP8 in f32 storage, tensorwise and delayed: a scale that is not a power of two moves with its
-// amax's last bits, and with it every element's rounding, so FP8 turns f32's rounding into FP8
-// steps (1/16 of an e4m3 element). One rank against itself with half its initial weights moved
-// by one ulp (the probe in model/float8_linear_test.cpp): the third step's gradient norm 2.9e-3
-// apart, its loss 6.7e-5 (llama-tiny, tensorwise; gpt2-tiny delayed 6.2e-4). Layouts differ from
-// one rank by that f32 rounding after their first step, so those steps get bf16's bounds; the
-// first step, from the same weights, keeps f32's, and is where a wrong amax group shows (a
-// weight's amax left unreduced over tp: the first loss 1.2e-4 apart). Power-of-two scales
-// (blockwise's, and fp8.pow2_scales) do not move with the last bits: those cells keep f32's
-// bounds throughout.
-//
-// Delayed scaling's first amaxes (expect_same_first_amaxes): in f32 a few ulps apart at most
-// (bound 1e-6, 8 ulps); in bf16 the activations and gradients differ by bf16's roundings
-// (above), and amaxes by up to 2.5% (measured, tp 2); bound 0.1, a third of a wrong group's.
-struct Bounds {
-  double first_loss, losses, first_norm, norms, parameters, first_amaxes;
-};
-Bounds bounds(const LayoutCell& cell) {
-  if (cell.precision != DType::f32)
-    return {.first_loss = 1e-3, .losses = 1e-3, .first_norm = 1e-2, .norms = 1e-2, .parameters = 1e-2,
-            .first_amaxes = 0.1};
-  // Under context parallelism the first step is not free of f32 rounding either: ring attention
-  // sums in another order before attention's output projection quantizes. There the first loss
-  // is measured 9.3e-7 apart (gpt2, tensorwise), and 8.9e-6 to 6.1e-5 with an activation's amax
-  // left unreduced over cp: bound 3e-6. Its first norm (1.6e-4 against 4.9e-4 to 2.2e-3) tells
-  // the two apart too narrowly to bound; the delayed cells' amax check covers cp's group.
-  if ((cell.fp8 == Float8Scaling::tensorwise || cell.fp8 == Float8Scaling::delayed) && cell.cp > 1)
-    return {.first_loss = 3e-6, .losses = 1e-3, .first_norm = 1e-2, .norms = 1e-2, .parameters = 1e-2,
-            .first_amaxes = 1e-6};
-  // Tensorwise's first backward is not free of f32 rounding under tp either: a LayerNorm's input
-  // gradient sums the column-parallel layers' pieces over the group in another order, an ulp apart
-  // here and there, and where that ulp is an output gradient's amax its scale moves and with it
-  // the tensor's FP8 rounding. Measured first norms 3e-9 to 2e-7, and 1.3e-5 (gpt2, dp 2 × tp 2
-  // with sp, two micro-batches a rank, on an AVX-512 EPYC: the data decide where an amax lands);
-  // a column-parallel gradient's amax left unreduced over tp moves it 6.8e-5 to 6.3e-3. Bound
-  // 3e-5. Delayed scaling's first step scales by 1, from no history: f32's bound.
-  if (cell.fp8 == Float8Scaling::tensorwise || cell.fp8 == Float8Scaling::delayed)
-    return {.first_loss = 2e-7, .losses = 1e-3, .first_norm = cell.fp8 == Float8Scaling::tensorwise ? 3e-5 : 4e-7,
-            .norms = 1e-2, .parameters = 1e-2, .first_amaxes = 1e-6};
-  return {.first_loss = 2e-7, .losses = 2e-7, .first_norm = 4e-7, .norms = 1e-5, .parameters = 2e-4,
-          .first_amaxes = 1e-6};
 }
 
 // Delayed scaling's amax history after `steps` steps, newest first: its first step's amaxes
@@ -205,7 +113,7 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
   if (cell.cp > 1) context.emplace(*groups.cp, test_model(cell, 1), T, cell.zigzag, Device::cpu);
   const int T_local = context ? context->local_len() : T;
   const int rank = groups.world->rank(), dp_rank = groups.coords.dp;
-  const int steps = 3;
+  const int steps = kEquivalenceSteps;
   for (const int accumulation : cell.accumulations) {
     std::optional<pipeline::Schedule> schedule;
     if (cell.pp > 1) schedule = pipeline::make_schedule(cell.schedule, cell.pp, accumulation, cell.virtual_stages);
@@ -219,7 +127,7 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     Transformer one(config, kB, T, cell.recompute, cell.precision, Device::cpu, {}, nullptr, {}, nullptr, {}, nullptr,
                     &one_fp8);
     AdamW one_optimizer(one.layout(), OptimizerParts::whole(one), {});
-    init_parameters(one.params(), 7);
+    init_parameters(one.params(), kEquivalenceSeed);
     one_optimizer.round_weights();
 
     std::optional<TensorParallel> tensor_parallel;
@@ -238,30 +146,17 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     std::optional<pipeline::PipelineParallel> pipeline;
     if (schedule) pipeline.emplace(mine, *groups.pp, *schedule);
     FlatTensors whole(mine.layout(), MemTag::workspace);  // this rank's part of the model, whole
-    init_parameters(whole, 7);
+    init_parameters(whole, kEquivalenceSeed);
     data_parallel.take_parameters(whole);
 
     std::vector<double> one_losses, one_norms, losses, norms;
+    BatchBuffers all(micro_batches, kB, T, Device::cpu), own(accumulation, kB, T_local, Device::cpu);
     for (int step = 0; step < steps; ++step) {
       const GlobalBatch batch(micro_batches * kB, T, config.vocab_size, step);
-      std::vector<MicroBatch> all, own;
-      for (int m = 0; m < micro_batches; ++m) all.push_back(batch.micro_batch(m, kB));
-      for (int m = 0; m < accumulation; ++m) own.push_back(batch.micro_batch(m * cell.dp + dp_rank, kB));
-      // Under context parallelism, this rank's tokens of each sequence.
-      std::vector<Buffer> parts;
-      for (MicroBatch& mb : own) {
-        if (!context) break;
-        // The padding, if any: token 0, its target ignored.
-        const auto take = [&](Tensor whole, int32_t fill) {
-          parts.emplace_back(static_cast<size_t>(kB * T_local) * sizeof(int32_t), MemTag::workspace);
-          const Tensor part = parts.back().view(DType::i32, {kB, T_local});
-          context->take_own(whole, part, fill);
-          return part;
-        };
-        mb = {take(mb.tokens, 0), take(mb.targets, kernels::kIgnoreIndex)};
-      }
-      const StepStats a = train_step(one, one_optimizer, all, 1e-3f, 1.0f);
-      const StepStats b = train_step(mine, data_parallel, own, 1e-3f, 1.0f, nullptr, step + 1,
+      take_rank_micro_batches(batch, 1, 0, nullptr, all);
+      take_rank_micro_batches(batch, cell.dp, dp_rank, context ? &*context : nullptr, own);
+      const StepStats a = train_step(one, one_optimizer, all.on_device(), kEquivalenceLr, 1.0f);
+      const StepStats b = train_step(mine, data_parallel, own.on_device(), kEquivalenceLr, 1.0f, nullptr, step + 1,
                                      pipeline ? &*pipeline : nullptr);
       EXPECT_EQ(a.targets, b.targets);
       one_losses.push_back(a.loss), one_norms.push_back(a.grad_norm);
@@ -280,10 +175,13 @@ void expect_layout_matches_one_rank(const LayoutCell& cell) {
     }
     const double loss_diff = max_relative_difference(losses, one_losses);
     const double norm_diff = max_relative_difference(norms, one_norms);
-    const double parameter_diff =
-        parameters != nullptr ? shard_difference(one.params(), *parameters, experts_only) : 0;
+    double parameter_diff = 0;
+    if (parameters != nullptr)
+      for (const TensorDifference& d :
+           parameter_differences(one.params(), *parameters, [&](const ParamInfo& p) { return !experts_only || p.is_expert; }))
+        parameter_diff = std::max(parameter_diff, d.difference);
     const std::string what = str(cell_name(cell), " tp ", tp, " accumulation ", accumulation, " rank ", rank);
-    const Bounds bound = bounds(cell);
+    const EquivalenceBounds bound = equivalence_bounds(cell.precision, cell.fp8, cell.cp);
     EXPECT_LT(max_relative_difference({losses[0]}, {one_losses[0]}), bound.first_loss) << what;
     EXPECT_LT(loss_diff, bound.losses) << what;
     EXPECT_LT(max_relative_difference({norms[0]}, {one_norms[0]}), bound.first_norm) << what;

@@ -4,7 +4,7 @@
 // trained for a few steps beside the one-rank reference, which every rank trains itself on the
 // whole global batch so that the comparison needs no files. Losses, gradient norms and every
 // parameter a rank holds are compared with the reference at the same places of the whole model,
-// within bounds whose reasons are written in layout_cell.cpp.
+// within the bounds of parallel/equivalence.h.
 // Used by parallel/tensor/tensor_parallel_test.cpp and parallel/pipeline/pipeline_parallel_test.cpp.
 #pragma once
 

@@ -60,12 +60,16 @@ class Problems {
   bool empty() const { return entries_.empty(); }
   void throw_if_any(const std::filesystem::path& file) {
     if (entries_.empty()) return;
+    throw ConfigError(str("run configuration '", file.string(), "' has ", entries_.size(),
+                          entries_.size() == 1 ? " problem:" : " problems:", lines()));
+  }
+  // Each problem on a line of its own, indented, in the order of the keys.
+  std::string lines() {
     std::sort(entries_.begin(), entries_.end(),
               [](const Entry& a, const Entry& b) { return std::tie(a.order, a.seq) < std::tie(b.order, b.seq); });
-    std::string message = str("run configuration '", file.string(), "' has ", entries_.size(),
-                              entries_.size() == 1 ? " problem:" : " problems:");
-    for (const Entry& e : entries_) message += "\n  " + e.line;
-    throw ConfigError(message);
+    std::string out;
+    for (const Entry& e : entries_) out += "\n  " + e.line;
+    return out;
   }
 
  private:
@@ -635,13 +639,15 @@ void check_values(const RunConfig& config, bool model_complete, Checker& check) 
 
 }  // namespace
 
-bool run_config_valid(const RunConfig& config) {
+std::string run_config_problems(const RunConfig& config) {
   const Origins origins{.file = config.source.string(), .lines = {}, .overrides = {}};
   Problems problems;
   Checker check(config, origins, problems);
   check_values(config, /*model_complete=*/true, check);
-  return problems.empty();
+  return problems.lines();
 }
+
+bool run_config_valid(const RunConfig& config) { return run_config_problems(config).empty(); }
 
 RunConfig load_run_config(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
   toml::table doc = parse_file(path);

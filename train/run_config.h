@@ -168,8 +168,10 @@ void check_run_inputs(const RunConfig& config);
 std::string resolved_toml(const RunConfig& config);
 
 // Whether a configuration built in code (a variation of a loaded one) passes every check
-// load_run_config() makes of its values.
+// load_run_config() makes of its values; the problems it finds, each on an indented line of its
+// own ("" when none).
 bool run_config_valid(const RunConfig& config);
+std::string run_config_problems(const RunConfig& config);
 
 // The memory one rank of the run holds (plan/memory.h), from the configuration alone: the rank
 // at `rank`, or without one the largest share; and the run's layout as the step-time model takes it (plan/step_time.h),

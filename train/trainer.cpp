@@ -83,7 +83,8 @@ void check_gpu_memory(const RunConfig& config, bool lead) {
   if (!warning.empty() && lead) std::fprintf(stderr, "%s\n", warning.c_str());
 }
 
-// The parallel run the configuration lays out (parallel/parallel_run.h).
+}  // namespace
+
 ParallelOptions parallel_options(const RunConfig& config) {
   return {.model = config.model, .micro_batch_size = config.train.micro_batch_size, .seq_len = config.data.seq_len,
           .recompute = config.train.recompute, .precision = config.train.precision,
@@ -93,6 +94,8 @@ ParallelOptions parallel_options(const RunConfig& config) {
           .micro_batches = config.accumulation_steps(), .cp_zigzag = config.parallel.cp_zigzag,
           .sp = config.parallel.sp, .backend = config.parallel.backend, .linear_states = {}, .fp8 = config.fp8};
 }
+
+namespace {
 
 // Sets the model's first parameters (and the optimizer's, the loader's and the scaler's state on
 // a resume): the latest checkpoint, else init.from, else the random initialisation. Returns

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "parallel/parallel_run.h"
 #include "train/run_config.h"
 
 namespace dt {
@@ -36,5 +37,8 @@ struct TrainSummary {
 };
 
 TrainSummary run_training(const RunConfig& config);
+
+// The parallel run the configuration lays out (parallel/parallel_run.h).
+ParallelOptions parallel_options(const RunConfig& config);
 
 }  // namespace dt
