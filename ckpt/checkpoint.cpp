@@ -65,16 +65,6 @@ bool is_step_name(const std::string& name) {
          std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// Step directories under root, oldest first.
-std::vector<std::filesystem::path> step_directories(const std::filesystem::path& root) {
-  std::vector<std::filesystem::path> steps;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(root, ec))
-    if (entry.is_directory() && is_step_name(entry.path().filename().string())) steps.push_back(entry.path());
-  std::sort(steps.begin(), steps.end());
-  return steps;
-}
-
 // Removes step directory `step`: first renamed (atomically, durably) out of the step
 // directories' names, so that a crash during the removal leaves no checkpoint with files missing;
 // then deleted. A removal a crash left (".old") is finished by the next.
@@ -90,6 +80,15 @@ void remove_step_directory(const std::filesystem::path& root, const std::filesys
 uint32_t checksum_of(const Tensor& t) { return crc32c(t.data, t.bytes()); }
 
 }  // namespace
+
+std::vector<std::filesystem::path> step_directories(const std::filesystem::path& root) {
+  std::vector<std::filesystem::path> steps;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec))
+    if (entry.is_directory() && is_step_name(entry.path().filename().string())) steps.push_back(entry.path());
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
 
 std::string shard_file_name(int rank, int ranks) {
   if (ranks == 1) return kTensors;

@@ -63,6 +63,10 @@ std::filesystem::path finish_checkpoint(const std::filesystem::path& root, const
 // tensors_R_of_N.safetensors, or tensors.safetensors when one process writes.
 std::string shard_file_name(int rank, int ranks);
 
+// The step directories in place under root (step_ and nine digits: not a save's ".tmp" nor a
+// removal's ".old"), oldest first.
+std::vector<std::filesystem::path> step_directories(const std::filesystem::path& root);
+
 class Checkpoint {
  public:
   // The newest complete checkpoint under root; throws dt::Error when there is none.

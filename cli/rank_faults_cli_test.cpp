@@ -38,14 +38,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The step directories under a run's checkpoints (complete or not), by name.
-std::vector<std::filesystem::path> step_directories(const std::filesystem::path& run_dir) {
-  std::vector<std::filesystem::path> steps;
+// Whether a save is under way in a run: a step directory being written (".tmp").
+bool saving(const std::filesystem::path& run_dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(run_dir / "checkpoints", ec))
-    if (entry.is_directory()) steps.push_back(entry.path());
-  std::sort(steps.begin(), steps.end());
-  return steps;
+    if (entry.path().extension() == ".tmp") return true;
+  return false;
 }
 
 // Every file of the latest checkpoint, by name.
@@ -108,9 +106,7 @@ void expect_kills_leave_the_run_bit_for_bit(const std::string& name, const std::
         300);
     if (reached) std::this_thread::sleep_for(std::chrono::duration<double>(jitter_s));
     const size_t steps_done = run.losses("killed").size();
-    bool saving = false;
-    for (const auto& step : step_directories(run.path("killed")))
-      saving = saving || step.filename().string().ends_with(".tmp");
+    const bool during_save = saving(run.path("killed"));
     // The run may end first, and between the ranks' exit and the launcher's there is no rank to kill.
     if (!reached || !job.signal_rank(rank, SIGKILL)) {
       const auto finished = job.wait(kTimeoutS + 60);
@@ -122,15 +118,14 @@ void expect_kills_leave_the_run_bit_for_bit(const std::string& name, const std::
     const auto ended = job.wait(kTimeoutS + 60);
     const double ended_s = seconds_since(killed);
     EXPECT_FALSE(ended.timed_out) << "kill " << k << ": the job hung\n" << ended.output;
-    // Every checkpoint in place is whole and every tensor in it passes its checksum.
+    // Every checkpoint in place is whole and every tensor in it passes its checksum (what a save
+    // or a removal the kill interrupted left, ".tmp" or ".old", is not in place).
     std::string latest = "none";
-    for (const auto& step : step_directories(run.path("killed"))) {
-      if (step.filename().string().ends_with(".tmp")) continue;
+    for (const auto& step : ckpt::step_directories(run.path("killed") / "checkpoints"))
       EXPECT_NO_THROW(ckpt::Checkpoint(step).verify()) << "kill " << k << ": " << step;
-    }
     if (std::filesystem::exists(run.path("killed") / "checkpoints" / "latest"))
       latest = ckpt::Checkpoint::latest(run.path("killed") / "checkpoints").filename().string();
-    std::printf("%-6d %-5d %-9zu %-12zu %-16s %-12.2f s %s\n", k, rank, target, steps_done, saving ? "yes" : "no",
+    std::printf("%-6d %-5d %-9zu %-12zu %-16s %-12.2f s %s\n", k, rank, target, steps_done, during_save ? "yes" : "no",
                 ended_s, latest.c_str());
     ++landed;
     if (latest_step(run.path("killed")) == kSteps) break;  // the kill came after the run's last save
