@@ -14,10 +14,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 // The device the share's values live on (the CPU for an empty share).
 Device share_device(const CheckpointShare& share) {
   Device device = Device::cpu;
-  share_copy(share, [&](const Tensor& t) {
-    device = t.device;
-    return t;
-  });
+  share.for_each_value([&](const Tensor& t) { device = t.device; });
   return device;
 }
 

@@ -314,12 +314,15 @@ CheckpointShare share_copy(const CheckpointShare& share, const std::function<Ten
   return copied;
 }
 
+void CheckpointShare::for_each_value(const std::function<void(const Tensor&)>& visit) const {
+  for (const auto& [buffer, pieces] : buffers)
+    for (const Piece& piece : pieces) visit(piece.values);
+  for (const auto& [name, tensor] : whole) visit(tensor);
+}
+
 size_t checkpoint_share_bytes(const CheckpointShare& share) {
   size_t bytes = 0;
-  share_copy(share, [&](const Tensor& t) {
-    bytes += t.bytes();
-    return t;
-  });
+  share.for_each_value([&](const Tensor& t) { bytes += t.bytes(); });
   return bytes;
 }
 

@@ -72,6 +72,9 @@ struct CheckpointShare {
   std::vector<std::pair<std::string, std::vector<Piece>>> buffers;
   // Tensors saved whole under these names (f32, any device): the per-linear states it writes.
   std::vector<std::pair<std::string, Tensor>> whole;
+
+  // Calls visit(values) for each piece, then each whole tensor.
+  void for_each_value(const std::function<void(const Tensor&)>& visit) const;
 };
 // A data-parallel run's: this rank's parts of what is sharded, and on rank 0 of the dp group
 // what every rank of it holds whole (under tensor parallelism, each tp rank's shard) but the
