@@ -100,5 +100,16 @@ TEST(Cli, CkptInspectPrintsTheManifestAndCatchesACorruptTensor) {
   EXPECT_NE(result.output.find("tensor 'param.w' fails its checksum"), std::string::npos) << result.output;
 }
 
+
+// cuBLASLt is opened only when a GEMM runs on the GPU (kernels/cuda/cublaslt_library.h): loading
+// it costs a process about 210 MB of resident memory. The dynamic loader's log of the files it
+// opens shows a CPU command load the other libraries, and not it.
+TEST(Cli, ACpuCommandDoesNotLoadCuBlasLt) {
+  const auto result = testing::run_dtrain("model info --model gpt2-tiny", "LD_DEBUG=files ");
+  ASSERT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("file=libopenblas"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("libcublasLt"), std::string::npos) << result.output;
+}
+
 }  // namespace
 }  // namespace dt

@@ -12,6 +12,7 @@
 #include "core/buffer.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "kernels/cuda/cublaslt_library.h"
 
 namespace dt::kernels::cuda {
 
@@ -27,7 +28,7 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 cublasLtHandle_t handle() {
   static const cublasLtHandle_t h = [] {
     cublasLtHandle_t created = nullptr;
-    DT_CUBLAS_CHECK(cublasLtCreate(&created), std::string("creating the cuBLASLt handle"));
+    DT_CUBLAS_CHECK(cublaslt().create(&created), std::string("creating the cuBLASLt handle"));
     return created;
   }();
   return h;
@@ -81,9 +82,9 @@ AlgoKey key_of(const GemmProblem& p) {
 
 // Owners of the cuBLASLt descriptors of one call.
 struct DescDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
-  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublasLtMatrixLayoutDestroy(l); }
-  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublaslt().desc_destroy(d); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublaslt().layout_destroy(l); }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublaslt().preference_destroy(p); }
 };
 using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
 using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter>;
@@ -100,19 +101,19 @@ cudaDataType_t scale_type(cublasComputeType_t compute) {
 
 Layout layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, const GemmProblem& p) {
   cublasLtMatrixLayout_t l = nullptr;
-  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+  DT_CUBLAS_CHECK(cublaslt().layout_create(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
                   describe(p));
   return Layout(l);
 }
 
 template <typename V>
 void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const V& value, const GemmProblem& p) {
-  DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), describe(p));
+  DT_CUBLAS_CHECK(cublaslt().desc_set_attribute(desc, attribute, &value, sizeof(value)), describe(p));
 }
 
 Descriptors descriptors(const GemmProblem& p) {
   cublasLtMatmulDesc_t desc = nullptr;
-  DT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, p.compute, scale_type(p.compute)), describe(p));
+  DT_CUBLAS_CHECK(cublaslt().desc_create(&desc, p.compute, scale_type(p.compute)), describe(p));
   Descriptors d{.desc = MatmulDesc(desc),
                 .a = layout(p.a.type, p.a.rows, p.a.cols, p.a.ld, p),
                 .b = layout(p.b.type, p.b.rows, p.b.cols, p.b.ld, p),
@@ -134,10 +135,10 @@ Descriptors descriptors(const GemmProblem& p) {
 // The heuristic's first choice for the problem, or none.
 std::optional<cublasLtMatmulAlgo_t> choose_algo(const GemmProblem& p, const Descriptors& d) {
   cublasLtMatmulPreference_t pref_raw = nullptr;
-  DT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw), describe(p));
+  DT_CUBLAS_CHECK(cublaslt().preference_create(&pref_raw), describe(p));
   const Preference pref(pref_raw);
   const auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attribute, auto value) {
-    DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), attribute, &value, sizeof(value)), describe(p));
+    DT_CUBLAS_CHECK(cublaslt().preference_set_attribute(pref.get(), attribute, &value, sizeof(value)), describe(p));
   };
   set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
   // Views into flat buffers start wherever the previous tensor ended: tell the heuristic the
@@ -152,7 +153,7 @@ std::optional<cublasLtMatmulAlgo_t> choose_algo(const GemmProblem& p, const Desc
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle(), d.desc.get(), d.a.get(), d.b.get(),
+  const cublasStatus_t status = cublaslt().algo_get_heuristic(handle(), d.desc.get(), d.a.get(), d.b.get(),
                                                                d.d.get(), d.d.get(), pref.get(), 1, &result, &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return std::nullopt;
   DT_CUBLAS_CHECK(status, describe(p));
@@ -177,7 +178,7 @@ std::optional<cublasLtMatmulAlgo_t> cached_algo(const GemmProblem& p, const Desc
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const std::string& problem, const char* file,
                         int line) {
-  throw Error(str(call, " failed: ", cublasLtGetStatusName(status), " (", cublasLtGetStatusString(status), ") for ",
+  throw Error(str(call, " failed: ", cublaslt().status_name(status), " (", cublaslt().status_string(status), ") for ",
                   problem, " at ", file, ":", line));
 }
 
@@ -200,7 +201,7 @@ bool try_gemm(const GemmProblem& p) {
   const bool f64 = p.compute == CUBLAS_COMPUTE_64F;
   const void* alpha = f64 ? static_cast<const void*>(&p.alpha) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&p.beta) : &beta32;
-  DT_CUBLAS_CHECK(cublasLtMatmul(handle(), d.desc.get(), alpha, p.a.data, d.a.get(), p.b.data, d.b.get(), beta,
+  DT_CUBLAS_CHECK(cublaslt().matmul(handle(), d.desc.get(), alpha, p.a.data, d.a.get(), p.b.data, d.b.get(), beta,
                                  p.d.data, d.d.get(), p.d.data, d.d.get(), &*algo, workspace(), kWorkspaceBytes,
                                  ::dt::cuda::compute_stream()),
                   describe(p));
