@@ -74,7 +74,7 @@ bool print_verdict(const LayoutCheck& check) {
   size_t tensors_apart = 0;
   std::printf("\nDIFFERS from one rank at step %d:\n", divergence->step);
   for (const Apart& a : divergence->apart) {
-    const bool tensor = a.what != "the loss" && a.what != "the gradient norm";
+    const bool tensor = a.value == Apart::Value::parameter;
     tensors_apart += tensor ? 1 : 0;
     if (tensor && tensors_apart > 3) continue;  // the first few name where to look
     std::printf("  %s%s: %.2e apart (bound %.1e)\n", tensor && tensors_apart == 1 ? "first parameter " : "",

@@ -84,13 +84,15 @@ std::optional<Divergence> LayoutCheck::first_divergence() const {
   for (size_t s = 0; s < steps.size(); ++s) {
     const StepComparison& c = steps[s];
     Divergence divergence{.step = static_cast<int>(s) + 1, .apart = {}};
-    const auto bound = [&](std::string what, double difference, double limit) {
-      if (!(difference < limit)) divergence.apart.push_back({std::move(what), difference, limit});
+    const auto bound = [&](Apart::Value value, std::string what, double difference, double limit) {
+      if (!(difference < limit)) divergence.apart.push_back({value, std::move(what), difference, limit});
     };
-    bound("the loss", relative_difference(c.loss, c.reference_loss), s == 0 ? bounds.first_loss : bounds.losses);
-    bound("the gradient norm", relative_difference(c.grad_norm, c.reference_grad_norm),
+    bound(Apart::Value::loss, "the loss", relative_difference(c.loss, c.reference_loss),
+          s == 0 ? bounds.first_loss : bounds.losses);
+    bound(Apart::Value::grad_norm, "the gradient norm", relative_difference(c.grad_norm, c.reference_grad_norm),
           s == 0 ? bounds.first_norm : bounds.norms);
-    for (const TensorDifference& d : c.parameters) bound(d.name, d.difference, bounds.parameters);
+    for (const TensorDifference& d : c.parameters)
+      bound(Apart::Value::parameter, d.name, d.difference, bounds.parameters);
     if (!divergence.apart.empty()) return divergence;
   }
   return std::nullopt;

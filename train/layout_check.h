@@ -39,9 +39,11 @@ struct StepComparison {
   std::vector<TensorDifference> parameters;  // after the step, in the model's order
 };
 
-// A value of a step past its bound: the loss, the gradient norm or a parameter tensor.
+// A value of a step past its bound: the loss, the gradient norm or a parameter tensor (named).
 struct Apart {
-  std::string what;
+  enum class Value { loss, grad_norm, parameter };
+  Value value = Value::loss;
+  std::string what;  // "the loss", "the gradient norm" or the tensor's name
   double difference = 0, bound = 0;
 };
 

@@ -72,12 +72,13 @@ TEST(LayoutCheck, TheFirstDivergenceIsTheFirstStepPastABoundWithEverythingPastIt
   EXPECT_EQ(d->step, 2);
   // The norm is within its bound after the first step (1e-5); the two tensors past theirs, in order.
   ASSERT_EQ(d->apart.size(), 2u);
+  EXPECT_EQ(d->apart[0].value, Apart::Value::parameter);
   EXPECT_EQ(d->apart[0].what, "h.0.attn.qkv.weight");
   EXPECT_EQ(d->apart[1].what, "lm_head");
   EXPECT_DOUBLE_EQ(d->apart[1].bound, 2e-4);
   // At the first step the norm's bound is the first step's.
   check.steps[0].grad_norm = 1 + 1e-6;
-  EXPECT_EQ(check.first_divergence()->apart.front().what, "the gradient norm");
+  EXPECT_EQ(check.first_divergence()->apart.front().value, Apart::Value::grad_norm);
 }
 
 }  // namespace
