@@ -76,17 +76,18 @@ TEST_F(SlurmCli, TheExampleBatchScriptTrainsLikeMpirun) {
 // that was never stopped.
 TEST_F(SlurmCli, AJobCancelledWithScancelSavesAndResumesBitForBit) {
   const TrainRun run;
-  // Long enough (a step of two ranks takes about a millisecond) that scancel, through
-  // slurmctld, arrives mid-run.
-  const std::string longer = "train.steps=3000 checkpoint.every=0 eval.every=0 log.every=1000 parallel.dp=2";
+  const std::string longer = "train.steps=200 checkpoint.every=0 eval.every=0 log.every=100 parallel.dp=2";
   ASSERT_EQ(run_dtrain(run.args("straight", longer), testing::mpirun(2)).status, 0);
   const std::string output = run.path("job.out").string();
-  const auto submitted = run_command(str(slurm(), "sbatch --parsable -n 2 --output=", output, " --wrap 'srun ",
-                                         DTRAIN_BINARY_DIR, "/dtrain ", run.args("cancelled", longer), "'"));
+  // The ranks wait before step 100 until the signal arrives: scancel, through slurmctld, takes
+  // seconds, and the steps a millisecond each.
+  const auto submitted = run_command(str(slurm(), "DTRAIN_INJECT_FAULT=step-waits-for-signal@100 sbatch --parsable -n 2 ",
+                                         "--output=", output, " --wrap 'srun ", DTRAIN_BINARY_DIR, "/dtrain ",
+                                         run.args("cancelled", longer), "'"));
   ASSERT_EQ(submitted.status, 0) << submitted.output;
   const std::string job = submitted.output.substr(0, submitted.output.find_first_of("\n;"));
   const auto in_queue = [&] { return run_command(str(slurm(), "squeue -h -j ", job)).output.find(job) != std::string::npos; };
-  ASSERT_TRUE(testing::wait_until([&] { return run.losses("cancelled").size() >= 5 || !in_queue(); }, 120));
+  ASSERT_TRUE(testing::wait_until([&] { return run.losses("cancelled").size() >= 99 || !in_queue(); }, 120));
   ASSERT_TRUE(in_queue()) << "the job ended before it was cancelled:\n" << run_command("cat " + output).output;
   ASSERT_EQ(run_command(str(slurm(), "scancel ", job)).status, 0);
   ASSERT_TRUE(testing::wait_until([&] { return !in_queue(); }, 120)) << "the job outlived scancel";
@@ -95,9 +96,9 @@ TEST_F(SlurmCli, AJobCancelledWithScancelSavesAndResumesBitForBit) {
   ASSERT_TRUE(testing::wait_until(
       [&] { return run_command(str(slurm(), "sinfo -h -o %T")).output.starts_with("idle"); }, 120));
   const std::string log = run_command("cat " + output).output;
-  EXPECT_NE(log.find("received SIGTERM during step "), std::string::npos) << log;
+  EXPECT_NE(log.find("received SIGTERM during step 100"), std::string::npos) << log;
   EXPECT_NE(log.find("saved checkpoint "), std::string::npos) << log;
-  ASSERT_LT(run.losses("cancelled").size(), 3000u) << "the run ended before the cancel arrived";
+  ASSERT_EQ(run.losses("cancelled").size(), 100u) << "the run did not stop after the step the signal came in";
   const auto resumed = run_dtrain(run.args("cancelled", longer), srun(2));
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from "), std::string::npos) << resumed.output;

@@ -15,6 +15,7 @@ namespace {
 constexpr std::pair<std::string_view, std::string_view> kFaults[] = {
     {"checkpoint-write-fails", "STEP"}, {"checkpoint-write-stalls", "STEP"}, {"checkpoint-write-slow", "STEP"},
     {"step-stalls", "STEP"},           {"step-kills-rank", "STEP"},         {"gradient-bucket-unsummed", "STEP"},
+    {"step-waits-for-signal", "STEP"},
     {"collective-result-wrong", "RANK"},
 };
 

@@ -16,6 +16,8 @@
 //                            report it)
 //   step-kills-rank          the rank kills itself (SIGKILL) before step STEP: a rank that
 //                            dies mid-run
+//   step-waits-for-signal    the rank waits before step STEP until SIGTERM or SIGINT reaches it
+//                            (a signal sent from outside, scancel's, then surely arrives mid-run)
 //   gradient-bucket-unsummed data parallelism leaves the first bucket of step STEP's gradients
 //                            (ZeRO 0 and 1: the last layers') unsummed over the ranks, each
 //                            keeping its own: a missing reduction (`dtrain check`'s test: it must

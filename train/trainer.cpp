@@ -277,10 +277,14 @@ class Milestones {
   std::optional<CheckpointSaver> saver_;  // none without a checkpoint directory
 };
 
-// Faults the tests inject before `step` (core/fault_injection.h): a rank that stalls, one that dies.
-void inject_step_faults(int64_t step) {
+// Faults the tests inject before `step` (core/fault_injection.h): a rank that stalls, one that
+// dies, one that waits for a stop signal (so that a signal sent from outside surely arrives
+// mid-run, however fast the steps).
+void inject_step_faults(int64_t step, const StopRequest& stop) {
   if (fault_injected("step-stalls", step)) std::this_thread::sleep_for(std::chrono::minutes(10));
   if (fault_injected("step-kills-rank", step)) std::raise(SIGKILL);
+  if (fault_injected("step-waits-for-signal", step))
+    while (stop.signal_number() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 }  // namespace
@@ -316,7 +320,7 @@ TrainSummary run_training(const RunConfig& config) {
   int64_t step = summary.first_step;
   int stop_signal = 0;  // SIGINT or SIGTERM, once any rank has received one
   while (step < config.train.steps && stop_signal == 0) {
-    inject_step_faults(step + 1);
+    inject_step_faults(step + 1, stop);
     batches.read(loader);
     const auto start = std::chrono::steady_clock::now();
     const std::vector<MicroBatch>& micro_batches = batches.for_model();
