@@ -83,7 +83,7 @@ TEST(LinearStates, OneEntryPerDeclaredLinearOfEachHeldBlockWithTheDeclaredSizes)
 TEST(LinearStates, AnExpertsLayerCarriesItsCountPerExpert) {
   const ModelConfig config = model_preset("moe-tiny");
   const ParameterLayout layout(config);
-  const LinearStates states(layout, {{.name = "amax", .count = 3}}, Device::cpu);
+  const LinearStates states(layout, {{.name = "amax", .count = 3, .linears = {}, .initial = 0}}, Device::cpu);
   const int64_t E = config.moe.experts;
   EXPECT_EQ(states.find(0, "mlp.experts.fc", "amax").numel(), 3 * E);
   EXPECT_EQ(states.find(0, "mlp.experts.proj", "amax").numel(), 3 * E);

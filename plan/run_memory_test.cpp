@@ -109,7 +109,9 @@ TEST_P(MpiMemoryCell, PeakIsPlanned) {
     EXPECT_NEAR(static_cast<double>(planned), static_cast<double>(measured), 0.05 * static_cast<double>(measured))
         << what;
     // The staging is what the rank writes, counted from the layout as checkpoint_share picks it.
-    if (tag == MemTag::checkpoint) EXPECT_EQ(planned, measured) << what;
+    if (tag == MemTag::checkpoint) {
+      EXPECT_EQ(planned, measured) << what;
+    }
   }
   job->barrier().wait();  // rank 0's directory outlives every rank's run
 }

@@ -2,9 +2,10 @@
 # Installs the system packages (Debian package names) that building dtrain and running it need,
 # with the quickstart's corpus:
 #   scripts/setup.sh            the build, dtrain and the quickstart
-#   scripts/setup.sh --tests    also what the tests need: GoogleTest, Chromium, and the reference stack
+#   scripts/setup.sh --tests    also what the tests need: GoogleTest, Chromium, Slurm, the reference stack
 #                               (Debian's PyTorch, then the pinned PyPI packages of
-#                               scripts/python-requirements.txt for its /usr/bin/python3)
+#                               scripts/python-requirements.txt for its /usr/bin/python3) and an
+#                               MLflow server (scripts/mlflow-requirements.txt, in /opt/dtrain-mlflow)
 # Safe to run any number of times: each step skips what is present.
 set -euo pipefail
 
@@ -25,6 +26,7 @@ packages=(
   nlohmann-json3-dev                              # JSON headers of safetensors and tokenizer.json
   libpcre2-dev                                    # the tokenizer's pre-tokenization regex (Unicode classes)
   libtomlplusplus-dev                             # the run configuration's TOML
+  libcurl4-openssl-dev                            # MLflow tracking's HTTP(S) requests (libcurl opened when used)
   bible-kjv                                       # the quickstart's corpus: the King James Bible
 )
 # The CUDA backend is built wherever nvcc is (CMakeLists.txt); its attention runs through the
@@ -41,6 +43,7 @@ if $tests; then
     chromium                                      # dtrain report's page loaded in a real browser (cli/report_cli_test.cpp)
     slurmctld slurmd slurm-client munge           # a one-node Slurm cluster (scripts/local_slurm.sh, cli/slurm_cli_test.cpp)
     python3-pip python3-yaml python3-requests python3-typing-extensions python3-six  # pip, and what the PyPI packages import
+    python3-venv                                  # the MLflow server's own environment (below)
   )
 fi
 
@@ -86,4 +89,18 @@ if /usr/bin/python3 -m pip install --dry-run --break-system-packages --no-deps -
     --break-system-packages --no-deps -r "$requirements"
 else
   echo "setup: PyPI packages of $requirements already installed"
+fi
+
+# The MLflow server, in a virtual environment of its own, every package pinned.
+mlflow_requirements="$(dirname "$0")/mlflow-requirements.txt"
+mlflow_venv=/opt/dtrain-mlflow
+if [ ! -x "$mlflow_venv/bin/python" ]; then
+  $SUDO /usr/bin/python3 -m venv "$mlflow_venv"
+fi
+if "$mlflow_venv/bin/python" -m pip install --dry-run --no-deps -r "$mlflow_requirements" 2>/dev/null |
+    grep -q "^Would install"; then
+  echo "setup: installing the MLflow server of $mlflow_requirements into $mlflow_venv"
+  $SUDO "$mlflow_venv/bin/python" -m pip install --quiet --root-user-action=ignore --no-deps -r "$mlflow_requirements"
+else
+  echo "setup: MLflow server of $mlflow_requirements already installed in $mlflow_venv"
 fi

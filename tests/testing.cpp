@@ -1,5 +1,8 @@
 #include "tests/testing.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,31 +86,36 @@ bool environment_holds(int pid, const std::string& variable) {
   return false;
 }
 
-// Kills `pid` and its children: a launcher's ranks (in process groups of their own) would go on
-// without it.
+// Kills `pid` and its descendants: a launcher's ranks (in process groups of their own), or a
+// server's workers, would go on without it. Each is stopped before its children are listed, so
+// none starts another meanwhile.
 void kill_with_children(int pid) {
-  for (const int child : children_of(pid)) ::kill(child, SIGKILL);
+  ::kill(pid, SIGSTOP);
+  for (const int child : children_of(pid)) kill_with_children(child);
   ::kill(pid, SIGKILL);
 }
 
 }  // namespace
 
-BackgroundDtrain::BackgroundDtrain(const std::string& args, const std::string& environment,
-                                   const std::string& launcher) {
+BackgroundProcess::BackgroundProcess(const std::string& command) {
   output_ = std::filesystem::temp_directory_path() / str("dtrain_background_", ::getpid(), "_", this, ".log");
-  // exec replaces the shell, so pid_ is dtrain (or the launcher) itself and signals reach it
-  // directly. No input: mpirun would forward the terminal's to rank 0.
-  const std::string command = str(environment, " exec ", launcher, DTRAIN_BINARY_DIR, "/dtrain ", args,
-                                  " < /dev/null > ", output_.string(), " 2>&1");
+  // exec replaces the shell, so pid_ is the program itself and signals reach it directly. No
+  // input: mpirun would forward the terminal's to rank 0.
+  const std::string shell_command = str("exec ", command, " < /dev/null > ", output_.string(), " 2>&1");
   pid_ = ::fork();
   DT_CHECK(pid_ >= 0, "fork failed");
   if (pid_ == 0) {
-    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::execl("/bin/sh", "sh", "-c", shell_command.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
 }
 
-BackgroundDtrain::~BackgroundDtrain() {
+// env sets the environment and execs the launcher or dtrain in its place.
+BackgroundDtrain::BackgroundDtrain(const std::string& args, const std::string& environment,
+                                   const std::string& launcher)
+    : BackgroundProcess(str("env ", environment, " ", launcher, DTRAIN_BINARY_DIR, "/dtrain ", args)) {}
+
+BackgroundProcess::~BackgroundProcess() {
   if (pid_ > 0) {
     kill_with_children(pid_);
     ::waitpid(pid_, nullptr, 0);
@@ -116,15 +124,15 @@ BackgroundDtrain::~BackgroundDtrain() {
   std::filesystem::remove(output_, ec);
 }
 
-void BackgroundDtrain::signal(int signal_number) const { ::kill(pid_, signal_number); }
+void BackgroundProcess::signal(int signal_number) const { ::kill(pid_, signal_number); }
 
-bool BackgroundDtrain::signal_rank(int rank, int signal_number) const {
+bool BackgroundProcess::signal_rank(int rank, int signal_number) const {
   for (const int child : children_of(pid_))
     if (environment_holds(child, str("OMPI_COMM_WORLD_RANK=", rank))) return ::kill(child, signal_number) == 0;
   return false;
 }
 
-bool BackgroundDtrain::signal_pending(int signal_number) const {
+bool BackgroundProcess::signal_pending(int signal_number) const {
   // /proc/PID/status: "ShdPnd:" the process's pending signals, "SigPnd:" its main thread's, each
   // a hexadecimal mask with bit n - 1 for signal n.
   std::ifstream status(str("/proc/", pid_, "/status"));
@@ -135,7 +143,7 @@ bool BackgroundDtrain::signal_pending(int signal_number) const {
   return false;
 }
 
-void BackgroundDtrain::pause() {
+void BackgroundProcess::pause() {
   ::kill(pid_, SIGSTOP);
   int status = 0;
   ::waitpid(pid_, &status, WUNTRACED);  // returns once every thread has stopped
@@ -144,18 +152,20 @@ void BackgroundDtrain::pause() {
   DT_CHECK(false, "the process ended before it could be paused");
 }
 
-void BackgroundDtrain::resume() const { ::kill(pid_, SIGCONT); }
+void BackgroundProcess::resume() const { ::kill(pid_, SIGCONT); }
 
-bool BackgroundDtrain::running() const {
+bool BackgroundProcess::running() const {
   siginfo_t info{};
   return ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0;
 }
 
-bool BackgroundDtrain::wait_while_running_until(const std::function<bool()>& predicate, double seconds) const {
+bool BackgroundProcess::wait_while_running_until(const std::function<bool()>& predicate, double seconds) const {
   return wait_until([&] { return predicate() || !running(); }, seconds) && predicate();
 }
 
-BackgroundResult BackgroundDtrain::wait(double seconds) {
+std::string BackgroundProcess::output() const { return file_bytes(output_); }
+
+BackgroundResult BackgroundProcess::wait(double seconds) {
   BackgroundResult result;
   int status = 0;
   result.timed_out = !wait_until([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, seconds);
@@ -166,9 +176,34 @@ BackgroundResult BackgroundDtrain::wait(double seconds) {
   pid_ = -1;
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  std::ifstream in(output_);
-  result.output.assign(std::istreambuf_iterator<char>(in), {});
+  result.output = output();
   return result;
+}
+
+int free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  DT_CHECK(s >= 0, "socket failed");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  DT_CHECK(::bind(s, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0, "bind failed");
+  socklen_t length = sizeof address;
+  DT_CHECK(::getsockname(s, reinterpret_cast<sockaddr*>(&address), &length) == 0, "getsockname failed");
+  ::close(s);
+  return ntohs(address.sin_port);
+}
+
+bool port_accepts(int port) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  DT_CHECK(s >= 0, "socket failed");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  const bool accepted = ::connect(s, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  ::close(s);
+  return accepted;
 }
 
 bool wait_until(const std::function<bool()>& predicate, double seconds) {

@@ -48,17 +48,17 @@ struct BackgroundResult : CommandResult {
   bool timed_out = false;  // it outlived wait's bound and was killed
 };
 
-// `dtrain <args>` running in the background, behind `launcher` when given (mpirun(ranks)), for
-// tests that signal or kill it mid-run. `environment` is prepended to the command
-// ("DTRAIN_INJECT_FAULT=... "). Output goes to a file read back by wait(); the destructor kills
-// the process and its children (a launcher's ranks), if still running.
-class BackgroundDtrain {
+// A shell command running in the background (exec'd, so that signals reach the program itself),
+// for tests that signal or kill it mid-run, or that need a server beside them. Output goes to a
+// file read back by output() and wait(); the destructor kills the process and its children, if
+// still running.
+class BackgroundProcess {
  public:
-  BackgroundDtrain(const std::string& args, const std::string& environment = "", const std::string& launcher = "");
-  ~BackgroundDtrain();
-  BackgroundDtrain(const BackgroundDtrain&) = delete;
-  BackgroundDtrain& operator=(const BackgroundDtrain&) = delete;
-  // To dtrain, or to the launcher when there is one.
+  explicit BackgroundProcess(const std::string& command);
+  ~BackgroundProcess();
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
+  // To the process.
   void signal(int signal_number) const;
   // To MPI rank `rank` of a job started behind mpirun: the launcher's child whose environment
   // Open MPI gave that rank. False when there is none: not started yet, or ended already.
@@ -72,6 +72,8 @@ class BackgroundDtrain {
   void resume() const;
   // Whether the process has not ended yet (it is not reaped: wait() still gives its result).
   bool running() const;
+  // What it has printed so far, stdout and stderr together.
+  std::string output() const;
   // Waits until predicate() holds, polling, while the process runs: false when it ended first
   // or `seconds` passed, so a run that died early fails a test at once instead of at the bound.
   bool wait_while_running_until(const std::function<bool()>& predicate, double seconds) const;
@@ -83,6 +85,19 @@ class BackgroundDtrain {
   int pid_ = -1;
   std::filesystem::path output_;
 };
+
+// `dtrain <args>` in the background, behind `launcher` when given (mpirun(ranks)); `environment`
+// is prepended to the command ("DTRAIN_INJECT_FAULT=... "). Signals go to dtrain, or to the
+// launcher when there is one.
+class BackgroundDtrain : public BackgroundProcess {
+ public:
+  BackgroundDtrain(const std::string& args, const std::string& environment = "", const std::string& launcher = "");
+};
+
+// A port on 127.0.0.1 that nothing listens on (the system's choice of a free one).
+int free_port();
+// Whether something accepts connections on 127.0.0.1:port.
+bool port_accepts(int port);
 
 // Polls every 10 ms until predicate() holds or `seconds` pass; returns whether it held.
 bool wait_until(const std::function<bool()>& predicate, double seconds);

@@ -24,8 +24,9 @@ std::string lines_up_to(const std::filesystem::path& path, int64_t step) {
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::filesystem::path& run_dir, int64_t resumed_step, bool tensorboard)
-    : metrics_path_(run_dir / "metrics.jsonl") {
+MetricsLog::MetricsLog(const std::filesystem::path& run_dir, int64_t resumed_step, bool tensorboard,
+                       std::unique_ptr<MlflowTracker> mlflow)
+    : metrics_path_(run_dir / "metrics.jsonl"), mlflow_(std::move(mlflow)) {
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
   if (ec)
@@ -73,36 +74,45 @@ void MetricsLog::log_step(const StepMetrics& m) {
     line[name] = blocks;
   }
   write_line(line.dump());
-  if (!events_) return;
-  events_->add_scalar("train/loss", m.loss, m.step);
-  events_->add_scalar("train/tokens_per_s", m.tokens_per_s, m.step);
-  events_->add_scalar("train/loss_scale", m.loss_scale, m.step);
-  if (!m.skipped) {
-    events_->add_scalar("train/lr", m.lr, m.step);
-    events_->add_scalar("train/grad_norm", m.grad_norm, m.step);
-    events_->add_scalar("train/mfu", m.mfu, m.step);
-    events_->add_scalar("train/hfu", m.hfu, m.step);
-  }
+  std::vector<std::pair<std::string, double>> scalars = {
+      {"train/loss", m.loss}, {"train/tokens_per_s", m.tokens_per_s}, {"train/loss_scale", m.loss_scale}};
+  if (!m.skipped)
+    scalars.insert(scalars.end(),
+                   {{"train/lr", m.lr}, {"train/grad_norm", m.grad_norm}, {"train/mfu", m.mfu}, {"train/hfu", m.hfu}});
   for (const auto& [tag, values] : {std::pair{"moe/imbalance/h.", &m.expert_imbalance},
                                     {"moe/aux_loss/h.", &m.expert_aux_loss}, {"moe/z_loss/h.", &m.router_z_loss},
                                     {"moe/dropped/h.", &m.expert_dropped}})
-    for (const auto& [layer, value] : *values) events_->add_scalar(str(tag, layer), value, m.step);
-  events_->flush();
+    for (const auto& [layer, value] : *values) scalars.emplace_back(str(tag, layer), value);
+  record(scalars, m.step);
 }
 
 void MetricsLog::log_checkpoint(int64_t step, double stall_ms, double save_ms) {
   write_line(nlohmann::ordered_json{{"step", step}, {"checkpoint_stall_ms", stall_ms}, {"checkpoint_save_ms", save_ms}}.dump());
-  if (!events_) return;
-  events_->add_scalar("checkpoint/stall_ms", stall_ms, step);
-  events_->add_scalar("checkpoint/save_ms", save_ms, step);
-  events_->flush();
+  record({{"checkpoint/stall_ms", stall_ms}, {"checkpoint/save_ms", save_ms}}, step);
 }
 
 void MetricsLog::log_validation(int64_t step, double loss) {
   write_line(nlohmann::ordered_json{{"step", step}, {"val_loss", loss}}.dump());
-  if (!events_) return;
-  events_->add_scalar("val/loss", loss, step);
-  events_->flush();
+  record({{"val/loss", loss}}, step);
+}
+
+void MetricsLog::record(const std::vector<std::pair<std::string, double>>& scalars, int64_t step) {
+  for (const auto& [name, value] : scalars) {
+    if (events_) events_->add_scalar(name, value, step);
+    if (mlflow_) mlflow_->log(name, value, step);
+  }
+  if (events_) events_->flush();
+}
+
+std::vector<std::string> MetricsLog::take_tracking_news() {
+  return mlflow_ ? mlflow_->take_news() : std::vector<std::string>{};
+}
+
+std::string MetricsLog::end_tracking(RunEnd end, const std::function<void(const std::string&)>& say) {
+  if (!mlflow_) return "";
+  std::string account = mlflow_->end(end, say);
+  mlflow_.reset();
+  return account;
 }
 
 }  // namespace dt

@@ -1,5 +1,5 @@
 // What a run records for a person to read: metrics.jsonl and TensorBoard events in the run
-// directory.
+// directory, and, with an MLflow server, the same scalars there (train/mlflow_tracker.h).
 //
 // metrics.jsonl holds one JSON object per step:
 //   {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "step_ms", "mfu",
@@ -12,17 +12,19 @@
 // (an asynchronous save's line comes some steps later). The same numbers go to
 // TensorBoard as train/loss, train/lr, train/grad_norm, train/tokens_per_s, train/mfu, train/hfu,
 // train/loss_scale, moe/imbalance/h.<l>, moe/aux_loss/h.<l>, moe/z_loss/h.<l>, moe/dropped/h.<l>
-// val/loss, checkpoint/stall_ms and checkpoint/save_ms.
+// val/loss, checkpoint/stall_ms and checkpoint/save_ms, and to MLflow as metrics of those names.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "core/allocator.h"
+#include "train/mlflow_tracker.h"
 #include "train/tensorboard.h"
 
 namespace dt {
@@ -57,7 +59,9 @@ class MetricsLog {
   // Creates the run directory if needed and starts a new event file (when tensorboard).
   // metrics.jsonl starts empty, or, resuming from resumed_step > 0, keeps its lines up to that
   // step (a killed run may have logged steps after its last checkpoint; they are redone).
-  MetricsLog(const std::filesystem::path& run_dir, int64_t resumed_step = 0, bool tensorboard = true);
+  // `mlflow`: the run's tracker, when it has one.
+  MetricsLog(const std::filesystem::path& run_dir, int64_t resumed_step = 0, bool tensorboard = true,
+             std::unique_ptr<MlflowTracker> mlflow = nullptr);
 
   void log_step(const StepMetrics& m);
   void log_validation(int64_t step, double loss);
@@ -66,11 +70,20 @@ class MetricsLog {
   void log_checkpoint(int64_t step, double stall_ms, double save_ms);
   const std::filesystem::path& metrics_path() const { return metrics_path_; }
 
+  // What the MLflow tracker has to tell a person since the last call (none without one).
+  std::vector<std::string> take_tracking_news();
+  // Ends the MLflow run as `end` (MlflowTracker::end): a line saying where it is and what reached
+  // it ("" without one).
+  std::string end_tracking(RunEnd end, const std::function<void(const std::string&)>& say);
+
  private:
   void write_line(const std::string& line);
+  // Scalars of `step`, (name, value), to TensorBoard and MLflow.
+  void record(const std::vector<std::pair<std::string, double>>& scalars, int64_t step);
   std::filesystem::path metrics_path_;
   std::ofstream metrics_;
   std::optional<TensorBoardWriter> events_;
+  std::unique_ptr<MlflowTracker> mlflow_;
 };
 
 }  // namespace dt

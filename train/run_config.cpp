@@ -624,6 +624,14 @@ void check_outputs(const RunConfig& config, bool model_complete, Checker& check)
     check.require(s.top_k >= 0 && s.top_k <= config.model.vocab_size, "sample.top_k",
                   str("must be in [0, model.vocab_size = ", config.model.vocab_size, "] (0: no top-k cut)"));
   check.require(s.top_p > 0 && s.top_p <= 1, "sample.top_p", "must be in (0, 1] (1: no nucleus cut)");
+  const auto& m = config.mlflow;
+  check.require(m.uri.empty() || m.uri.starts_with("http://") || m.uri.starts_with("https://"), "mlflow.uri",
+                "must be an MLflow server's http:// or https:// address (dtrain speaks its REST API; for a local "
+                "store, start `mlflow server --backend-store-uri DIR` and give its address), or \"\" for none");
+  check.require(!m.uri.ends_with("/"), "mlflow.uri", "must not end with '/'");
+  check.require(!m.experiment.empty(), "mlflow.experiment", "must name an experiment");
+  check.require(m.end_wait_s >= 0 && std::isfinite(m.end_wait_s), "mlflow.end_wait_s",
+                "must be at least 0 (0: do not wait for queued values at the end)");
 }
 
 // Every check of a loaded configuration's values; `model_complete` when the model is whole

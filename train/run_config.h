@@ -14,6 +14,7 @@
 //                 bucket_mb, timeout_s, backend
 //   [checkpoint]  dir, every, keep_last, async, resume
 //   [log]         run_dir, every, progress, tensorboard, trace
+//   [mlflow]      uri, experiment, run_name, end_wait_s (train/mlflow_tracker.h)
 //   [eval]        every, batches
 //   [sample]      every, prompt, max_tokens, temperature, top_k, top_p, seed
 //
@@ -117,6 +118,13 @@ struct RunConfig {
     bool trace = false;  // <run_dir>/trace.json: every rank's compute and communication (Perfetto)
   } log;
 
+  struct Mlflow {
+    std::string uri;  // an MLflow server, http(s)://host:port; "" = not tracked
+    std::string experiment = "dtrain";
+    std::string run_name;   // "" = log.run_dir's last component
+    double end_wait_s = 60;  // at the end, how long to keep sending what is queued
+  } mlflow;
+
   struct Eval {
     int64_t every = 0;  // steps between validation passes; 0 = only at the end
     int batches = 20;   // micro-batches of validation data per pass
@@ -166,6 +174,9 @@ void check_run_inputs(const RunConfig& config);
 // `dtrain config show` prints and what the run directory keeps as config.toml. Loading it
 // gives back the same RunConfig.
 std::string resolved_toml(const RunConfig& config);
+// The same keys and values as (section.name, value) pairs, strings without their TOML quotes:
+// the parameters an experiment tracker records.
+std::vector<std::pair<std::string, std::string>> resolved_values(const RunConfig& config);
 
 // Whether a configuration built in code (a variation of a loaded one) passes every check
 // load_run_config() makes of its values; the problems it finds, each on an indented line of its

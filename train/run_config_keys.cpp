@@ -294,6 +294,11 @@ std::vector<ConfigKey> make_keys() {
       key("log", "tensorboard", &C::log, &C::Log::tensorboard),
       key("log", "trace", &C::log, &C::Log::trace),
 
+      key("mlflow", "uri", &C::mlflow, &C::Mlflow::uri),
+      key("mlflow", "experiment", &C::mlflow, &C::Mlflow::experiment),
+      key("mlflow", "run_name", &C::mlflow, &C::Mlflow::run_name),
+      key("mlflow", "end_wait_s", &C::mlflow, &C::Mlflow::end_wait_s),
+
       key("eval", "every", &C::eval, &C::Eval::every),
       key("eval", "batches", &C::eval, &C::Eval::batches),
 

@@ -76,6 +76,18 @@ std::string resolved_toml(const RunConfig& config) {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> resolved_values(const RunConfig& config) {
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const ConfigKey& k : config_keys()) {
+    if (!written(k, config)) continue;
+    const std::string text = k.write(config);
+    const toml::table parsed = toml::parse("v = " + text);
+    const auto string = parsed["v"].value<std::string>();
+    values.emplace_back(k.path(), string ? *string : text);
+  }
+  return values;
+}
+
 namespace {
 
 std::optional<pipeline::Schedule> run_schedule(const RunConfig& config) {

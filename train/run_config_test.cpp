@@ -160,6 +160,25 @@ top_p = 1.5
   EXPECT_LT(e.find(":16: "), e.find("command line"));
 }
 
+// MLflow is reached over HTTP (train/mlflow_tracker.h): a file store's URI, as MLflow's own
+// client would take it, is refused with how to serve it.
+TEST(RunConfig, MlflowNeedsAServersAddress) {
+  testing::TempDir dir;
+  const auto path = write_config(dir, std::string(kTiny) + "[mlflow]\nuri = \"file:///tmp/mlruns\"\nexperiment = \"\"\n"
+                                                           "end_wait_s = -1\n");
+  const std::string e = load_error(path);
+  EXPECT_NE(e.find("mlflow.uri = \"file:///tmp/mlruns\": must be an MLflow server's http:// or https:// address "
+                   "(dtrain speaks its REST API; for a local store, start `mlflow server --backend-store-uri DIR` "
+                   "and give its address)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("mlflow.experiment = \"\": must name an experiment"), std::string::npos) << e;
+  EXPECT_NE(e.find("mlflow.end_wait_s = -1.0: must be at least 0"), std::string::npos) << e;
+  EXPECT_NE(load_error(path, {"mlflow.uri=http://host:5000/", "mlflow.experiment=x", "mlflow.end_wait_s=0"})
+                .find("mlflow.uri = \"http://host:5000/\": must not end with '/'"),
+            std::string::npos);
+}
+
 TEST(RunConfig, WrongTypesNameTheExpectedType) {
   testing::TempDir dir;
   const auto e = load_error(write_config(dir, std::string(kTiny) + "[optim]\nlr = \"fast\"\ndecay_embeddings = 1\n"

@@ -23,6 +23,18 @@ void write_text_file(const std::filesystem::path& path, const std::string& text)
     throw Error(str("cannot write ", path.string(), ": check that log.run_dir is writable and the disk has space"));
 }
 
+// The MLflow run that tracks this training run, when mlflow.uri names a server.
+std::unique_ptr<MlflowTracker> mlflow_tracker(const RunConfig& config, int64_t first_step) {
+  if (config.mlflow.uri.empty()) return nullptr;
+  const std::filesystem::path run_dir = std::filesystem::absolute(config.log.run_dir);
+  return std::make_unique<MlflowTracker>(MlflowRun{
+      .uri = config.mlflow.uri, .experiment = config.mlflow.experiment,
+      .name = config.mlflow.run_name.empty() ? run_dir.filename().string() : config.mlflow.run_name,
+      .params = resolved_values(config),
+      .tags = {{"dtrain.version", dtrain_version()}, {"dtrain.run_dir", run_dir.string()}},
+      .run_dir = run_dir, .resume = first_step > 0, .end_wait_s = config.mlflow.end_wait_s});
+}
+
 std::string fixed(double value, int decimals) {
   char text[64];
   std::snprintf(text, sizeof text, "%.*f", decimals, value);
@@ -102,7 +114,8 @@ RunReport::RunReport(const RunConfig& config, const ParallelRun& run, Communicat
       flops_(training_flops(config.model, config.data.seq_len, tokens_per_step_, config.train.recompute)),
       progress_(lead_ ? config.log.progress : "off", first_step, config.train.steps, config.log.every) {
   if (lead_ && !config.log.run_dir.empty()) {
-    metrics_ = std::make_unique<MetricsLog>(config.log.run_dir, first_step, config.log.tensorboard);
+    metrics_ = std::make_unique<MetricsLog>(config.log.run_dir, first_step, config.log.tensorboard,
+                                            mlflow_tracker(config, first_step));
     write_text_file(config.log.run_dir / "config.toml", resolved_toml(config));
     write_text_file(config.log.run_dir / "version.txt", dtrain_version() + "\n");
   }
@@ -162,7 +175,10 @@ void RunReport::step(int64_t step, float lr, const StepStats& stats, double seco
                       .communication_ms = overlap.communication_ms, .hidden_fraction = overlap.hidden_fraction(),
                       .memory = memory_stats(device_)};
   expert_metrics(stats, metrics);
-  if (metrics_) metrics_->log_step(metrics);
+  if (metrics_) {
+    metrics_->log_step(metrics);
+    for (const std::string& news : metrics_->take_tracking_news()) progress_.message(news);
+  }
   progress_.step({.step = step, .loss = stats.loss, .lr = lr, .grad_norm = stats.grad_norm,
                   .tokens_per_s = tokens_per_s, .mfu = mfu, .hfu = hfu, .step_ms = seconds * 1e3,
                   .loss_scale = config_.loss_scale.enabled ? stats.loss_scale : 0,
@@ -189,6 +205,7 @@ void RunReport::checkpoint(int64_t step, const std::filesystem::path& saved, dou
 }
 
 void RunReport::stopping(int64_t step, int signal) {
+  stopped_ = true;
   progress_.message(str("received ", signal == SIGINT ? "SIGINT" : "SIGTERM", " during step ", step,
                         ": saving a checkpoint and stopping; run the same command to resume"));
 }
@@ -207,6 +224,11 @@ void RunReport::finish(int64_t step, const LossScaler* scaler) {
     progress_.message(str("loss scaling: ", scaler->skipped_steps(), " steps skipped, final scale ", scaler->scale()));
   progress_.message(
       str("memory", device_ == Device::cpu ? "" : " (GPU)", ": ", format_memory_stats(memory_stats(device_))));
+  if (metrics_)
+    if (const std::string account = metrics_->end_tracking(stopped_ ? RunEnd::killed : RunEnd::finished,
+                                                           [&](const std::string& line) { progress_.message(line); });
+        !account.empty())
+      progress_.message(account);
 }
 
 }  // namespace dt

@@ -3,7 +3,7 @@
 //
 // The lead rank prints (train/progress.h) and writes the run directory (log.run_dir):
 // config.toml (the resolved configuration), version.txt (the build that ran), metrics.jsonl and
-// TensorBoard events (train/metrics.h). The other ranks print nothing, but every rank calls
+// TensorBoard events (train/metrics.h), and sends the same metrics to MLflow with mlflow.uri. The other ranks print nothing, but every rank calls
 // every member alike: the constructor is a collective over `control` (and finish() with
 // log.trace, and step() for a model with experts, whose blocks' loads the lead gathers), and
 // each rank records its own spans of compute and communication (core/trace.h),
@@ -51,7 +51,8 @@ class RunReport {
   void checkpoint(int64_t step, const std::filesystem::path& saved, double stall_s, double save_s);
   void stopping(int64_t step, int signal);
   // At the end, after step `step`: the merged trace, the steps trained, loss scaling (with a
-  // scaler) and the peak memory.
+  // scaler), the peak memory, and the MLflow run ended (KILLED after stopping(), else FINISHED;
+  // a run that ends by an error leaves it FAILED).
   void finish(int64_t step, const LossScaler* scaler);
 
  private:
@@ -69,6 +70,7 @@ class RunReport {
   const int64_t tokens_per_step_;
   const StepFlops flops_;
   double peak_flops_ = 0;
+  bool stopped_ = false;  // by a signal
   std::unique_ptr<MetricsLog> metrics_;  // the lead's, with a run directory
   ProgressDisplay progress_;             // after metrics_: a bar's last newline comes first
   std::filesystem::path trace_part_;     // this rank's part of the Chrome trace, with log.trace
