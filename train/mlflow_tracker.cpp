@@ -24,6 +24,7 @@ constexpr auto kMaxBackoff = std::chrono::milliseconds(8000);
 constexpr int kTriesPerRefusal = 3;
 constexpr double kRequestTimeout_s = 15;
 constexpr const char* kRunFile = "mlflow_run.json";
+constexpr size_t kMaxValueLength = 6000;  // of a parameter or tag
 
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -69,9 +70,11 @@ json metric_value(double v) {
   return v;
 }
 
+// Parameters and tags as MLflow takes them; values cut to its limit (a long sample.prompt), which
+// a server would refuse.
 json key_values(const std::vector<std::pair<std::string, std::string>>& entries) {
   json list = json::array();
-  for (const auto& [key, value] : entries) list.push_back({{"key", key}, {"value", value}});
+  for (const auto& [key, value] : entries) list.push_back({{"key", key}, {"value", value.substr(0, kMaxValueLength)}});
   return list;
 }
 
@@ -246,7 +249,7 @@ bool MlflowTracker::reopen_run(HttpClient& http, const std::string& experiment_i
     const auto it = std::find_if(params_left_.begin(), params_left_.end(),
                                  [&](const auto& kv) { return kv.first == p["key"].get<std::string>(); });
     if (it == params_left_.end()) continue;
-    if (it->second != p["value"].get<std::string>())
+    if (it->second.substr(0, kMaxValueLength) != p["value"].get<std::string>())
       changed.push_back(str(it->first, " (", it->second, ", was ", p["value"].get<std::string>(), ")"));
     params_left_.erase(it);
   }
