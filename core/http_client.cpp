@@ -1,16 +1,13 @@
 #include "core/http_client.h"
 
 #include <curl/curl.h>
-#include <dlfcn.h>
-
-#include <type_traits>
 
 #include "core/error.h"
+#include "core/shared_library.h"
 
 namespace dt {
 
 namespace {
-
 
 struct Libcurl {
   decltype(&::curl_global_init) global_init;
@@ -25,16 +22,11 @@ struct Libcurl {
 };
 
 Libcurl open_libcurl(const std::string& file) {
-  void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr)
-    throw Error(str("cannot load libcurl, which experiment tracking sends its requests with: ", dlerror(),
-                    "; install it (Debian: apt-get install libcurl4) or put its directory on LD_LIBRARY_PATH"));
-  const auto resolve = [&](auto& function, const char* symbol) {
-    function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(handle, symbol));
-    if (function == nullptr)
-      throw Error(str(file, " has no ", symbol, ": it is older than the libcurl ", LIBCURL_VERSION,
-                      " dtrain was built with; install that version or later"));
-  };
+  const SharedLibrary library(file, "libcurl, which experiment tracking sends its requests with",
+                              "install it (Debian: apt-get install libcurl4) or put its directory on LD_LIBRARY_PATH");
+  const std::string mismatch = str("it is older than the libcurl ", LIBCURL_VERSION,
+                                   " dtrain was built with; install that version or later");
+  const auto resolve = [&](auto& function, const char* symbol) { library.resolve(function, symbol, mismatch); };
   Libcurl l{};
   resolve(l.global_init, "curl_global_init");
   resolve(l.easy_init, "curl_easy_init");

@@ -1,26 +1,19 @@
 #include "kernels/cuda/cublaslt_library.h"
 
-#include <dlfcn.h>
-
-#include <type_traits>
-
 #include "core/error.h"
+#include "core/shared_library.h"
 
 namespace dt::kernels::cuda {
 
 std::string cublaslt_library_name() { return str("libcublasLt.so.", CUBLAS_VER_MAJOR); }
 
 CublasLtLibrary load_cublaslt(const std::string& name) {
-  void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr)
-    throw Error(str("cannot load cuBLASLt, which GEMMs on the GPU need: ", dlerror(), "; install the CUDA ",
-                    CUBLAS_VER_MAJOR, " toolkit's cuBLAS (", name, ") or put its directory on LD_LIBRARY_PATH"));
-  const auto resolve = [&](auto& function, const char* symbol) {
-    function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(handle, symbol));
-    if (function == nullptr)
-      throw Error(str(name, " has no ", symbol, ": it is not the cuBLAS these kernels were built with (",
-                      CUBLAS_VER_MAJOR, ".", CUBLAS_VER_MINOR, "); install that version"));
-  };
+  const SharedLibrary library(name, "cuBLASLt, which GEMMs on the GPU need",
+                              str("install the CUDA ", CUBLAS_VER_MAJOR, " toolkit's cuBLAS (", name,
+                                  ") or put its directory on LD_LIBRARY_PATH"));
+  const std::string mismatch = str("it is not the cuBLAS these kernels were built with (", CUBLAS_VER_MAJOR, ".",
+                                   CUBLAS_VER_MINOR, "); install that version");
+  const auto resolve = [&](auto& function, const char* symbol) { library.resolve(function, symbol, mismatch); };
   CublasLtLibrary l{};
   resolve(l.create, "cublasLtCreate");
   resolve(l.matmul, "cublasLtMatmul");
