@@ -1,0 +1,133 @@
+#include "kernels/weight_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dt::kernels {
+
+namespace {
+
+constexpr std::string_view kNames[] = {"int8", "q8_0", "q4_0"};
+
+int64_t block_count(size_t values) {
+  DT_CHECK(values % kGgufBlock == 0, "GGUF blocks need a multiple of ", kGgufBlock, " values, not ", values);
+  return static_cast<int64_t>(values) / kGgufBlock;
+}
+
+}  // namespace
+
+std::string_view weight_format_name(WeightFormat format) { return kNames[static_cast<int>(format)]; }
+
+WeightFormat parse_weight_format(std::string_view name) {
+  for (int f = 0; f < 3; ++f)
+    if (kNames[f] == name) return static_cast<WeightFormat>(f);
+  throw Error(str("unknown weight format '", name, "': use int8 (per output channel), q8_0 or q4_0 (GGUF's)"));
+}
+
+int64_t weight_format_block(WeightFormat format) { return format == WeightFormat::int8 ? 1 : kGgufBlock; }
+
+void quantize_q8_0(std::span<const float> x, std::span<BlockQ8_0> out) {
+  const int64_t blocks = block_count(x.size());
+  DT_CHECK(static_cast<int64_t>(out.size()) == blocks);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* v = x.data() + b * kGgufBlock;
+    float amax = 0;
+    for (int64_t j = 0; j < kGgufBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float d = amax / 127;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    out[b].d = float_to_f16(d);
+    for (int64_t j = 0; j < kGgufBlock; ++j) out[b].qs[j] = static_cast<int8_t>(std::round(v[j] * id));
+  }
+}
+
+void dequantize_q8_0(std::span<const BlockQ8_0> blocks, std::span<float> out) {
+  DT_CHECK(out.size() == blocks.size() * kGgufBlock);
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const float d = f16_to_float(blocks[b].d);
+    for (int64_t j = 0; j < kGgufBlock; ++j) out[b * kGgufBlock + j] = static_cast<float>(blocks[b].qs[j]) * d;
+  }
+}
+
+void quantize_q4_0(std::span<const float> x, std::span<BlockQ4_0> out) {
+  const int64_t blocks = block_count(x.size());
+  DT_CHECK(static_cast<int64_t>(out.size()) == blocks);
+  constexpr int64_t half = kGgufBlock / 2;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* v = x.data() + b * kGgufBlock;
+    float amax = 0, max = 0;
+    for (int64_t j = 0; j < kGgufBlock; ++j)
+      if (amax < std::fabs(v[j])) amax = std::fabs(v[j]), max = v[j];
+    const float d = max / -8;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    out[b].d = float_to_f16(d);
+    // w · id rounded, then + 8.5 rounded, then toward zero (not fused: the header says why).
+    const auto nibble = [&](float w) { return static_cast<uint8_t>(std::min(15, static_cast<int>(w * id + 8.5f))); };
+    for (int64_t j = 0; j < half; ++j)
+      out[b].qs[j] = static_cast<uint8_t>(nibble(v[j]) | (nibble(v[j + half]) << 4));
+  }
+}
+
+void dequantize_q4_0(std::span<const BlockQ4_0> blocks, std::span<float> out) {
+  DT_CHECK(out.size() == blocks.size() * kGgufBlock);
+  constexpr int64_t half = kGgufBlock / 2;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const float d = f16_to_float(blocks[b].d);
+    float* o = out.data() + b * kGgufBlock;
+    for (int64_t j = 0; j < half; ++j) {
+      o[j] = static_cast<float>((blocks[b].qs[j] & 0x0f) - 8) * d;
+      o[j + half] = static_cast<float>((blocks[b].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void quantize_int8_rows(std::span<const float> w, int64_t rows, std::span<int8_t> q, std::span<float> scales) {
+  DT_CHECK(rows > 0 && w.size() % static_cast<size_t>(rows) == 0 && q.size() == w.size() &&
+           static_cast<int64_t>(scales.size()) == rows);
+  const int64_t cols = static_cast<int64_t>(w.size()) / rows;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* v = w.data() + r * cols;
+    float amax = 0;
+    for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float s = amax / 127;
+    const float id = s != 0 ? 1.0f / s : 0.0f;
+    scales[r] = s;
+    for (int64_t j = 0; j < cols; ++j) q[r * cols + j] = static_cast<int8_t>(std::round(v[j] * id));
+  }
+}
+
+void dequantize_int8_rows(std::span<const int8_t> q, std::span<const float> scales, std::span<float> out) {
+  DT_CHECK(!scales.empty() && q.size() % scales.size() == 0 && out.size() == q.size());
+  const size_t cols = q.size() / scales.size();
+  for (size_t i = 0; i < q.size(); ++i) out[i] = scales[i / cols] * static_cast<float>(q[i]);
+}
+
+void fake_quantize(WeightFormat format, std::span<const float> w, int64_t rows, std::span<float> out) {
+  DT_CHECK(out.size() == w.size());
+  switch (format) {
+    case WeightFormat::int8: {
+      std::vector<int8_t> q(w.size());
+      std::vector<float> scales(static_cast<size_t>(rows));
+      quantize_int8_rows(w, rows, q, scales);
+      dequantize_int8_rows(q, scales, out);
+      return;
+    }
+    case WeightFormat::q8_0: {
+      std::vector<BlockQ8_0> blocks(static_cast<size_t>(block_count(w.size())));
+      quantize_q8_0(w, blocks);
+      dequantize_q8_0(blocks, out);
+      return;
+    }
+    case WeightFormat::q4_0: {
+      std::vector<BlockQ4_0> blocks(static_cast<size_t>(block_count(w.size())));
+      quantize_q4_0(w, blocks);
+      dequantize_q4_0(blocks, out);
+      return;
+    }
+  }
+}
+
+}  // namespace dt::kernels
