@@ -1,5 +1,6 @@
 #include <cstdio>
 
+#include "ckpt/gguf_export.h"
 #include "ckpt/hf_export.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -10,16 +11,31 @@ namespace dt::cli {
 
 int command_export(int argc, char** argv, int first) {
   Args args("export", "write a checkpoint as a Hugging Face model directory (transformers' AutoModelForCausalLM "
-                      "and AutoTokenizer load it)");
+                      "and AutoTokenizer load it), or as one GGUF file that llama.cpp runs");
   args.flag("checkpoint", "", "a checkpoint step directory, or a checkpoint root (its latest step)")
       .flag("hf", "", "the directory to write; must not exist or be empty")
+      .flag("gguf", "", "the GGUF file to write instead (with --tokenizer); must not exist")
+      .flag("quantize", "f16", "--gguf: the weight matrices' type, f32, f16, q8_0 or q4_0 (GGUF's blocks of 32)")
       .flag("tokenizer", "", "the tokenizer.json the model was trained with (\"\" exports no tokenizer)")
       .flag("temperature", "0.8", "generation_config.json: sampling temperature")
       .flag("top-k", "40", "generation_config.json: keep the k likeliest tokens (0 keeps all)")
       .flag("top-p", "0.95", "generation_config.json: nucleus sampling's probability mass");
   if (!args.parse(argc, argv, first)) return 0;
-  if (args.get("checkpoint").empty() || args.get("hf").empty())
-    throw Error(str("export: give the checkpoint with --checkpoint DIR and the output with --hf OUT\n", args.usage()));
+  if (args.get("checkpoint").empty() || args.get("hf").empty() == args.get("gguf").empty())
+    throw Error(str("export: give the checkpoint with --checkpoint DIR and the output with --hf OUT or --gguf FILE\n",
+                    args.usage()));
+  if (!args.get("gguf").empty()) {
+    const std::filesystem::path out = args.get("gguf");
+    const ckpt::GgmlType type = ckpt::parse_gguf_type(args.get("quantize"));
+    if (args.get("tokenizer").empty())
+      throw Error("export: a GGUF file carries its tokenizer; give the one the model was trained with: --tokenizer FILE");
+    if (std::filesystem::exists(out))
+      throw Error(str("export: ", out.string(), " exists; remove it or choose another --gguf"));
+    const ModelWeights weights = weights_from_checkpoint(args.get("checkpoint"));
+    ckpt::export_gguf(*weights.params, Tokenizer::load(args.get("tokenizer")), type, out);
+    std::printf("exported %s to %s (%s)\n", weights.origin.c_str(), out.string().c_str(), args.get("quantize").c_str());
+    return 0;
+  }
   const ModelWeights weights = weights_from_checkpoint(args.get("checkpoint"));
   std::optional<ckpt::HfTokenizerFiles> tokenizer_files;
   if (!args.get("tokenizer").empty()) {
