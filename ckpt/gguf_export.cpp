@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "data/byte_unicode.h"
 #include "kernels/weight_quant.h"
+#include "model/quantized_weights.h"
 
 namespace dt::ckpt {
 
@@ -72,6 +73,7 @@ struct Piece {
   const ParamInfo* param;
   int64_t row_begin, rows, cols;
   int permuted_heads;  // 0: rows as they are
+  GgmlType type;
 };
 
 // Rotate-half order to interleaved pairs, head by head: row 2i + h of a head of `hs` rows is
@@ -179,12 +181,12 @@ std::vector<float> rope_factors(const ModelConfig& c) {
 }
 
 // The piece's values in the file's row order, then in `type`.
-void fill_piece(const FlatTensors& params, const Piece& piece, GgmlType type, std::vector<uint8_t>& bytes) {
+void fill_piece(const FlatTensors& params, const Piece& piece, std::vector<uint8_t>& bytes) {
   const float* rows = params.unpadded(*piece.param).ptr<float>() + piece.row_begin * piece.cols;
   const size_t n = static_cast<size_t>(piece.rows * piece.cols);
   std::vector<float> values(rows, rows + n);
   if (piece.permuted_heads > 0) permute_rows(rows, values.data(), piece.permuted_heads, piece.rows, piece.cols);
-  switch (type) {
+  switch (piece.type) {
     case GgmlType::f32:
       std::memcpy(bytes.data(), values.data(), n * sizeof(float));
       return;
@@ -216,36 +218,38 @@ GgmlType parse_gguf_type(std::string_view name) {
 void export_gguf(const FlatTensors& params, const Tokenizer& tokenizer, GgmlType type, const std::filesystem::path& out) {
   const ModelConfig& config = params.layout().config();
   check_exportable(config);
+  const bool quantized = type == GgmlType::q8_0 || type == GgmlType::q4_0;
+  if (quantized) {
+    const kernels::WeightFormat format = type == GgmlType::q8_0 ? kernels::WeightFormat::q8_0 : kernels::WeightFormat::q4_0;
+    if (const std::string misfits = weights_not_in_blocks(params.layout(), format); !misfits.empty())
+      throw Error(str("GGUF export: ", (type == GgmlType::q4_0 ? "Q4_0" : "Q8_0"), " quantizes rows in blocks of 32, "
+                      "and these weights' rows are not a multiple of 32 long: ", misfits,
+                      "; export as f16 or f32, or train a model whose dimensions are multiples of 32"));
+  }
   std::vector<Piece> pieces;
-  std::vector<std::string> misfits;  // matrices whose rows the type's blocks do not divide
   for (const ParamInfo& p : params.layout().params())
     for (const HfPiece& hf : hf_pieces(config, p)) {
       const int64_t cols = p.shape.ndim() >= 2 ? p.shape[p.shape.ndim() - 1] : 1;
       const bool q = hf.hf_name.ends_with("q_proj.weight") || hf.hf_name.ends_with("q_proj.bias");
       const bool k = hf.hf_name.ends_with("k_proj.weight") || hf.hf_name.ends_with("k_proj.bias");
+      // Quantized types for the quantized weights; f16 for the other matrices of a quantized
+      // file (the embeddings), f32 for norms and biases.
+      const GgmlType piece_type = !p.is_matrix            ? GgmlType::f32
+                                  : is_quantized_weight(p) ? type
+                                  : quantized              ? GgmlType::f16
+                                                           : type;
       pieces.push_back({gguf_name(hf.hf_name), &p, hf.row_begin, hf.rows, cols,
-                        q ? config.n_head : k ? config.kv_heads() : 0});
-      const bool quantized = type == GgmlType::q8_0 || type == GgmlType::q4_0;
-      if (quantized && p.shape.ndim() >= 2 && cols % kernels::kGgufBlock != 0)
-        misfits.push_back(str(pieces.back().name, " (", hf.rows, " x ", cols, ")"));
+                        q ? config.n_head : k ? config.kv_heads() : 0, piece_type});
     }
-  if (!misfits.empty()) {
-    std::string list;
-    for (const std::string& m : misfits) list += (list.empty() ? "" : ", ") + m;
-    throw Error(str("GGUF export: ", (type == GgmlType::q4_0 ? "Q4_0" : "Q8_0"), " quantizes rows in blocks of 32, and "
-                    "these matrices' rows are not a multiple of 32 long: ", list,
-                    "; export as f16 or f32, or train a model whose dimensions are multiples of 32"));
-  }
 
   GgufWriter gguf;
   add_description(gguf, config, type);
   add_tokenizer(gguf, tokenizer, config.vocab_size);
   for (const Piece& piece : pieces) {
-    const bool matrix = piece.param->shape.ndim() >= 2;
-    const GgmlType piece_type = matrix ? type : GgmlType::f32;
-    const std::vector<int64_t> dims = matrix ? std::vector<int64_t>{piece.cols, piece.rows} : std::vector<int64_t>{piece.rows};
-    gguf.add_tensor(piece.name, dims, piece_type,
-                    [&params, piece, piece_type](std::vector<uint8_t>& bytes) { fill_piece(params, piece, piece_type, bytes); });
+    const std::vector<int64_t> dims = piece.param->is_matrix ? std::vector<int64_t>{piece.cols, piece.rows}
+                                                             : std::vector<int64_t>{piece.rows};
+    gguf.add_tensor(piece.name, dims, piece.type,
+                    [&params, piece](std::vector<uint8_t>& bytes) { fill_piece(params, piece, bytes); });
   }
   if (config.rope_scaling_factor > 0) {
     const std::vector<float> factors = rope_factors(config);

@@ -15,10 +15,11 @@
 //
 // Llama's q and k rows are permuted per head from Hugging Face's rotate-half order to the
 // interleaved pairs llama.cpp rotates (as its convert_hf_to_gguf.py does). A weight matrix of
-// (out, in) is stored with dimensions [in, out]: our row-major layout as it is. Matrices are
-// written in the chosen type; norms and biases stay f32, as llama.cpp's converter keeps them.
-// Quantized types quantize along each row (kernels/weight_quant.h), which must be a multiple of
-// 32 long. Dense models only: experts and qk-norm are refused, naming what is missing.
+// (out, in) is stored with dimensions [in, out]: our row-major layout as it is. In f32 and f16
+// files every matrix is of that type; in q8_0 and q4_0 files the linear layers' weights are
+// (model/quantized_weights.h, along each row, which must be a multiple of 32 long) and the
+// embeddings f16. Norms and biases stay f32, as llama.cpp's converter keeps them. Dense models
+// only: experts and qk-norm are refused, naming what is missing.
 #pragma once
 
 #include <filesystem>

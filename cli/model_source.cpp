@@ -4,13 +4,16 @@
 #include "ckpt/hf_checkpoint.h"
 #include "ckpt/hf_config.h"
 #include "core/error.h"
+#include "model/quantized_weights.h"
 #include "train/training_checkpoint.h"
 
 namespace dt::cli {
 
 void declare_model_source_flags(Args& args) {
   args.flag("checkpoint", "", "a training checkpoint: a step directory, or a checkpoint root (its latest step)")
-      .flag("hf", "", "a Hugging Face model directory (config.json and model.safetensors)");
+      .flag("hf", "", "a Hugging Face model directory (config.json and model.safetensors)")
+      .flag("quantize", "none", "run the linear layers' weights as int8, q8_0 or q4_0 would store them "
+                                "(post-training quantization), or none");
 }
 
 ModelWeights weights_from_checkpoint(const std::filesystem::path& step_or_root) {
@@ -37,7 +40,12 @@ ModelWeights model_weights_from_flags(const Args& args) {
   if (checkpoint.empty() == hf.empty())
     throw Error("give the weights with exactly one of --checkpoint DIR (a training checkpoint) or --hf DIR "
                 "(a Hugging Face model directory)");
-  return checkpoint.empty() ? weights_from_hf(hf) : weights_from_checkpoint(checkpoint);
+  ModelWeights weights = checkpoint.empty() ? weights_from_hf(hf) : weights_from_checkpoint(checkpoint);
+  if (args.get("quantize") != "none") {
+    fake_quantize_weights(*weights.params, kernels::parse_weight_format(args.get("quantize")));
+    weights.origin += str(", quantized to ", args.get("quantize"));
+  }
+  return weights;
 }
 
 }  // namespace dt::cli

@@ -1,7 +1,10 @@
 // Where the weights of eval, generate and export come from, as flags:
 //   --checkpoint DIR   a training checkpoint: a step directory, or a checkpoint root (its latest)
 //   --hf DIR           a Hugging Face model directory: config.json and model.safetensors
-// Exactly one must be given.
+// Exactly one must be given. And:
+//   --quantize FORMAT  the linear layers' weights replaced by their values in int8, q8_0 or q4_0
+//                      (model/quantized_weights.h): post-training quantization, dequantized into
+//                      the f32 kernels, so eval and generate measure what it costs
 #pragma once
 
 #include <filesystem>

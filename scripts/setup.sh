@@ -6,6 +6,7 @@
 #                               (Debian's PyTorch, then the pinned PyPI packages of
 #                               scripts/python-requirements.txt for its /usr/bin/python3) and an
 #                               MLflow server (scripts/mlflow-requirements.txt, in /opt/dtrain-mlflow)
+#                               and llama.cpp (scripts/llama-cpp-requirements.txt, in /opt/dtrain-llama-cpp)
 # Safe to run any number of times: each step skips what is present.
 set -euo pipefail
 
@@ -91,16 +92,18 @@ else
   echo "setup: PyPI packages of $requirements already installed"
 fi
 
-# The MLflow server, in a virtual environment of its own, every package pinned.
-mlflow_requirements="$(dirname "$0")/mlflow-requirements.txt"
-mlflow_venv=/opt/dtrain-mlflow
-if [ ! -x "$mlflow_venv/bin/python" ]; then
-  $SUDO /usr/bin/python3 -m venv "$mlflow_venv"
-fi
-if "$mlflow_venv/bin/python" -m pip install --dry-run --no-deps -r "$mlflow_requirements" 2>/dev/null |
-    grep -q "^Would install"; then
-  echo "setup: installing the MLflow server of $mlflow_requirements into $mlflow_venv"
-  $SUDO "$mlflow_venv/bin/python" -m pip install --quiet --root-user-action=ignore --no-deps -r "$mlflow_requirements"
-else
-  echo "setup: MLflow server of $mlflow_requirements already installed in $mlflow_venv"
-fi
+# The MLflow server and llama.cpp (built from source by llama-cpp-python), each in a virtual
+# environment of its own, every package pinned.
+python_environment() {  # DIRECTORY REQUIREMENTS WHAT
+  local venv=$1 requirements=$2 what=$3
+  [ -x "$venv/bin/python" ] || $SUDO /usr/bin/python3 -m venv "$venv"
+  if "$venv/bin/python" -m pip install --dry-run --no-deps -r "$requirements" 2>/dev/null | grep -q "^Would install"; then
+    echo "setup: installing $what ($requirements) into $venv"
+    $SUDO env CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$venv/bin/python" -m pip install --quiet --root-user-action=ignore \
+      --no-deps -r "$requirements"
+  else
+    echo "setup: $what of $requirements already installed in $venv"
+  fi
+}
+python_environment /opt/dtrain-mlflow "$(dirname "$0")/mlflow-requirements.txt" "the MLflow server"
+python_environment /opt/dtrain-llama-cpp "$(dirname "$0")/llama-cpp-requirements.txt" "llama.cpp"
