@@ -15,7 +15,8 @@ int command_export(int argc, char** argv, int first) {
   args.flag("checkpoint", "", "a checkpoint step directory, or a checkpoint root (its latest step)")
       .flag("hf", "", "the directory to write; must not exist or be empty")
       .flag("gguf", "", "the GGUF file to write instead (with --tokenizer); must not exist")
-      .flag("quantize", "f16", "--gguf: the weight matrices' type, f32, f16, q8_0 or q4_0 (GGUF's blocks of 32)")
+      .flag("quantize", "f16", "--gguf: f32 or f16 (every matrix), or q8_0 or q4_0 (the linear layers' weights, "
+                               "in GGUF's blocks of 32; the embeddings f16)")
       .flag("tokenizer", "", "the tokenizer.json the model was trained with (\"\" exports no tokenizer)")
       .flag("temperature", "0.8", "generation_config.json: sampling temperature")
       .flag("top-k", "40", "generation_config.json: keep the k likeliest tokens (0 keeps all)")
