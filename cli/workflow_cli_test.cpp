@@ -158,6 +158,47 @@ TEST_F(Workflow, ExportLoadsInTransformersWithOurLogitsAndOurTokenIds) {
 
 // init.from an exported directory starts training from exactly those weights: with the data in
 // order, step 1's loss is the loss `dtrain eval` gives on the first batch of the training split.
+// Quantization's bad inputs, each refused before anything is written, naming the fix; this
+// model's rows of 48 are not whole blocks of 32, and int8 (per output channel) takes any length.
+TEST_F(Workflow, QuantizationRefusesWhatItCannotDoBeforeWriting) {
+  const std::string eval =
+      str("eval --checkpoint ", checkpoints(), " --data ", file("data"), " --seq-len 32 --batches 1 --quantize ");
+  const auto q4 = run_dtrain(eval + "q4_0");
+  EXPECT_NE(q4.status, 0);
+  EXPECT_NE(q4.output.find("q4_0 quantizes rows in blocks of 32, and these weights' rows are not a multiple of that: "
+                           "h.0.attn.qkv.weight (144 x 48), h.0.attn.proj.weight (48 x 48), h.0.mlp.fc.weight (192 x 48)"),
+            std::string::npos)
+      << q4.output;
+  EXPECT_NE(q4.output.find("; choose int8 (per output channel), or a model whose dimensions are multiples of 32"),
+            std::string::npos);
+  const auto unknown = run_dtrain(eval + "q4_k");
+  EXPECT_NE(unknown.output.find("unknown weight format 'q4_k': use int8 (per output channel), q8_0 or q4_0 (GGUF's)"),
+            std::string::npos)
+      << unknown.output;
+  const auto int8 = run_dtrain(eval + "int8");
+  EXPECT_EQ(int8.status, 0) << int8.output;
+  EXPECT_NE(int8.output.find(", quantized to int8 on "), std::string::npos) << int8.output;
+
+  const std::string gguf = file("model.gguf");
+  const std::string exporting = str("export --checkpoint ", checkpoints(), " --gguf ", gguf, " ");
+  const auto q4_export = run_dtrain(exporting + "--quantize q4_0 --tokenizer " + file("tokenizer.json"));
+  EXPECT_NE(q4_export.output.find("GGUF export: Q4_0 quantizes rows in blocks of 32"), std::string::npos)
+      << q4_export.output;
+  EXPECT_FALSE(std::filesystem::exists(gguf));
+  EXPECT_FALSE(std::filesystem::exists(gguf + ".tmp"));
+  EXPECT_NE(run_dtrain(exporting + "--quantize int8 --tokenizer " + file("tokenizer.json"))
+                .output.find("unknown GGUF type 'int8': use f32, f16, q8_0 or q4_0"),
+            std::string::npos);
+  EXPECT_NE(run_dtrain(exporting).output.find("export: a GGUF file carries its tokenizer; give the one the model was "
+                                              "trained with: --tokenizer FILE"),
+            std::string::npos);
+  std::ofstream(gguf) << "something";
+  EXPECT_NE(run_dtrain(exporting + "--tokenizer " + file("tokenizer.json"))
+                .output.find(str("export: ", gguf, " exists; remove it or choose another --gguf")),
+            std::string::npos);
+  EXPECT_EQ(testing::file_bytes(gguf), "something");
+}
+
 TEST_F(Workflow, InitFromAnExportedDirectoryStartsFromItsWeights) {
   const std::string out = file("hf_for_init");
   ASSERT_EQ(run_dtrain(str("export --checkpoint ", checkpoints(), " --hf ", out, " --tokenizer ",
