@@ -184,8 +184,13 @@ std::vector<float> rope_factors(const ModelConfig& c) {
 void fill_piece(const FlatTensors& params, const Piece& piece, std::vector<uint8_t>& bytes) {
   const float* rows = params.unpadded(*piece.param).ptr<float>() + piece.row_begin * piece.cols;
   const size_t n = static_cast<size_t>(piece.rows * piece.cols);
-  std::vector<float> values(rows, rows + n);
-  if (piece.permuted_heads > 0) permute_rows(rows, values.data(), piece.permuted_heads, piece.rows, piece.cols);
+  std::span<const float> values(rows, n);
+  std::vector<float> permuted;  // copied only when reordered: the largest tensor is not held twice
+  if (piece.permuted_heads > 0) {
+    permuted.resize(n);
+    permute_rows(rows, permuted.data(), piece.permuted_heads, piece.rows, piece.cols);
+    values = permuted;
+  }
   switch (piece.type) {
     case GgmlType::f32:
       std::memcpy(bytes.data(), values.data(), n * sizeof(float));
