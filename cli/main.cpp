@@ -36,7 +36,7 @@ constexpr Command kCommands[] = {
     {"eval", "validation loss and perplexity of a checkpoint or Hugging Face model", dt::cli::command_eval},
     {"generate", "sample text from a checkpoint or Hugging Face model, printed as it is written",
      dt::cli::command_generate},
-    {"export", "write a checkpoint as a Hugging Face model directory", dt::cli::command_export},
+    {"export", "write a checkpoint as a Hugging Face model directory, or as a GGUF file for llama.cpp", dt::cli::command_export},
     {"report", "one HTML page of runs' curves: loss, learning rate, norms, throughput, MFU, memory",
      dt::cli::command_report},
     {"ckpt inspect", "a checkpoint's manifest, its checksums verified", dt::cli::command_ckpt_inspect},
