@@ -18,6 +18,17 @@ int64_t block_count(size_t values) {
   return static_cast<int64_t>(values) / kGgufBlock;
 }
 
+// The symmetric 8-bit rule int8 and Q8_0 share, over n values: q = roundf(v · (1 / s)) with
+// s = amax / 127 (1 / s is 0 for zeros). Returns s, in f32.
+float quantize_symmetric_8bit(const float* v, int64_t n, int8_t* q) {
+  float amax = 0;
+  for (int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(v[j]));
+  const float s = amax / 127;
+  const float id = s != 0 ? 1.0f / s : 0.0f;
+  for (int64_t j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::round(v[j] * id));
+  return s;
+}
+
 }  // namespace
 
 std::string_view weight_format_name(WeightFormat format) { return kNames[static_cast<int>(format)]; }
@@ -33,15 +44,8 @@ int64_t weight_format_block(WeightFormat format) { return format == WeightFormat
 void quantize_q8_0(std::span<const float> x, std::span<BlockQ8_0> out) {
   const int64_t blocks = block_count(x.size());
   DT_CHECK(static_cast<int64_t>(out.size()) == blocks);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* v = x.data() + b * kGgufBlock;
-    float amax = 0;
-    for (int64_t j = 0; j < kGgufBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
-    const float d = amax / 127;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
-    out[b].d = float_to_f16(d);
-    for (int64_t j = 0; j < kGgufBlock; ++j) out[b].qs[j] = static_cast<int8_t>(std::round(v[j] * id));
-  }
+  for (int64_t b = 0; b < blocks; ++b)
+    out[b].d = float_to_f16(quantize_symmetric_8bit(x.data() + b * kGgufBlock, kGgufBlock, out[b].qs));
 }
 
 void dequantize_q8_0(std::span<const BlockQ8_0> blocks, std::span<float> out) {
@@ -88,15 +92,7 @@ void quantize_int8_rows(std::span<const float> w, int64_t rows, std::span<int8_t
   DT_CHECK(rows > 0 && w.size() % static_cast<size_t>(rows) == 0 && q.size() == w.size() &&
            static_cast<int64_t>(scales.size()) == rows);
   const int64_t cols = static_cast<int64_t>(w.size()) / rows;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* v = w.data() + r * cols;
-    float amax = 0;
-    for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::fabs(v[j]));
-    const float s = amax / 127;
-    const float id = s != 0 ? 1.0f / s : 0.0f;
-    scales[r] = s;
-    for (int64_t j = 0; j < cols; ++j) q[r * cols + j] = static_cast<int8_t>(std::round(v[j] * id));
-  }
+  for (int64_t r = 0; r < rows; ++r) scales[r] = quantize_symmetric_8bit(w.data() + r * cols, cols, q.data() + r * cols);
 }
 
 void dequantize_int8_rows(std::span<const int8_t> q, std::span<const float> scales, std::span<float> out) {
