@@ -126,4 +126,21 @@ void fake_quantize(WeightFormat format, std::span<const float> w, int64_t rows, 
   }
 }
 
+void fake_quantize(WeightFormat format, Tensor w, Tensor out) {
+  DT_CHECK(w.device == Device::cpu && out.device == Device::cpu, "fake quantization runs on the host");
+  DT_CHECK(w.shape.ndim() == 2 && out.shape == w.shape && out.dtype == w.dtype);
+  const int64_t n = w.numel(), rows = w.shape[0];
+  if (w.dtype == DType::f32) {
+    return fake_quantize(format, {w.ptr<float>(), static_cast<size_t>(n)}, rows, {out.ptr<float>(), static_cast<size_t>(n)});
+  }
+  DT_CHECK(w.dtype == DType::bf16 || w.dtype == DType::f16, "fake quantization of ", dtype_name(w.dtype));
+  const bool bf16 = w.dtype == DType::bf16;
+  std::vector<float> values(static_cast<size_t>(n));
+  const uint16_t* in = w.ptr<uint16_t>();
+  for (int64_t i = 0; i < n; ++i) values[i] = bf16 ? bf16_to_float(in[i]) : f16_to_float(in[i]);
+  fake_quantize(format, values, rows, values);
+  uint16_t* o = out.ptr<uint16_t>();
+  for (int64_t i = 0; i < n; ++i) o[i] = bf16 ? float_to_bf16(values[i]) : float_to_f16(values[i]);
+}
+
 }  // namespace dt::kernels

@@ -29,6 +29,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/tensor.h"
+
 namespace dt::kernels {
 
 enum class WeightFormat { int8, q8_0, q4_0 };
@@ -66,5 +68,8 @@ void dequantize_int8_rows(std::span<const int8_t> q, std::span<const float> scal
 // the weights a quantization-aware forward computes with, equal to what a file of that format
 // holds once read back.
 void fake_quantize(WeightFormat format, std::span<const float> w, int64_t rows, std::span<float> out);
+// The same on a weight tensor (rows, cols) of f32, bf16 or f16 on the host, into `out` of its
+// dtype and shape: a 16-bit weight is widened, fake-quantized, and rounded back to its dtype.
+void fake_quantize(WeightFormat format, Tensor w, Tensor out);
 
 }  // namespace dt::kernels

@@ -72,15 +72,28 @@ void Norm::backward(const FlatTensors& weights, const FlatTensors& grads, Tensor
   }
 }
 
+Tensor LinearProduct::product_weight(const FlatTensors& weights, Buffer& scratch) const {
+  const Tensor weight = weights.stored(*weight_);
+  if (!qat_) return weight;
+  scratch = Buffer(weight.bytes(), MemTag::workspace, weight.device);
+  const Tensor quantized = scratch.view(weight.dtype, weight.shape);
+  k::fake_quantize(*qat_, weight, quantized);
+  return quantized;
+}
+
 void LinearProduct::forward(const FlatTensors& weights, Tensor out, Tensor inp) const {
   const Tensor bias = adds_bias_ ? weights.stored(*bias_) : Tensor{};
-  if (float8_) return float8_->forward(out, inp, weights.stored(*weight_), bias);
-  k::linear_forward(out, inp, weights.stored(*weight_), bias);
+  Buffer scratch;
+  const Tensor weight = product_weight(weights, scratch);
+  if (float8_) return float8_->forward(out, inp, weight, bias);
+  k::linear_forward(out, inp, weight, bias);
 }
 
 void LinearProduct::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const {
-  if (float8_) return float8_->backward_input(dinp, dout, weights.stored(*weight_));
-  k::linear_backward_input(dinp, dout, weights.stored(*weight_));
+  Buffer scratch;
+  const Tensor weight = product_weight(weights, scratch);
+  if (float8_) return float8_->backward_input(dinp, dout, weight);
+  k::linear_backward_input(dinp, dout, weight);
 }
 
 void LinearProduct::backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const {
@@ -114,7 +127,7 @@ std::optional<Float8Linear> float8_products(const LinearStateView& state, Linear
 ColumnParallelLinear::ColumnParallelLinear(const ParameterLayout& layout, const std::string& prefix,
                                            ParallelRegions& regions, LinearStateView state)
     : product_(&layout.find(prefix + ".weight"), linear_bias(layout, prefix), linear_bias(layout, prefix) != nullptr,
-               float8_products(state, LinearStyle::column)),
+               float8_products(state, LinearStyle::column), state.qat()),
       regions_(&regions),
       state_(std::move(state)) {}
 
@@ -122,8 +135,11 @@ const ParamInfo& output_projection_weight(const ParameterLayout& layout) {
   return layout.find(layout.config().tied_embeddings ? "wte" : "lm_head");
 }
 
-ColumnParallelLinear ColumnParallelLinear::output_projection(const ParameterLayout& layout, ParallelRegions& regions) {
-  return {LinearProduct(&output_projection_weight(layout), nullptr, false), regions};
+ColumnParallelLinear ColumnParallelLinear::output_projection(const ParameterLayout& layout, ParallelRegions& regions,
+                                                             std::optional<kernels::WeightFormat> qat) {
+  const bool tied = layout.config().tied_embeddings;
+  return {LinearProduct(&output_projection_weight(layout), nullptr, false, std::nullopt, tied ? std::nullopt : qat),
+          regions};
 }
 
 void ColumnParallelLinear::forward(const FlatTensors& weights, Tensor out, Tensor x, Tensor whole) const {
@@ -147,7 +163,7 @@ RowParallelLinear::RowParallelLinear(const ParameterLayout& layout, const std::s
 RowParallelLinear::RowParallelLinear(const ParamInfo* weight, const ParamInfo* bias, ParallelRegions& regions,
                                      LinearStateView state)
     : product_(weight, bias, bias != nullptr && bias->slice.pieces.front().owned,
-               float8_products(state, LinearStyle::row)),
+               float8_products(state, LinearStyle::row), state.qat()),
       regions_(&regions),
       state_(std::move(state)) {}
 

@@ -27,7 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/tensor.h"
+#include "kernels/weight_quant.h"
 #include "model/attention_core.h"
 #include "model/config.h"
 #include "model/expert_exchange.h"
@@ -66,12 +68,16 @@ class Norm {
 
 // The product both styles of linear layer compute on this rank's slice of the weight:
 // out = inp @ weight^T (+ bias where `adds_bias`), in the storage precision, or in FP8 where
-// `float8` is given (model/float8_linear.h).
+// `float8` is given (model/float8_linear.h). Under quantization-aware training (`qat`) forward
+// and backward_input read the weight's values in that format (kernels/weight_quant.h), made
+// from the weight each time; backward_weight's gradient goes to the weight as it is, the
+// straight-through estimator.
 class LinearProduct {
  public:
   LinearProduct(const ParamInfo* weight, const ParamInfo* bias, bool adds_bias,
-                std::optional<Float8Linear> float8 = std::nullopt)
-      : weight_(weight), bias_(bias), adds_bias_(adds_bias), float8_(std::move(float8)) {}
+                std::optional<Float8Linear> float8 = std::nullopt,
+                std::optional<kernels::WeightFormat> qat = std::nullopt)
+      : weight_(weight), bias_(bias), adds_bias_(adds_bias), float8_(std::move(float8)), qat_(qat) {}
 
   void forward(const FlatTensors& weights, Tensor out, Tensor inp) const;
   // dinp = dout @ weight (set, not accumulated).
@@ -80,10 +86,14 @@ class LinearProduct {
   void backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const;
 
  private:
+  // The weight the products read: as stored, or under QAT its values in the format, in `scratch`.
+  Tensor product_weight(const FlatTensors& weights, Buffer& scratch) const;
+
   const ParamInfo* weight_;
   const ParamInfo* bias_;  // where the family has biases
   bool adds_bias_;
   std::optional<Float8Linear> float8_;
+  std::optional<kernels::WeightFormat> qat_;
 };
 
 // The FP8 products of a layer of `style` where its state view says FP8 quantizes it; none
@@ -123,8 +133,10 @@ class ColumnParallelLinear {
   // LinearStates that must outlive it), none by default.
   ColumnParallelLinear(const ParameterLayout& layout, const std::string& prefix, ParallelRegions& regions,
                        LinearStateView state = {});
-  // The output projection, without bias: lm_head, or wte when the embeddings are tied.
-  static ColumnParallelLinear output_projection(const ParameterLayout& layout, ParallelRegions& regions);
+  // The output projection, without bias: lm_head, or wte when the embeddings are tied; `qat`
+  // applies to lm_head (a linear layer), not to wte (an embedding).
+  static ColumnParallelLinear output_projection(const ParameterLayout& layout, ParallelRegions& regions,
+                                                std::optional<kernels::WeightFormat> qat = std::nullopt);
 
   // out (N, this rank's output rows) from x, this rank's rows of the input.
   void forward(const FlatTensors& weights, Tensor out, Tensor x, Tensor whole) const;

@@ -88,8 +88,8 @@ Tensor LinearStateView::get(std::string_view state) const {
 }
 
 LinearStates::LinearStates(const ParameterLayout& layout, std::vector<LinearStateDeclaration> declared, Device device,
-                           const Float8Training* float8)
-    : declared_(std::move(declared)), float8_(float8) {
+                           const Float8Training* float8, std::optional<kernels::WeightFormat> qat)
+    : declared_(std::move(declared)), float8_(float8), qat_(qat) {
   Plan plan = plan_states(layout, declared_);
   entries_ = std::move(plan.entries);
   kinds_ = std::move(plan.kinds);
@@ -147,6 +147,7 @@ LinearStateView LinearStates::of(int layer, std::string_view linear) const {
   LinearStateView view;
   view.linear_ = str(block_prefix(layer), linear);
   if (float8_ != nullptr && float8_->recipe.enabled() && float8_quantizes(linear)) view.float8_ = float8_;
+  view.qat_ = qat_;
   for (const Entry& e : entries_)
     if (e.layer == layer && e.linear == linear) view.states_.emplace_back(declared_[e.kind].name, at(e));
   return view;

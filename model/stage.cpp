@@ -184,7 +184,7 @@ Stage::Stage(const ParameterLayout& layout, StageUnits units, Recompute recomput
   if (units.embeddings) embedding_.emplace(layout);
   if (units.head) {
     ln_f_.emplace(layout, "ln_f");
-    output_ = ColumnParallelLinear::output_projection(layout, regions);
+    output_ = ColumnParallelLinear::output_projection(layout, regions, states.qat());
   }
   if (config_.traits().positions == PositionKind::rotary) rope_ = make_rope_tables(config_, seq_len, device);
 }

@@ -36,7 +36,7 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
                          DType precision, Device device, const ParameterStorage& storage, ParallelRegions* regions,
                          const RankStages& stages, const AttentionScope* scope,
                          const std::vector<LinearStateDeclaration>& linear_states, ExpertExchange* experts,
-                         const Float8Training* float8)
+                         const Float8Training* float8, std::optional<kernels::WeightFormat> qat)
     : regions_(regions != nullptr ? *regions : ParallelRegions::single_rank()),
       experts_(experts != nullptr ? *experts : ExpertExchange::single_rank()),
       layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating
@@ -46,7 +46,7 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
               parameter_buffers(precision, storage).params.storage),
       grads_(layout_, MemTag::gradients, device, DType::f32, parameter_buffers(precision, storage).grads.storage),
       linear_states_(layout_, with_model_states(layout_.config(), with_float8_states(float8, config, linear_states)),
-                     device, float8),
+                     device, float8, qat),
       recompute_(recompute),
       precision_(precision),
       device_(device),

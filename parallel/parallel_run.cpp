@@ -42,7 +42,7 @@ ParallelRun::ParallelRun(const ParallelOptions& options, std::unique_ptr<Communi
                  schedule_ ? pipeline::PipelineParallel::rank_stages(mc, *schedule_, groups_.coords.pp, T)
                            : RankStages{},
                  context_ ? &*context_ : nullptr, options_.linear_states,
-                 expert_parallel_ ? &*expert_parallel_ : nullptr, float8_ ? &*float8_ : nullptr);
+                 expert_parallel_ ? &*expert_parallel_ : nullptr, float8_ ? &*float8_ : nullptr, options_.qat);
   // 7. Data parallelism over the finished model: it hooks the model's units, shards its states
   // over dp × cp (the cp ranks join the gradients' sum; the experts' over the ranks holding the
   // same ones) and holds the optimizer of this rank's parts; under pipeline parallelism the

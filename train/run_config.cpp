@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/suggest.h"
 #include "model/block_declaration.h"
+#include "model/quantized_weights.h"
 #include "model/tensor_shard.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/schedule.h"
@@ -608,6 +609,47 @@ void check_float8(const RunConfig& config, bool model_complete, Checker& check) 
   }
 }
 
+// Quantization-aware training: the formats' blocks must be whole in every weight on every
+// tensor-parallel rank, and what it does not compose with yet is refused.
+void check_qat(const RunConfig& config, bool model_complete, Checker& check) {
+  const std::optional<kernels::WeightFormat> format = config.train.qat_format();
+  if (!format) return;
+  const std::string name(kernels::weight_format_name(*format));
+  if (config.fp8.enabled())
+    check.report("train.qat", "FP8 training would quantize the fake-quantized weights again; set train.fp8 = \"none\" "
+                              "or train.qat = \"none\"");
+  if (config.train.target_device() != Device::cpu)
+    check.report("train.qat", "runs on the CPU only so far (the GPU has no fake quantizer yet); set train.device = \"cpu\"");
+  if (!model_complete) return;
+  if (config.model.moe.experts > 0) {
+    check.report("train.qat", "the experts' weights are not quantized yet, and this model has experts");
+    return;
+  }
+  const ParameterLayout whole(config.model);
+  if (const std::string misfits = weights_not_in_blocks(whole, *format); !misfits.empty())
+    return check.report("train.qat", str(name, " quantizes rows in blocks of 32, and these weights' rows are not a "
+                                         "multiple of that: ", misfits, "; use int8, or a model whose dimensions are "
+                                         "multiples of 32"));
+  const int tp = std::max(config.parallel.tp, 1);
+  if (tp == 1) return;
+  if (*format == kernels::WeightFormat::int8)
+    return check.report("train.qat", "int8's scale of a row is its largest value over every tensor-parallel rank, "
+                                     "which QAT does not gather yet; use q8_0 or q4_0, or parallel.tp = 1");
+  // A row-parallel layer's rank holds a slice of each row: its blocks must not straddle two.
+  for (int rank = 0; rank < tp; ++rank) {
+    const ShardDims dims = shard_dims(config.model, TensorShard{.rank = rank, .size = tp});
+    for (const BlockDeclaration* b : block_declarations(config.model))
+      for (const LinearDeclaration* l : b->linears()) {
+        const int64_t in = l->in_features(config.model, dims);
+        if (in % kernels::kGgufBlock == 0) continue;
+        return check.report("train.qat", str("linear layer ", l->name, "'s weight has rows of ", in,
+                                             " on tensor-parallel rank ", rank, ", which ", name,
+                                             "'s blocks of 32 do not divide; choose a parallel.tp that leaves a "
+                                             "multiple of 32"));
+      }
+  }
+}
+
 // What the run writes: checkpoints, logs, evaluations and samples.
 void check_outputs(const RunConfig& config, bool model_complete, Checker& check) {
   check.require(config.checkpoint.every >= 0, "checkpoint.every", "must be at least 0 (0: save only at the end)");
@@ -642,6 +684,7 @@ void check_values(const RunConfig& config, bool model_complete, Checker& check) 
   check_optimizer(config, check);
   check_layout(config, model_complete, check);
   check_float8(config, model_complete, check);
+  check_qat(config, model_complete, check);
   check_outputs(config, model_complete, check);
 }
 

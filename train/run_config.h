@@ -4,8 +4,8 @@
 //   [model]       preset = "gpt2-124m", or family + sizes; explicit fields override a preset's
 //   [init]        from = "" (a safetensors file or a Hugging Face directory), seed
 //   [data]        dir, train_prefix, val_prefix, tokenizer, seq_len, shuffle, seed
-//   [train]       steps, micro_batch_size, global_batch_size, device, precision, fp8, recompute,
-//                 grad_clip
+//   [train]       steps, micro_batch_size, global_batch_size, device, precision, fp8, qat,
+//                 recompute, grad_clip
 //   [fp8]         format, amax_history, amax_compute, margin, pow2_scales, block (model/float8_recipe.h)
 //   [optim]       lr, min_lr_ratio, warmup_steps, decay, decay_steps, beta1, beta2, eps,
 //                 weight_decay, decay_embeddings
@@ -31,6 +31,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "kernels/weight_quant.h"
 #include "model/config.h"
 #include "model/float8_recipe.h"
 #include "model/transformer.h"
@@ -72,11 +73,17 @@ struct RunConfig {
     std::string device = "cpu";  // "cpu" or "cuda"
     DType precision = DType::f32;
     Recompute recompute = Recompute::none;
+    // Quantization-aware training: "none", or the format ("int8", "q8_0", "q4_0") the linear
+    // layers' weights are fake-quantized in (model/quantized_weights.h).
+    std::string qat = "none";
     float grad_clip = 1.0f;      // 0 disables clipping
     // A GPU run that the memory plan says will not fit stops before allocating, unless this is
     // set: then it warns and tries, at the risk of running out of memory mid-step.
     bool unsafe_skip_memory_check = false;
     Device target_device() const { return device_from_name(device); }
+    std::optional<kernels::WeightFormat> qat_format() const {
+      return qat == "none" ? std::nullopt : std::optional(kernels::parse_weight_format(qat));
+    }
   } train;
 
   // train.fp8 (the recipe's scaling) and the [fp8] keys (model/float8_recipe.h).

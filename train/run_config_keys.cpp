@@ -241,6 +241,7 @@ std::vector<ConfigKey> make_keys() {
       choice_key("train", "device", kDevices, &C::train, &C::Train::device),
       key("train", "precision", &C::train, &C::Train::precision),
       key("train", "fp8", &C::fp8, &Float8Recipe::scaling),
+      choice_key("train", "qat", kQatFormats, &C::train, &C::Train::qat),
       key("train", "recompute", &C::train, &C::Train::recompute),
       key("train", "grad_clip", &C::train, &C::Train::grad_clip),
       key("train", "unsafe_skip_memory_check", &C::train, &C::Train::unsafe_skip_memory_check),

@@ -92,7 +92,8 @@ ParallelOptions parallel_options(const RunConfig& config) {
           .bucket_mb = config.parallel.bucket_mb, .adamw = config.adamw,
           .pp_schedule = config.parallel.pp_schedule, .pp_virtual = config.parallel.pp_virtual,
           .micro_batches = config.accumulation_steps(), .cp_zigzag = config.parallel.cp_zigzag,
-          .sp = config.parallel.sp, .backend = config.parallel.backend, .linear_states = {}, .fp8 = config.fp8};
+          .sp = config.parallel.sp, .backend = config.parallel.backend, .linear_states = {}, .fp8 = config.fp8,
+          .qat = config.train.qat_format()};
 }
 
 namespace {
