@@ -437,6 +437,34 @@ TEST(TrainCli, TensorParallelRunsTrainLikeOneProcessAndCheckpointsMoveBetweenLay
   }
 }
 
+// Quantization-aware training (train.qat) composes with the layouts: a tp rank fake-quantizes its
+// slice of each weight, whose Q4_0 blocks lie whole in it (rows of 64 and 256 split in two);
+// ZeRO 3 gathers whole units before each pass; a pipeline stage quantizes its own blocks. Each
+// trains the one-process curve. (gpt2-tiny widened to 64 channels over 4 heads: every weight's
+// rows whole blocks of 32.)
+TEST(TrainCli, QuantizationAwareTrainingTrainsLikeOneProcessUnderTheLayouts) {
+  const TrainRun run;
+  const std::string qat = "train.steps=6 model.d_model=64 model.n_head=4 train.qat=q4_0";
+  ASSERT_EQ(run_dtrain(run.args("one", qat)).status, 0);
+  ASSERT_EQ(run_dtrain(run.args("plain", "train.steps=6 model.d_model=64 model.n_head=4")).status, 0);
+  const std::vector<double> expected = run.losses("one"), plain = run.losses("plain");
+  // The quantizer is in the loop: its curve is far from the plain one, beyond the bound below.
+  ASSERT_EQ(plain.size(), 6u);
+  double apart = 0;
+  for (size_t s = 0; s < 6; ++s) apart = std::max(apart, std::fabs(plain[s] - expected[s]) / expected[s]);
+  EXPECT_GT(apart, 1e-3);
+  for (const auto& [name, layout, ranks] : std::vector<std::tuple<std::string, std::string, int>>{
+           {"tp2", " parallel.tp=2 parallel.sp=true", 2},
+           {"dp2_zero3", " parallel.dp=2 parallel.zero_stage=3 train.global_batch_size=8", 2},
+           {"pp2", " parallel.pp=2", 2}}) {
+    const auto trained = run_dtrain(run.args(name, qat + layout), testing::mpirun(ranks));
+    ASSERT_EQ(trained.status, 0) << name << "\n" << trained.output;
+    const std::vector<double> got = run.losses(name);
+    ASSERT_EQ(got.size(), 6u) << name;
+    for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+  }
+}
+
 // Pipeline parallelism — every schedule, with dp and ZeRO 1, with tp and sp — trains the
 // one-process model (gpt2-tiny deepened to 5 blocks, so that the stages are uneven, its tied wte
 // on the first and the last stage), evaluates like it through the pipeline, and its checkpoints

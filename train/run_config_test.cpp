@@ -160,6 +160,43 @@ top_p = 1.5
   EXPECT_LT(e.find(":16: "), e.find("command line"));
 }
 
+// Quantization-aware training's refusals, each naming the fix: blocks of 32 over rows of 48,
+// FP8 on top, the GPU, experts, int8 under tensor parallelism, and a tp rank's rows not whole
+// blocks.
+TEST(RunConfig, QuantizationAwareTrainingRefusesWhatItCannotDo) {
+  testing::TempDir dir;
+  const auto path = write_config(dir, kTiny);
+  const auto problem = [&](const std::vector<std::string>& overrides) { return load_error(path, overrides); };
+  EXPECT_NE(problem({"train.qat=q4_0"}).find("train.qat = \"q4_0\": q4_0 quantizes rows in blocks of 32, and these "
+                                             "weights' rows are not a multiple of that: h.0.attn.qkv.weight (144 x 48)"),
+            std::string::npos);
+  EXPECT_NO_THROW(load_run_config(path, {"train.qat=int8"}));  // int8's scale is per row: any length
+  const std::vector<std::string> wide = {"model.d_model=64", "model.n_head=4"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), wide.begin(), wide.end());
+    return problem(more);
+  };
+  EXPECT_NO_THROW(load_run_config(path, {"train.qat=q4_0", "model.d_model=64", "model.n_head=4"}));
+  EXPECT_NE(with({"train.qat=q8_0", "train.fp8=tensorwise", "train.precision=bf16"})
+                .find("train.qat = \"q8_0\": FP8 training would quantize the fake-quantized weights again"),
+            std::string::npos);
+  EXPECT_NE(with({"train.qat=q8_0", "train.device=cuda"}).find("train.qat = \"q8_0\": runs on the CPU only so far"),
+            std::string::npos);
+  EXPECT_NE(with({"train.qat=int8", "parallel.tp=2"})
+                .find("train.qat = \"int8\": int8's scale of a row is its largest value over every tensor-parallel "
+                      "rank, which QAT does not gather yet; use q8_0 or q4_0, or parallel.tp = 1"),
+            std::string::npos);
+  EXPECT_NE(with({"train.qat=q4_0", "parallel.tp=4"})
+                .find("train.qat = \"q4_0\": linear layer attn.proj's weight has rows of 16 on tensor-parallel rank 0, "
+                      "which q4_0's blocks of 32 do not divide"),
+            std::string::npos);
+  EXPECT_NE(problem({"train.qat=q4_0", "model.preset=moe-tiny"})
+                .find("train.qat = \"q4_0\": the experts' weights are not quantized yet"),
+            std::string::npos);
+  EXPECT_NE(problem({"train.qat=q4_k"}).find("train.qat = \"q4_k\": must be one of none, int8, q8_0, q4_0"),
+            std::string::npos);
+}
+
 // MLflow is reached over HTTP (train/mlflow_tracker.h): a file store's URI, as MLflow's own
 // client would take it, is refused with how to serve it.
 TEST(RunConfig, MlflowNeedsAServersAddress) {
