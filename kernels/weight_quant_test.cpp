@@ -165,6 +165,47 @@ TEST(WeightQuant, FakeQuantizingIsQuantizingThenDequantizing) {
   }
 }
 
+// A 16-bit weight is widened, fake-quantized, and rounded back to its own dtype; an f32 one is
+// fake-quantized as it is.
+TEST(WeightQuant, FakeQuantizingATensorKeepsItsDtype) {
+  const std::vector<float> x = test_values();
+  const int64_t rows = static_cast<int64_t>(x.size()) / 64;
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    std::vector<float> widened(x.size()), expected(x.size());
+    std::vector<uint8_t> in(x.size() * dtype_size(dtype)), out(in.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (dtype == DType::f32) {
+        std::memcpy(in.data() + 4 * i, &x[i], 4);
+        widened[i] = x[i];
+      } else {
+        const uint16_t h = dtype == DType::bf16 ? float_to_bf16(x[i]) : float_to_f16(x[i]);
+        std::memcpy(in.data() + 2 * i, &h, 2);
+        widened[i] = dtype == DType::bf16 ? bf16_to_float(h) : f16_to_float(h);
+      }
+    }
+    fake_quantize(WeightFormat::q4_0, widened, rows, expected);
+    const Shape shape{rows, 64};
+    fake_quantize(WeightFormat::q4_0, Tensor{.data = in.data(), .dtype = dtype, .shape = shape, .device = Device::cpu},
+                  Tensor{.data = out.data(), .dtype = dtype, .shape = shape, .device = Device::cpu});
+    for (size_t i = 0; i < x.size(); ++i) {
+      float got = 0;
+      uint16_t h = 0;
+      if (dtype == DType::f32) {
+        std::memcpy(&got, out.data() + 4 * i, 4);
+        if (!std::isnan(expected[i])) {
+          EXPECT_EQ(got, expected[i]) << i;
+        }
+        continue;
+      }
+      std::memcpy(&h, out.data() + 2 * i, 2);
+      const uint16_t want = dtype == DType::bf16 ? float_to_bf16(expected[i]) : float_to_f16(expected[i]);
+      if (!std::isnan(expected[i])) {
+        ASSERT_EQ(h, want) << dtype_name(dtype) << " value " << i;
+      }
+    }
+  }
+}
+
 TEST(WeightQuant, TheGgufPackageQuantizesAndDequantizesAsWeDoBitForBit) {
   const testing::TempDir dir;
   const std::vector<float> x = test_values();
