@@ -102,26 +102,37 @@ void dequantize_int8_rows(std::span<const int8_t> q, std::span<const float> scal
 }
 
 void fake_quantize(WeightFormat format, std::span<const float> w, int64_t rows, std::span<float> out) {
-  DT_CHECK(out.size() == w.size());
-  switch (format) {
-    case WeightFormat::int8: {
-      std::vector<int8_t> q(w.size());
-      std::vector<float> scales(static_cast<size_t>(rows));
-      quantize_int8_rows(w, rows, q, scales);
-      dequantize_int8_rows(q, scales, out);
-      return;
+  DT_CHECK(out.size() == w.size() && rows > 0 && w.size() % static_cast<size_t>(rows) == 0);
+  // Group by group (a row for int8, a block of 32 for GGUF's formats), in parallel, each quantized
+  // as a file would hold it and read back into its own place: nothing as large as the weight is
+  // allocated, and out may be w.
+  if (format == WeightFormat::int8) {
+    const size_t cols = w.size() / static_cast<size_t>(rows);
+#pragma omp parallel
+    {
+      std::vector<int8_t> q(cols);
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        float scale = 0;
+        quantize_int8_rows(w.subspan(static_cast<size_t>(r) * cols, cols), 1, q, {&scale, 1});
+        dequantize_int8_rows(q, {&scale, 1}, out.subspan(static_cast<size_t>(r) * cols, cols));
+      }
     }
-    case WeightFormat::q8_0: {
-      std::vector<BlockQ8_0> blocks(static_cast<size_t>(block_count(w.size())));
-      quantize_q8_0(w, blocks);
-      dequantize_q8_0(blocks, out);
-      return;
-    }
-    case WeightFormat::q4_0: {
-      std::vector<BlockQ4_0> blocks(static_cast<size_t>(block_count(w.size())));
-      quantize_q4_0(w, blocks);
-      dequantize_q4_0(blocks, out);
-      return;
+    return;
+  }
+  const int64_t blocks = block_count(w.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const std::span<const float> in = w.subspan(static_cast<size_t>(b * kGgufBlock), kGgufBlock);
+    const std::span<float> values = out.subspan(static_cast<size_t>(b * kGgufBlock), kGgufBlock);
+    if (format == WeightFormat::q8_0) {
+      BlockQ8_0 block;
+      quantize_q8_0(in, {&block, 1});
+      dequantize_q8_0({&block, 1}, values);
+    } else {
+      BlockQ4_0 block;
+      quantize_q4_0(in, {&block, 1});
+      dequantize_q4_0({&block, 1}, values);
     }
   }
 }
