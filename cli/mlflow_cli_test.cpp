@@ -121,6 +121,7 @@ TEST(MlflowCli, AServerThatHoldsEveryRequestDoesNotHoldUpTheSteps) {
   BackgroundProcess proxy(testing::mlflow_python("held_proxy.py", str(proxy_port, " ", server.uri(), " ", gate.string())));
   ASSERT_TRUE(proxy.wait_while_running_until([&] { return testing::port_accepts(proxy_port); }, 60)) << proxy.output();
   BackgroundDtrain training(run.args("run", str("mlflow.uri=http://127.0.0.1:", proxy_port, " mlflow.end_wait_s=300")));
+  // 120 s: the 20 tiny steps take a second or two; the bound only ends a run that hangs.
   ASSERT_TRUE(training.wait_while_running_until(
       [&] { return training.output().find("trained steps 1-20") != std::string::npos; }, 120))
       << training.output() << proxy.output();

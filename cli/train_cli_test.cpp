@@ -461,7 +461,15 @@ TEST(TrainCli, QuantizationAwareTrainingTrainsLikeOneProcessUnderTheLayouts) {
     ASSERT_EQ(trained.status, 0) << name << "\n" << trained.output;
     const std::vector<double> got = run.losses(name);
     ASSERT_EQ(got.size(), 6u) << name;
-    for (size_t s = 0; s < 6; ++s) EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+    // The bound of the layouts' plain curves above (fp32 rounding of sums taken in parts, ~2e-8 of
+    // the losses). The quantizer adds a jump only where that rounding moves a weight across a
+    // level's edge; measured (printed below): 5.2e-9 to 6.0e-9, no level crossed, the bound 1,600x clear.
+    double largest = 0;
+    for (size_t s = 0; s < 6; ++s) {
+      largest = std::max(largest, std::fabs(got[s] - expected[s]) / expected[s]);
+      EXPECT_NEAR(got[s], expected[s], 1e-5 * expected[s]) << name << " step " << s + 1;
+    }
+    std::printf("%s: largest loss difference %.1e of the one-process loss\n", name.c_str(), largest);
   }
 }
 
