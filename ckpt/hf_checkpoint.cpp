@@ -1,11 +1,14 @@
 #include "ckpt/hf_checkpoint.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <set>
 
+#include "ckpt/compressed_tensors.h"
 #include "ckpt/safetensors.h"
 #include "core/dtype.h"
+#include "model/quantized_weights.h"
 
 namespace dt::ckpt {
 
@@ -62,6 +65,12 @@ Shape file_shape(const ParamInfo& p, const HfPiece& piece) {
   return piece.transposed ? Shape{columns, piece.rows} : Shape{piece.rows, columns};
 }
 
+// "P.weight" -> "P": the prefix of a weight's compressed tensors.
+std::string weight_prefix(const std::string& hf_name) {
+  DT_CHECK(hf_name.ends_with(".weight"), hf_name, " is not a weight");
+  return hf_name.substr(0, hf_name.size() - 7);
+}
+
 // Guesses the family of a file from a tensor only one family has.
 std::string family_of_file(const SafetensorsReader& reader) {
   for (const auto& name : reader.names()) {
@@ -83,16 +92,24 @@ std::vector<HfPiece> hf_pieces(const ModelConfig& config, const ParamInfo& p) {
   return block_pieces(config, p);
 }
 
-void save_hf_safetensors(const FlatTensors& params, const std::filesystem::path& path) {
+void save_hf_safetensors(const FlatTensors& params, const std::filesystem::path& path,
+                         std::optional<kernels::WeightFormat> quantized) {
   const ModelConfig& config = params.layout().config();
   // Pieces that are not a plain row range of our tensor are copied out first.
-  std::vector<Buffer> copies;
+  std::deque<Buffer> copies;
   SafetensorsWriter writer;
   for (const ParamInfo& p : params.layout().params()) {
     const Tensor unpadded = params.unpadded(p);
     for (const HfPiece& piece : hf_pieces(config, p)) {
       const Shape shape = file_shape(p, piece);
       const int64_t cols = p.shape.ndim() >= 2 ? p.shape[p.shape.ndim() - 1] : 1;
+      if (quantized && is_quantized_weight(p)) {
+        DT_CHECK(!piece.transposed, "a quantized weight must be (out, in) in the file: ", piece.hf_name);
+        const float* rows = unpadded.ptr<float>() + piece.row_begin * cols;
+        add_compressed_weight(writer, copies, weight_prefix(piece.hf_name), *quantized,
+                              std::span(rows, static_cast<size_t>(piece.rows * cols)), piece.rows, cols);
+        continue;
+      }
       if (!piece.transposed) {
         writer.add(piece.hf_name, Tensor{.data = unpadded.ptr<float>() + piece.row_begin * cols, .dtype = DType::f32,
                                          .shape = shape, .device = Device::cpu});
@@ -131,9 +148,16 @@ void load_hf_safetensors(FlatTensors& params, const std::filesystem::path& path)
   for (const ParamInfo& p : params.layout().params())
     for (const HfPiece& piece : hf_pieces(config, p)) {
       const std::string name = file_name(piece.hf_name);
+      const Shape shape = file_shape(p, piece);
+      if (p.shape.ndim() >= 2 && holds_compressed_weight(reader, weight_prefix(name))) {
+        if (piece.transposed)
+          fail(str("tensor '", name, "' is quantized, but GPT-2's Conv1D weights load only unquantized"));
+        for (std::string& compressed : check_compressed_weight(reader, weight_prefix(name), shape[0], shape[1]))
+          expected.insert(std::move(compressed));
+        continue;
+      }
       expected.insert(name);
       const StoredTensorInfo& stored = reader.info(name);  // names file and tensor when absent
-      const Shape shape = file_shape(p, piece);
       if (!(stored.shape == shape))
         fail(str("tensor '", name, "' has shape ", stored.shape.to_string(), " but the model needs ", shape.to_string(),
                  " for ", p.name, "; the file was written for a model of another size"));
@@ -156,6 +180,12 @@ void load_hf_safetensors(FlatTensors& params, const std::filesystem::path& path)
     const int64_t cols = p.shape.ndim() >= 2 ? p.shape[p.shape.ndim() - 1] : 1;
     for (const HfPiece& piece : hf_pieces(config, p)) {
       const std::string name = file_name(piece.hf_name);
+      float* out = unpadded.ptr<float>() + piece.row_begin * cols;
+      if (p.shape.ndim() >= 2 && holds_compressed_weight(reader, weight_prefix(name))) {
+        read_compressed_weight(reader, weight_prefix(name), piece.rows, cols,
+                               std::span(out, static_cast<size_t>(piece.rows * cols)));
+        continue;
+      }
       const LoadedTensor loaded = reader.read(name, MemTag::workspace);
       // Element i of the file's tensor, widened exactly to f32.
       const auto value = [&](int64_t i) -> float {
@@ -168,7 +198,6 @@ void load_hf_safetensors(FlatTensors& params, const std::filesystem::path& path)
             return loaded.tensor.ptr<float>()[i];
         }
       };
-      float* out = unpadded.ptr<float>() + piece.row_begin * cols;
       for (int64_t r = 0; r < piece.rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
           out[r * cols + c] = piece.transposed ? value(c * piece.rows + r) : value(r * cols + c);

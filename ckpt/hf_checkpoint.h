@@ -10,13 +10,18 @@
 // Loading checks every tensor a model needs before reading any (name, dtype, shape) and
 // rejects tensors the model has no place for, so a file of the other family, of another size,
 // or with a tensor missing stops with a message naming the file and the tensor. F32, BF16 and
-// F16 files load (reduced precision is widened exactly); saving writes F32.
+// F16 files load (reduced precision is widened exactly); saving writes F32. A linear layer's
+// weight may instead be quantized, in compressed-tensors' layout (ckpt/compressed_tensors.h):
+// saving writes every quantized weight (model/quantized_weights.h) so when given a format, and
+// loading dequantizes any weight stored so.
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kernels/weight_quant.h"
 #include "model/parameters.h"
 
 namespace dt::ckpt {
@@ -33,7 +38,8 @@ struct HfPiece {
 // The Hugging Face tensors that make up parameter `p`, in row order.
 std::vector<HfPiece> hf_pieces(const ModelConfig& config, const ParamInfo& p);
 
-void save_hf_safetensors(const FlatTensors& params, const std::filesystem::path& path);
+void save_hf_safetensors(const FlatTensors& params, const std::filesystem::path& path,
+                         std::optional<kernels::WeightFormat> quantized = std::nullopt);
 void load_hf_safetensors(FlatTensors& params, const std::filesystem::path& path);
 
 }  // namespace dt::ckpt

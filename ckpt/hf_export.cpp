@@ -4,9 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/compressed_tensors.h"
 #include "ckpt/hf_checkpoint.h"
 #include "ckpt/hf_config.h"
 #include "core/error.h"
+#include "model/quantized_weights.h"
 
 namespace dt::ckpt {
 
@@ -21,8 +23,17 @@ void write_json(const std::filesystem::path& path, const nlohmann::json& json) {
 }  // namespace
 
 void export_hf(const FlatTensors& params, const std::optional<HfTokenizerFiles>& tokenizer,
-               const HfGenerationDefaults& generation, const std::filesystem::path& out) {
+               const HfGenerationDefaults& generation, const std::filesystem::path& out,
+               std::optional<kernels::WeightFormat> quantized) {
   with_context(str("exporting a Hugging Face model to '", out.string(), "'"), [&] {
+    const ModelConfig& model = params.layout().config();
+    if (quantized) {
+      if (model.traits().hf_transposed_weights)
+        throw Error(str("a quantized Hugging Face export is of a Llama-family model; ", model_family_name(model.family),
+                        "'s linear weights are Conv1D (in, out), which compressed-tensors does not quantize: "
+                        "export it quantized with --gguf, or unquantized with --quantize f32"));
+      check_quantizable(params.layout(), *quantized);
+    }
     std::error_code ec;
     if (std::filesystem::exists(out, ec) && !std::filesystem::is_empty(out, ec))
       throw Error("the directory exists and is not empty; choose a new directory or remove it first");
@@ -31,8 +42,12 @@ void export_hf(const FlatTensors& params, const std::optional<HfTokenizerFiles>&
     std::filesystem::create_directories(temporary, ec);
     if (ec) throw Error(str("cannot create '", temporary.string(), "': ", ec.message()));
 
-    nlohmann::json config = hf_config_json(params.layout().config());
+    nlohmann::json config = hf_config_json(model);
     config["torch_dtype"] = "float32";
+    if (quantized)
+      config["quantization_config"] =
+          compressed_tensors_config(*quantized, model.tied_embeddings ? std::vector<std::string>{"lm_head"}
+                                                                      : std::vector<std::string>{});
     nlohmann::json generation_config = {{"do_sample", true},
                                         {"temperature", generation.temperature},
                                         {"top_k", generation.top_k},
@@ -55,7 +70,7 @@ void export_hf(const FlatTensors& params, const std::optional<HfTokenizerFiles>&
     }
     write_json(temporary / "config.json", config);
     write_json(temporary / "generation_config.json", generation_config);
-    save_hf_safetensors(params, temporary / "model.safetensors");
+    save_hf_safetensors(params, temporary / "model.safetensors", quantized);
 
     std::filesystem::remove(out, ec);  // an empty directory, if any
     std::filesystem::rename(temporary, out, ec);

@@ -29,7 +29,8 @@ struct DTypeName {
 constexpr DTypeName kDTypeNames[] = {
     {DType::f64, "F64"},        {DType::f32, "F32"},         {DType::bf16, "BF16"},
     {DType::f16, "F16"},        {DType::f8e4m3, "F8_E4M3"},  {DType::f8e5m2, "F8_E5M2"},
-    {DType::i32, "I32"},        {DType::u16, "U16"},         {DType::u32, "U32"},
+    {DType::i8, "I8"},          {DType::i32, "I32"},         {DType::i64, "I64"},
+    {DType::u16, "U16"},        {DType::u32, "U32"},
 };
 
 std::string supported_dtype_names() {

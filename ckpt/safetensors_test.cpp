@@ -112,7 +112,9 @@ std::vector<std::pair<std::string, OwnedTensor>> interop_tensors() {
         case DType::f16: t.ptr<uint16_t>()[i] = float_to_f16(f); break;
         case DType::f8e4m3: t.ptr<uint8_t>()[i] = float_to_f8e4m3(f); break;
         case DType::f8e5m2: t.ptr<uint8_t>()[i] = float_to_f8e5m2(f); break;
+        case DType::i8: t.ptr<int8_t>()[i] = static_cast<int8_t>(v); break;
         case DType::i32: t.ptr<int32_t>()[i] = static_cast<int32_t>(v); break;
+        case DType::i64: t.ptr<int64_t>()[i] = static_cast<int64_t>(v); break;
         case DType::u16: t.ptr<uint16_t>()[i] = static_cast<uint16_t>(v); break;
         case DType::u32: t.ptr<uint32_t>()[i] = static_cast<uint32_t>(v); break;
       }
@@ -130,7 +132,9 @@ std::vector<std::pair<std::string, OwnedTensor>> interop_tensors() {
   tensors.emplace_back("f16", holding(DType::f16, {1, 2, 3}, {-0.0, 1, -2.5, std::ldexp(1.0, -24), 65504, -inf}));
   tensors.emplace_back("f8e4m3", holding(DType::f8e4m3, {2, 3}, {-0.0, 1, -2.5, std::ldexp(1.0, -9), 448, -448}));
   tensors.emplace_back("f8e5m2", holding(DType::f8e5m2, {3, 2}, {-0.0, 1, -2.5, std::ldexp(1.0, -16), 57344, -inf}));
+  tensors.emplace_back("i8", holding(DType::i8, {2, 2}, {-128, -1, 0, 127}));
   tensors.emplace_back("i32", holding(DType::i32, {5}, {-2147483648.0, -1, 0, 1, 2147483647}));
+  tensors.emplace_back("i64", holding(DType::i64, {3}, {-9223372036854775808.0, 0, 9007199254740991.0}));
   tensors.emplace_back("u16", holding(DType::u16, {3}, {0, 1, 65535}));
   tensors.emplace_back("u32", holding(DType::u32, {3}, {0, 1, 4294967295.0}));
   tensors.emplace_back("scalar", holding(DType::f32, {}, {0.1}));

@@ -15,8 +15,10 @@ int command_export(int argc, char** argv, int first) {
   args.flag("checkpoint", "", "a checkpoint step directory, or a checkpoint root (its latest step)")
       .flag("hf", "", "the directory to write; must not exist or be empty")
       .flag("gguf", "", "the GGUF file to write instead (with --tokenizer); must not exist")
-      .flag("quantize", "f16", "--gguf: f32 or f16 (every matrix), or q8_0 or q4_0 (the linear layers' weights, "
-                               "in GGUF's blocks of 32; the embeddings f16)")
+      .flag("quantize", "", "--gguf: f32, f16 (the default: every matrix), or q8_0 or q4_0 (the linear layers' "
+                            "weights, in GGUF's blocks of 32; the embeddings f16). --hf: f32 (the default), or int8, "
+                            "q8_0 or q4_0 (the linear layers' weights, in compressed-tensors' layout, which vLLM "
+                            "reads; Llama-family models)")
       .flag("tokenizer", "", "the tokenizer.json the model was trained with (\"\" exports no tokenizer)")
       .flag("temperature", "0.8", "generation_config.json: sampling temperature")
       .flag("top-k", "40", "generation_config.json: keep the k likeliest tokens (0 keeps all)")
@@ -27,17 +29,25 @@ int command_export(int argc, char** argv, int first) {
                     args.usage()));
   if (!args.get("gguf").empty()) {
     const std::filesystem::path out = args.get("gguf");
-    const ckpt::GgmlType type = ckpt::parse_gguf_type(args.get("quantize"));
+    const std::string quantize = args.get("quantize").empty() ? "f16" : args.get("quantize");
+    const ckpt::GgmlType type = ckpt::parse_gguf_type(quantize);
     if (args.get("tokenizer").empty())
       throw Error("export: a GGUF file carries its tokenizer; give the one the model was trained with: --tokenizer FILE");
     if (std::filesystem::exists(out))
       throw Error(str("export: ", out.string(), " exists; remove it or choose another --gguf"));
     const ModelWeights weights = weights_from_checkpoint(args.get("checkpoint"));
     ckpt::export_gguf(*weights.params, Tokenizer::load(args.get("tokenizer")), type, out);
-    std::printf("exported %s to %s (%s)\n", weights.origin.c_str(), out.string().c_str(), args.get("quantize").c_str());
+    std::printf("exported %s to %s (%s)\n", weights.origin.c_str(), out.string().c_str(), quantize.c_str());
     return 0;
   }
-  const ModelWeights weights = weights_from_checkpoint(args.get("checkpoint"));
+  const std::string quantize = args.get("quantize").empty() ? "f32" : args.get("quantize");
+  std::optional<kernels::WeightFormat> quantized;
+  if (quantize != "f32") {
+    if (quantize != "int8" && quantize != "q8_0" && quantize != "q4_0")
+      throw Error(str("export: --hf writes f32 weights, or the linear layers' in int8, q8_0 or q4_0, not --quantize '",
+                      quantize, "'", quantize == "f16" ? " (f16 is for --gguf)" : ""));
+    quantized = kernels::parse_weight_format(quantize);
+  }  const ModelWeights weights = weights_from_checkpoint(args.get("checkpoint"));
   std::optional<ckpt::HfTokenizerFiles> tokenizer_files;
   if (!args.get("tokenizer").empty()) {
     const Tokenizer tokenizer = Tokenizer::load(args.get("tokenizer"));
@@ -54,8 +64,8 @@ int command_export(int argc, char** argv, int first) {
                   {.temperature = static_cast<float>(args.get_double("temperature")),
                    .top_k = static_cast<int>(args.get_int("top-k")),
                    .top_p = static_cast<float>(args.get_double("top-p"))},
-                  args.get("hf"));
-  std::printf("exported %s to %s\n", weights.origin.c_str(), args.get("hf").c_str());
+                  args.get("hf"), quantized);
+  std::printf("exported %s to %s (%s)\n", weights.origin.c_str(), args.get("hf").c_str(), quantize.c_str());
   return 0;
 }
 

@@ -192,11 +192,49 @@ TEST_F(Workflow, QuantizationRefusesWhatItCannotDoBeforeWriting) {
   EXPECT_NE(run_dtrain(exporting).output.find("export: a GGUF file carries its tokenizer; give the one the model was "
                                               "trained with: --tokenizer FILE"),
             std::string::npos);
+  const std::string hf = file("quantized_hf");
+  const auto gpt2_hf = run_dtrain(str("export --checkpoint ", checkpoints(), " --hf ", hf, " --quantize int8"));
+  EXPECT_NE(gpt2_hf.output.find("a quantized Hugging Face export is of a Llama-family model; gpt2's linear weights are "
+                                "Conv1D (in, out), which compressed-tensors does not quantize: export it quantized "
+                                "with --gguf, or unquantized with --quantize f32"),
+            std::string::npos)
+      << gpt2_hf.output;
+  EXPECT_NE(run_dtrain(str("export --checkpoint ", checkpoints(), " --hf ", hf, " --quantize f16"))
+                .output.find("export: --hf writes f32 weights, or the linear layers' in int8, q8_0 or q4_0, not "
+                             "--quantize 'f16' (f16 is for --gguf)"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(hf));
+  EXPECT_FALSE(std::filesystem::exists(hf + ".tmp"));
   std::ofstream(gguf) << "something";
   EXPECT_NE(run_dtrain(exporting + "--tokenizer " + file("tokenizer.json"))
                 .output.find(str("export: ", gguf, " exists; remove it or choose another --gguf")),
             std::string::npos);
   EXPECT_EQ(testing::file_bytes(gguf), "something");
+}
+
+// A Llama's quantized Hugging Face export holds what post-training quantization evaluates:
+// evaluating the directory gives the checkpoint's quantized loss.
+TEST_F(Workflow, AQuantizedHuggingFaceExportEvaluatesAsPostTrainingQuantization) {
+  const auto trained = run_dtrain(str("train ", file("run.toml"), " model.preset=llama-tiny model.d_model=64 ",
+                                      "model.n_head=4 model.ffn_hidden_size=96 train.steps=5 eval.every=0 ",
+                                      "sample.every=0 ",
+                                      "log.run_dir=", file("llama_run")));
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  const std::string data = str(" --data ", file("data"), " --seq-len 32 --batches 2");
+  for (const char* format : {"int8", "q8_0", "q4_0"}) {
+    SCOPED_TRACE(format);
+    const std::string out = file(str("llama_hf_", format));
+    const auto exported = run_dtrain(str("export --checkpoint ", file("llama_run/checkpoints"), " --hf ", out,
+                                         " --quantize ", format));
+    ASSERT_EQ(exported.status, 0) << exported.output;
+    EXPECT_NE(exported.output.find(str("to ", out, " (", format, ")")), std::string::npos) << exported.output;
+    const auto from_file = run_dtrain(str("eval --hf ", out, data));
+    const auto ptq = run_dtrain(str("eval --checkpoint ", file("llama_run/checkpoints"), data, " --quantize ", format));
+    ASSERT_EQ(from_file.status, 0) << from_file.output;
+    ASSERT_EQ(ptq.status, 0) << ptq.output;
+    const auto loss = [](const std::string& output) { return output.substr(output.find(": loss ")); };
+    EXPECT_EQ(loss(from_file.output), loss(ptq.output)) << from_file.output << ptq.output;
+  }
 }
 
 TEST_F(Workflow, InitFromAnExportedDirectoryStartsFromItsWeights) {

@@ -20,7 +20,8 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::f32, "f32", 4, true},       {DType::f64, "f64", 8, true},
     {DType::bf16, "bf16", 2, true},     {DType::f16, "f16", 2, true},
     {DType::f8e4m3, "f8e4m3", 1, true}, {DType::f8e5m2, "f8e5m2", 1, true},
-    {DType::i32, "i32", 4, false},      {DType::u16, "u16", 2, false},
+    {DType::i8, "i8", 1, false},        {DType::i32, "i32", 4, false},
+    {DType::i64, "i64", 8, false},      {DType::u16, "u16", 2, false},
     {DType::u32, "u32", 4, false},
 };
 

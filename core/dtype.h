@@ -14,7 +14,7 @@
 
 namespace dt {
 
-enum class DType : uint8_t { f32, f64, bf16, f16, f8e4m3, f8e5m2, i32, u16, u32 };
+enum class DType : uint8_t { f32, f64, bf16, f16, f8e4m3, f8e5m2, i8, i32, i64, u16, u32 };
 
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
@@ -32,7 +32,9 @@ DType precision_from_name(std::string_view name);
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<int8_t>() { return DType::i8; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
 template <> constexpr DType dtype_of<uint16_t>() { return DType::u16; }
 template <> constexpr DType dtype_of<uint32_t>() { return DType::u32; }
 

@@ -232,7 +232,8 @@ TEST(DType, NamesSizesAndKinds) {
       {DType::f32, "f32", 4, true},       {DType::f64, "f64", 8, true},
       {DType::bf16, "bf16", 2, true},     {DType::f16, "f16", 2, true},
       {DType::f8e4m3, "f8e4m3", 1, true}, {DType::f8e5m2, "f8e5m2", 1, true},
-      {DType::i32, "i32", 4, false},      {DType::u16, "u16", 2, false},
+      {DType::i8, "i8", 1, false},        {DType::i32, "i32", 4, false},
+      {DType::i64, "i64", 8, false},      {DType::u16, "u16", 2, false},
       {DType::u32, "u32", 4, false},
   };
   for (const auto& e : all) {
@@ -242,7 +243,8 @@ TEST(DType, NamesSizesAndKinds) {
     EXPECT_EQ(dtype_from_name(e.name), e.dtype) << e.name;
   }
   static_assert(dtype_of<float>() == DType::f32 && dtype_of<double>() == DType::f64 &&
-                dtype_of<int32_t>() == DType::i32 && dtype_of<uint16_t>() == DType::u16 &&
+                dtype_of<int8_t>() == DType::i8 && dtype_of<int32_t>() == DType::i32 &&
+                dtype_of<int64_t>() == DType::i64 && dtype_of<uint16_t>() == DType::u16 &&
                 dtype_of<uint32_t>() == DType::u32);
 }
 

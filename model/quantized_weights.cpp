@@ -18,8 +18,7 @@ std::string weights_not_in_blocks(const ParameterLayout& layout, kernels::Weight
   return misfits;
 }
 
-void fake_quantize_weights(FlatTensors& params, kernels::WeightFormat format) {
-  const ParameterLayout& layout = params.layout();
+void check_quantizable(const ParameterLayout& layout, kernels::WeightFormat format) {
   if (layout.config().moe.experts > 0)
     throw Error(str("quantizing to ", kernels::weight_format_name(format), ": the experts' weights are not quantized "
                     "yet; this model has experts"));
@@ -27,6 +26,11 @@ void fake_quantize_weights(FlatTensors& params, kernels::WeightFormat format) {
     throw Error(str(kernels::weight_format_name(format), " quantizes rows in blocks of ",
                     kernels::weight_format_block(format), ", and these weights' rows are not a multiple of that: ",
                     misfits, "; choose int8 (per output channel), or a model whose dimensions are multiples of 32"));
+}
+
+void fake_quantize_weights(FlatTensors& params, kernels::WeightFormat format) {
+  const ParameterLayout& layout = params.layout();
+  check_quantizable(layout, format);
   for (const ParamInfo& p : layout.params()) {
     if (!is_quantized_weight(p)) continue;
     const Tensor w = params.unpadded(p);

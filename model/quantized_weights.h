@@ -21,9 +21,13 @@ bool is_quantized_weight(const ParamInfo& p);
 // comma-separated; "" when every one fits.
 std::string weights_not_in_blocks(const ParameterLayout& layout, kernels::WeightFormat format);
 
+// Throws dt::Error unless every quantized weight of `layout` can be written in `format`: naming
+// the weights whose rows the format's blocks do not divide, or saying that the model has experts.
+void check_quantizable(const ParameterLayout& layout, kernels::WeightFormat format);
+
 // Replaces every quantized weight of `params` (whole, f32, on the host) by its values in
-// `format`: what eval and generate run to measure post-training quantization. Throws dt::Error
-// naming the weights when they do not fit the format, or when the model has experts.
+// `format`: what eval and generate run to measure post-training quantization. Checks first
+// (check_quantizable).
 void fake_quantize_weights(FlatTensors& params, kernels::WeightFormat format);
 
 }  // namespace dt

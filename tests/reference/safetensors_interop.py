@@ -35,7 +35,9 @@ TENSORS = {
     # e5m2, bias 15: -0 0x80, 1 = 0 01111 00, -2.5 = 1 10000 01, 2^-16 = 0 00000 01,
     # 57344 = 0 11110 11, -inf = 1 11111 00
     "f8e5m2": ("F8_E5M2", [3, 2], bytes([0x80, 0x3C, 0xC1, 0x01, 0x7B, 0xFC])),
+    "i8": ("I8", [2, 2], [-128, -1, 0, 127]),
     "i32": ("I32", [5], [-2**31, -1, 0, 1, 2**31 - 1]),
+    "i64": ("I64", [3], [-2**63, 0, 2**53 - 1]),
     "u16": ("U16", [3], [0, 1, 2**16 - 1]),
     "u32": ("U32", [3], [0, 1, 2**32 - 1]),
     "scalar": ("F32", [], [0.1]),  # 0.1 rounded to f32
@@ -45,11 +47,13 @@ DTRAIN_METADATA = {"origin": "dtrain", "text": "UTF-8: π ≈ 3.14159"}
 PYTHON_METADATA = {"origin": "python", "text": "UTF-8: é, 日本"}
 
 # numpy's little-endian dtypes, as the format stores them.
-NUMPY = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "I32": np.dtype("<i4"),
+NUMPY = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "I8": np.dtype("i1"),
+         "I32": np.dtype("<i4"), "I64": np.dtype("<i8"),
          "U16": np.dtype("<u2"), "U32": np.dtype("<u4")}
 # The dtype names safetensors' writer takes (numpy's and PyTorch's).
 WRITER_NAMES = {"F64": "float64", "F32": "float32", "BF16": "bfloat16", "F16": "float16",
-                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I32": "int32", "U16": "uint16",
+                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "I8": "int8", "I32": "int32",
+                "I64": "int64", "U16": "uint16",
                 "U32": "uint32"}
 
 
