@@ -18,11 +18,16 @@ int64_t block_count(size_t values) {
   return static_cast<int64_t>(values) / kGgufBlock;
 }
 
-// The symmetric 8-bit rule int8 and Q8_0 share, over n values: q = roundf(v · (1 / s)) with
-// s = amax / 127 (1 / s is 0 for zeros). Returns s, in f32.
-float quantize_symmetric_8bit(const float* v, int64_t n, int8_t* q) {
+float amax_of(const float* v, int64_t n) {
   float amax = 0;
   for (int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(v[j]));
+  return amax;
+}
+
+// The symmetric 8-bit rule int8 and Q8_0 share, over n values whose largest magnitude is amax
+// (theirs, or of the whole row they are a part of): q = roundf(v · (1 / s)) with s = amax / 127
+// (1 / s is 0 for zeros). Returns s, in f32.
+float quantize_symmetric_8bit(const float* v, int64_t n, float amax, int8_t* q) {
   const float s = amax / 127;
   const float id = s != 0 ? 1.0f / s : 0.0f;
   for (int64_t j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::round(v[j] * id));
@@ -45,7 +50,8 @@ void quantize_q8_0(std::span<const float> x, std::span<BlockQ8_0> out) {
   const int64_t blocks = block_count(x.size());
   DT_CHECK(static_cast<int64_t>(out.size()) == blocks);
   for (int64_t b = 0; b < blocks; ++b)
-    out[b].d = float_to_f16(quantize_symmetric_8bit(x.data() + b * kGgufBlock, kGgufBlock, out[b].qs));
+    out[b].d = float_to_f16(quantize_symmetric_8bit(x.data() + b * kGgufBlock, kGgufBlock,
+                                                    amax_of(x.data() + b * kGgufBlock, kGgufBlock), out[b].qs));
 }
 
 void dequantize_q8_0(std::span<const BlockQ8_0> blocks, std::span<float> out) {
@@ -92,7 +98,8 @@ void quantize_int8_rows(std::span<const float> w, int64_t rows, std::span<int8_t
   DT_CHECK(rows > 0 && w.size() % static_cast<size_t>(rows) == 0 && q.size() == w.size() &&
            static_cast<int64_t>(scales.size()) == rows);
   const int64_t cols = static_cast<int64_t>(w.size()) / rows;
-  for (int64_t r = 0; r < rows; ++r) scales[r] = quantize_symmetric_8bit(w.data() + r * cols, cols, q.data() + r * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    scales[r] = quantize_symmetric_8bit(w.data() + r * cols, cols, amax_of(w.data() + r * cols, cols), q.data() + r * cols);
 }
 
 void dequantize_int8_rows(std::span<const int8_t> q, std::span<const float> scales, std::span<float> out) {
@@ -101,20 +108,24 @@ void dequantize_int8_rows(std::span<const int8_t> q, std::span<const float> scal
   for (size_t i = 0; i < q.size(); ++i) out[i] = scales[i / cols] * static_cast<float>(q[i]);
 }
 
-void fake_quantize(WeightFormat format, std::span<const float> w, int64_t rows, std::span<float> out) {
+void fake_quantize(WeightFormat format, std::span<const float> w, int64_t rows, std::span<float> out,
+                   const RowAmaxCompletion& complete_row_amax) {
   DT_CHECK(out.size() == w.size() && rows > 0 && w.size() % static_cast<size_t>(rows) == 0);
   // Group by group (a row for int8, a block of 32 for GGUF's formats), in parallel, each quantized
   // as a file would hold it and read back into its own place: nothing as large as the weight is
   // allocated, and out may be w.
   if (format == WeightFormat::int8) {
     const size_t cols = w.size() / static_cast<size_t>(rows);
+    std::vector<float> amax(static_cast<size_t>(rows));
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) amax[r] = amax_of(w.data() + r * cols, static_cast<int64_t>(cols));
+    if (complete_row_amax) complete_row_amax(amax);
 #pragma omp parallel
     {
       std::vector<int8_t> q(cols);
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
-        float scale = 0;
-        quantize_int8_rows(w.subspan(static_cast<size_t>(r) * cols, cols), 1, q, {&scale, 1});
+        const float scale = quantize_symmetric_8bit(w.data() + r * cols, static_cast<int64_t>(cols), amax[r], q.data());
         dequantize_int8_rows(q, {&scale, 1}, out.subspan(static_cast<size_t>(r) * cols, cols));
       }
     }
@@ -137,19 +148,20 @@ void fake_quantize(WeightFormat format, std::span<const float> w, int64_t rows, 
   }
 }
 
-void fake_quantize(WeightFormat format, Tensor w, Tensor out) {
+void fake_quantize(WeightFormat format, Tensor w, Tensor out, const RowAmaxCompletion& complete_row_amax) {
   DT_CHECK(w.device == Device::cpu && out.device == Device::cpu, "fake quantization runs on the host");
   DT_CHECK(w.shape.ndim() == 2 && out.shape == w.shape && out.dtype == w.dtype);
   const int64_t n = w.numel(), rows = w.shape[0];
   if (w.dtype == DType::f32) {
-    return fake_quantize(format, {w.ptr<float>(), static_cast<size_t>(n)}, rows, {out.ptr<float>(), static_cast<size_t>(n)});
+    return fake_quantize(format, {w.ptr<float>(), static_cast<size_t>(n)}, rows, {out.ptr<float>(), static_cast<size_t>(n)},
+                         complete_row_amax);
   }
   DT_CHECK(w.dtype == DType::bf16 || w.dtype == DType::f16, "fake quantization of ", dtype_name(w.dtype));
   const bool bf16 = w.dtype == DType::bf16;
   std::vector<float> values(static_cast<size_t>(n));
   const uint16_t* in = w.ptr<uint16_t>();
   for (int64_t i = 0; i < n; ++i) values[i] = bf16 ? bf16_to_float(in[i]) : f16_to_float(in[i]);
-  fake_quantize(format, values, rows, values);
+  fake_quantize(format, values, rows, values, complete_row_amax);
   uint16_t* o = out.ptr<uint16_t>();
   for (int64_t i = 0; i < n; ++i) o[i] = bf16 ? float_to_bf16(values[i]) : float_to_f16(values[i]);
 }

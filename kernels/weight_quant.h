@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -64,12 +65,19 @@ void dequantize_q4_0(std::span<const BlockQ4_0> blocks, std::span<float> out);
 void quantize_int8_rows(std::span<const float> w, int64_t rows, std::span<int8_t> q, std::span<float> scales);
 void dequantize_int8_rows(std::span<const int8_t> q, std::span<const float> scales, std::span<float> out);
 
+// int8 over a slice of each row (a row-parallel layer's shard of the weight): called with the
+// largest magnitude of each of the slice's rows, it makes each the largest over the whole row
+// (the maximum over the ranks holding its slices), so that the scale is the whole row's.
+using RowAmaxCompletion = std::function<void(std::span<float>)>;
+
 // What quantizing w (rows × cols) in `format` and dequantizing gives, into out (which may be w):
 // the weights a quantization-aware forward computes with, equal to what a file of that format
-// holds once read back.
-void fake_quantize(WeightFormat format, std::span<const float> w, int64_t rows, std::span<float> out);
+// holds once read back. `complete_row_amax` where w is a slice of each row (int8 only: GGUF's
+// blocks lie whole in a slice).
+void fake_quantize(WeightFormat format, std::span<const float> w, int64_t rows, std::span<float> out,
+                   const RowAmaxCompletion& complete_row_amax = {});
 // The same on a weight tensor (rows, cols) of f32, bf16 or f16 on the host, into `out` of its
 // dtype and shape: a 16-bit weight is widened, fake-quantized, and rounded back to its dtype.
-void fake_quantize(WeightFormat format, Tensor w, Tensor out);
+void fake_quantize(WeightFormat format, Tensor w, Tensor out, const RowAmaxCompletion& complete_row_amax = {});
 
 }  // namespace dt::kernels

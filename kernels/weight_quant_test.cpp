@@ -165,6 +165,49 @@ TEST(WeightQuant, FakeQuantizingIsQuantizingThenDequantizing) {
   }
 }
 
+// A row-parallel layer's rank holds a column slice of each row. Each slice, fake-quantized with its
+// rows' largest magnitudes completed over the other slices (what the tensor-parallel group's max
+// does), gives that slice of the whole weight's result, bit for bit; without the completion, int8
+// scales a row by its slice's own largest value, and the values differ.
+TEST(WeightQuant, SlicesOfRowsQuantizeAsTheWholeRowsWhenTheirLargestValuesAreCompleted) {
+  const std::vector<float> x = test_values();
+  constexpr int64_t cols = 64, slice = 32;
+  const int64_t rows = static_cast<int64_t>(x.size()) / cols;
+  const auto slice_of = [&](const std::vector<float>& whole, int64_t part) {
+    std::vector<float> out(static_cast<size_t>(rows * slice));
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(whole.begin() + r * cols + part * slice, slice, out.begin() + r * slice);
+    return out;
+  };
+  // Each row's largest magnitude per slice, as each rank finds it.
+  std::vector<std::vector<float>> slice_amax(2, std::vector<float>(static_cast<size_t>(rows)));
+  for (int64_t part = 0; part < 2; ++part)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < slice; ++c)
+        slice_amax[part][r] = std::max(slice_amax[part][r], std::fabs(x[r * cols + part * slice + c]));
+  for (const WeightFormat f : {WeightFormat::int8, WeightFormat::q8_0, WeightFormat::q4_0}) {
+    std::vector<float> whole(x.size());
+    fake_quantize(f, x, rows, whole);
+    bool alone_differs = false;
+    for (int64_t part = 0; part < 2; ++part) {
+      const std::vector<float> in = slice_of(x, part), expected = slice_of(whole, part);
+      std::vector<float> out(in.size()), alone(in.size());
+      fake_quantize(f, in, rows, out, [&](std::span<float> amax) {
+        ASSERT_EQ(static_cast<int64_t>(amax.size()), rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          EXPECT_EQ(amax[r], slice_amax[part][r]);
+          amax[r] = std::max(slice_amax[0][r], slice_amax[1][r]);
+        }
+      });
+      fake_quantize(f, in, rows, alone);
+      EXPECT_EQ(std::memcmp(out.data(), expected.data(), out.size() * sizeof(float)), 0) << weight_format_name(f);
+      alone_differs |= std::memcmp(alone.data(), expected.data(), out.size() * sizeof(float)) != 0;
+    }
+    // GGUF's blocks lie whole in a slice, so only int8 needs the completion.
+    EXPECT_EQ(alone_differs, f == WeightFormat::int8) << weight_format_name(f);
+  }
+}
+
 // A 16-bit weight is widened, fake-quantized, and rounded back to its own dtype; an f32 one is
 // fake-quantized as it is.
 TEST(WeightQuant, FakeQuantizingATensorKeepsItsDtype) {

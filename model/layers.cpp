@@ -77,7 +77,13 @@ Tensor LinearProduct::product_weight(const FlatTensors& weights, Buffer& scratch
   if (!qat_) return weight;
   scratch = Buffer(weight.bytes(), MemTag::workspace, weight.device);
   const Tensor quantized = scratch.view(weight.dtype, weight.shape);
-  k::fake_quantize(*qat_, weight, quantized);
+  k::RowAmaxCompletion whole_rows;
+  if (rows_split_over_ != nullptr)
+    whole_rows = [this](std::span<float> amax) {
+      rows_split_over_->max_over_group(
+          Tensor{.data = amax.data(), .dtype = DType::f32, .shape = {static_cast<int64_t>(amax.size())}, .device = Device::cpu});
+    };
+  k::fake_quantize(*qat_, weight, quantized, whole_rows);
   return quantized;
 }
 
@@ -163,7 +169,7 @@ RowParallelLinear::RowParallelLinear(const ParameterLayout& layout, const std::s
 RowParallelLinear::RowParallelLinear(const ParamInfo* weight, const ParamInfo* bias, ParallelRegions& regions,
                                      LinearStateView state)
     : product_(weight, bias, bias != nullptr && bias->slice.pieces.front().owned,
-               float8_products(state, LinearStyle::row), state.qat()),
+               float8_products(state, LinearStyle::row), state.qat(), &regions),
       regions_(&regions),
       state_(std::move(state)) {}
 

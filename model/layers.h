@@ -71,13 +71,19 @@ class Norm {
 // `float8` is given (model/float8_linear.h). Under quantization-aware training (`qat`) forward
 // and backward_input read the weight's values in that format (kernels/weight_quant.h), made
 // from the weight each time; backward_weight's gradient goes to the weight as it is, the
-// straight-through estimator.
+// straight-through estimator. A row-parallel layer's rank holds a slice of each row
+// (`rows_split_over` its group), whose int8 scale is the whole row's.
 class LinearProduct {
  public:
   LinearProduct(const ParamInfo* weight, const ParamInfo* bias, bool adds_bias,
                 std::optional<Float8Linear> float8 = std::nullopt,
-                std::optional<kernels::WeightFormat> qat = std::nullopt)
-      : weight_(weight), bias_(bias), adds_bias_(adds_bias), float8_(std::move(float8)), qat_(qat) {}
+                std::optional<kernels::WeightFormat> qat = std::nullopt, ParallelRegions* rows_split_over = nullptr)
+      : weight_(weight),
+        bias_(bias),
+        adds_bias_(adds_bias),
+        float8_(std::move(float8)),
+        qat_(qat),
+        rows_split_over_(rows_split_over) {}
 
   void forward(const FlatTensors& weights, Tensor out, Tensor inp) const;
   // dinp = dout @ weight (set, not accumulated).
@@ -94,6 +100,7 @@ class LinearProduct {
   bool adds_bias_;
   std::optional<Float8Linear> float8_;
   std::optional<kernels::WeightFormat> qat_;
+  ParallelRegions* rows_split_over_;
 };
 
 // The FP8 products of a layer of `style` where its state view says FP8 quantizes it; none

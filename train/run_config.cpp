@@ -631,11 +631,9 @@ void check_qat(const RunConfig& config, bool model_complete, Checker& check) {
                                          "multiple of that: ", misfits, "; use int8, or a model whose dimensions are "
                                          "multiples of 32"));
   const int tp = std::max(config.parallel.tp, 1);
-  if (tp == 1) return;
-  if (*format == kernels::WeightFormat::int8)
-    return check.report("train.qat", "int8's scale of a row is its largest value over every tensor-parallel rank, "
-                                     "which QAT does not gather yet; use q8_0 or q4_0, or parallel.tp = 1");
-  // A row-parallel layer's rank holds a slice of each row: its blocks must not straddle two.
+  // A row-parallel layer's rank holds a slice of each row: its blocks must not straddle two
+  // (int8's scale is the whole row's, its largest value gathered over the ranks).
+  if (tp == 1 || *format == kernels::WeightFormat::int8) return;
   for (int rank = 0; rank < tp; ++rank) {
     const ShardDims dims = shard_dims(config.model, TensorShard{.rank = rank, .size = tp});
     for (const BlockDeclaration* b : block_declarations(config.model))

@@ -152,6 +152,8 @@ Tensor TensorParallel::row_output_gradient(Tensor dy, Tensor whole) { return col
 
 void TensorParallel::sum_partial_gradients(Tensor grads) { sum(grads).wait(); }
 
+void TensorParallel::max_over_group(Tensor values) { group_.all_reduce(values, ReduceOp::max).wait(); }
+
 void TensorParallel::sum_copied_head_gradients(Tensor dqkv) {
   const HeadShard& h = dims_.heads;
   if (h.kv_split) return;

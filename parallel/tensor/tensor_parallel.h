@@ -73,6 +73,7 @@ class TensorParallel final : public ParallelRegions {
   Tensor row_output_gradient(Tensor dy, Tensor whole) override;
   void sum_partial_gradients(Tensor grads) override;
   void sum_copied_head_gradients(Tensor dqkv) override;
+  void max_over_group(Tensor values) override;
   void cross_entropy(Tensor losses, Tensor logits, Tensor targets, kernels::FlatRange vocab, bool with_gradient,
                      float loss_scale) override;
 
