@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -158,7 +159,9 @@ void fake_quantize(WeightFormat format, Tensor w, Tensor out, const RowAmaxCompl
   }
   DT_CHECK(w.dtype == DType::bf16 || w.dtype == DType::f16, "fake quantization of ", dtype_name(w.dtype));
   const bool bf16 = w.dtype == DType::bf16;
-  std::vector<float> values(static_cast<size_t>(n));
+  // Tracked: the memory plan counts it (plan/memory.h's qat_workspace_bytes).
+  Buffer widened(static_cast<size_t>(n) * sizeof(float), MemTag::workspace, Device::cpu, false);
+  const std::span<float> values(static_cast<float*>(widened.data()), static_cast<size_t>(n));
   const uint16_t* in = w.ptr<uint16_t>();
   for (int64_t i = 0; i < n; ++i) values[i] = bf16 ? bf16_to_float(in[i]) : f16_to_float(in[i]);
   fake_quantize(format, values, rows, values, complete_row_amax);

@@ -75,7 +75,7 @@ void Norm::backward(const FlatTensors& weights, const FlatTensors& grads, Tensor
 Tensor LinearProduct::product_weight(const FlatTensors& weights, Buffer& scratch) const {
   const Tensor weight = weights.stored(*weight_);
   if (!qat_) return weight;
-  scratch = Buffer(weight.bytes(), MemTag::workspace, weight.device);
+  scratch = Buffer(weight.bytes(), MemTag::workspace, weight.device, false);  // every value is written
   const Tensor quantized = scratch.view(weight.dtype, weight.shape);
   k::RowAmaxCompletion whole_rows;
   if (rows_split_over_ != nullptr)

@@ -172,6 +172,26 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
   return plan;
 }
 
+size_t qat_workspace_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision, TensorShard shard,
+                           std::optional<kernels::WeightFormat> qat, bool head) {
+  if (!qat) return 0;
+  const ShardDims dims = shard_dims(config, shard);
+  const int64_t tokens = int64_t{batch_size} * seq_len;
+  const size_t widened = precision == DType::f32 ? 0 : sizeof(float);
+  const auto product = [&](int64_t in, int64_t out) {
+    const size_t elements = static_cast<size_t>(in * out);
+    return elements * dtype_size(precision) +
+           std::max(elements * widened, kernels::cpu::linear_scratch_bytes(tokens, in, out, precision));
+  };
+  size_t most = 0;
+  for (const BlockDeclaration* block : block_declarations(config))
+    for (const LinearDeclaration* linear : block->linears())
+      if (!linear->per_expert)
+        most = std::max(most, product(linear->in_features(config, dims), linear->out_features(config, dims)));
+  if (head && !config.tied_embeddings) most = std::max(most, product(config.d_model, dims.padded_vocab));
+  return most;
+}
+
 size_t cpu_kernel_scratch_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision,
                                 TensorShard shard, bool sp, bool ring_attention, bool head, int threads) {
   const ShardDims dims = shard_dims(config, shard);

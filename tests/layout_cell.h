@@ -35,12 +35,15 @@ struct LayoutCell {
   // FP8 training's recipe, tiles of 4 for blockwise: every piece of the test models' weights, and
   // every context-parallel chunk (12 tokens at cp 2), takes them.
   Float8Scaling fp8 = Float8Scaling::none;
+  // Quantization-aware training's format (train.qat): "none", "int8", "q8_0" or "q4_0". Only the
+  // memory cells (plan/run_memory_test.cpp) train with it.
+  std::string qat = "none";
   // Micro-batches per dp rank and step, each run of the cell; under pp the schedule's count.
   std::vector<int> accumulations = {1, 2};
 };
 
 // The cell's name:
-// family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]][_cpC[_plain][_padded]][_epE][_fp8R].
+// family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]][_cpC[_plain][_padded]][_epE][_fp8R][_qatF].
 std::string cell_name(const LayoutCell& cell);
 
 // How GoogleTest prints a cell: its name.

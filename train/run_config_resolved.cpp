@@ -163,7 +163,9 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
   const size_t float8 = float8_workspace_bytes(config.model, B, local_T, precision, shard,
                                                {rank ? config.dims().ep_rank(*rank) : 0, config.dims().ep}, config.fp8,
                                                on_cpu);
-  plan.during_step[static_cast<size_t>(MemTag::workspace)] += std::max({kernels, ring_workspace, float8});
+  // Or a quantization-aware product's weight copy, beside its kernel's scratch.
+  const size_t qat = qat_workspace_bytes(config.model, B, local_T, precision, shard, config.train.qat_format(), head);
+  plan.during_step[static_cast<size_t>(MemTag::workspace)] += std::max({kernels, ring_workspace, float8, qat});
   return plan;
 }
 
