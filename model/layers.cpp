@@ -72,27 +72,37 @@ void Norm::backward(const FlatTensors& weights, const FlatTensors& grads, Tensor
   }
 }
 
-Tensor LinearProduct::product_weight(const FlatTensors& weights, Buffer& scratch) const {
-  const Tensor weight = weights.stored(*weight_);
-  if (!qat_) return weight;
-  scratch = Buffer(weight.bytes(), MemTag::workspace, weight.device, false);  // every value is written
-  const Tensor quantized = scratch.view(weight.dtype, weight.shape);
+Tensor LinearProduct::fake_quantized(kernels::WeightFormat format, Tensor values, Buffer& scratch) const {
+  scratch = Buffer(values.bytes(), MemTag::workspace, values.device, false);  // every value is written
+  const Tensor quantized = scratch.view(values.dtype, values.shape);
   k::RowAmaxCompletion whole_rows;
   if (rows_split_over_ != nullptr)
     whole_rows = [this](std::span<float> amax) {
       rows_split_over_->max_over_group(
           Tensor{.data = amax.data(), .dtype = DType::f32, .shape = {static_cast<int64_t>(amax.size())}, .device = Device::cpu});
     };
-  k::fake_quantize(*qat_, weight, quantized, whole_rows);
+  k::fake_quantize(format, values, quantized, whole_rows);
   return quantized;
+}
+
+Tensor LinearProduct::product_weight(const FlatTensors& weights, Buffer& scratch) const {
+  const Tensor weight = weights.stored(*weight_);
+  return qat_ ? fake_quantized(qat_->weights, weight, scratch) : weight;
+}
+
+Tensor LinearProduct::product_input(Tensor inp, Buffer& scratch) const {
+  if (!qat_ || !qat_->activations) return inp;
+  const int64_t cols = inp.shape[inp.shape.ndim() - 1];
+  const Tensor rows = inp.reshape({inp.numel() / cols, cols});
+  return fake_quantized(kernels::WeightFormat::int8, rows, scratch).reshape(inp.shape);
 }
 
 void LinearProduct::forward(const FlatTensors& weights, Tensor out, Tensor inp) const {
   const Tensor bias = adds_bias_ ? weights.stored(*bias_) : Tensor{};
-  Buffer scratch;
-  const Tensor weight = product_weight(weights, scratch);
-  if (float8_) return float8_->forward(out, inp, weight, bias);
-  k::linear_forward(out, inp, weight, bias);
+  Buffer weight_scratch, input_scratch;
+  const Tensor weight = product_weight(weights, weight_scratch), x = product_input(inp, input_scratch);
+  if (float8_) return float8_->forward(out, x, weight, bias);
+  k::linear_forward(out, x, weight, bias);
 }
 
 void LinearProduct::backward_input(const FlatTensors& weights, Tensor dinp, Tensor dout) const {
@@ -103,8 +113,10 @@ void LinearProduct::backward_input(const FlatTensors& weights, Tensor dinp, Tens
 }
 
 void LinearProduct::backward_weight(const FlatTensors& grads, Tensor dout, Tensor inp) const {
-  if (!float8_) return k::linear_backward_weight(grads.stored(*weight_), view(grads, bias_), dout, inp);
-  float8_->backward_weight(grads.stored(*weight_), dout, inp);
+  Buffer scratch;
+  const Tensor x = product_input(inp, scratch);
+  if (!float8_) return k::linear_backward_weight(grads.stored(*weight_), view(grads, bias_), dout, x);
+  float8_->backward_weight(grads.stored(*weight_), dout, x);
   if (const Tensor dbias = view(grads, bias_); dbias.defined()) k::linear_backward_bias(dbias, dout);
 }
 
@@ -142,7 +154,7 @@ const ParamInfo& output_projection_weight(const ParameterLayout& layout) {
 }
 
 ColumnParallelLinear ColumnParallelLinear::output_projection(const ParameterLayout& layout, ParallelRegions& regions,
-                                                             std::optional<kernels::WeightFormat> qat) {
+                                                             std::optional<QatRecipe> qat) {
   const bool tied = layout.config().tied_embeddings;
   return {LinearProduct(&output_projection_weight(layout), nullptr, false, std::nullopt, tied ? std::nullopt : qat),
           regions};

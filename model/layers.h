@@ -29,7 +29,7 @@
 
 #include "core/buffer.h"
 #include "core/tensor.h"
-#include "kernels/weight_quant.h"
+#include "model/qat_recipe.h"
 #include "model/attention_core.h"
 #include "model/config.h"
 #include "model/expert_exchange.h"
@@ -69,15 +69,17 @@ class Norm {
 // The product both styles of linear layer compute on this rank's slice of the weight:
 // out = inp @ weight^T (+ bias where `adds_bias`), in the storage precision, or in FP8 where
 // `float8` is given (model/float8_linear.h). Under quantization-aware training (`qat`) forward
-// and backward_input read the weight's values in that format (kernels/weight_quant.h), made
-// from the weight each time; backward_weight's gradient goes to the weight as it is, the
-// straight-through estimator. A row-parallel layer's rank holds a slice of each row
+// and backward_input read the weight's values in the recipe's format (kernels/weight_quant.h),
+// made from the weight each time; backward_weight's gradient goes to the weight as it is, the
+// straight-through estimator. With the recipe's activations, forward and backward_weight read
+// the input's values in int8 per row, and backward_input's gradient passes to the input as it
+// is. A row-parallel layer's rank holds a slice of each row of its weight and its input
 // (`rows_split_over` its group), whose int8 scale is the whole row's.
 class LinearProduct {
  public:
   LinearProduct(const ParamInfo* weight, const ParamInfo* bias, bool adds_bias,
                 std::optional<Float8Linear> float8 = std::nullopt,
-                std::optional<kernels::WeightFormat> qat = std::nullopt, ParallelRegions* rows_split_over = nullptr)
+                std::optional<QatRecipe> qat = std::nullopt, ParallelRegions* rows_split_over = nullptr)
       : weight_(weight),
         bias_(bias),
         adds_bias_(adds_bias),
@@ -94,12 +96,16 @@ class LinearProduct {
  private:
   // The weight the products read: as stored, or under QAT its values in the format, in `scratch`.
   Tensor product_weight(const FlatTensors& weights, Buffer& scratch) const;
+  // The input they read: as it is, or under QAT with activations its values in int8 per row.
+  Tensor product_input(Tensor inp, Buffer& scratch) const;
+  // `values` (rows, cols) fake-quantized in `format` into `scratch`.
+  Tensor fake_quantized(kernels::WeightFormat format, Tensor values, Buffer& scratch) const;
 
   const ParamInfo* weight_;
   const ParamInfo* bias_;  // where the family has biases
   bool adds_bias_;
   std::optional<Float8Linear> float8_;
-  std::optional<kernels::WeightFormat> qat_;
+  std::optional<QatRecipe> qat_;
   ParallelRegions* rows_split_over_;
 };
 
@@ -143,7 +149,7 @@ class ColumnParallelLinear {
   // The output projection, without bias: lm_head, or wte when the embeddings are tied; `qat`
   // applies to lm_head (a linear layer), not to wte (an embedding).
   static ColumnParallelLinear output_projection(const ParameterLayout& layout, ParallelRegions& regions,
-                                                std::optional<kernels::WeightFormat> qat = std::nullopt);
+                                                std::optional<QatRecipe> qat = std::nullopt);
 
   // out (N, this rank's output rows) from x, this rank's rows of the input.
   void forward(const FlatTensors& weights, Tensor out, Tensor x, Tensor whole) const;

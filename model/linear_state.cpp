@@ -88,7 +88,7 @@ Tensor LinearStateView::get(std::string_view state) const {
 }
 
 LinearStates::LinearStates(const ParameterLayout& layout, std::vector<LinearStateDeclaration> declared, Device device,
-                           const Float8Training* float8, std::optional<kernels::WeightFormat> qat)
+                           const Float8Training* float8, std::optional<QatRecipe> qat)
     : declared_(std::move(declared)), float8_(float8), qat_(qat) {
   Plan plan = plan_states(layout, declared_);
   entries_ = std::move(plan.entries);

@@ -41,7 +41,7 @@
 
 #include "comm/communicator.h"
 #include "core/buffer.h"
-#include "kernels/weight_quant.h"
+#include "model/qat_recipe.h"
 #include "model/block_declaration.h"
 #include "model/parameters.h"
 
@@ -66,7 +66,7 @@ class LinearStateView {
   // The model's FP8 training where this layer's products run in FP8, else nullptr.
   const Float8Training* float8() const { return float8_; }
   // The format quantization-aware training fake-quantizes this layer's weight in, if any.
-  std::optional<kernels::WeightFormat> qat() const { return qat_; }
+  std::optional<QatRecipe> qat() const { return qat_; }
   // The state of kind `state`, (count) f32 on the model's device; throws dt::Error naming the
   // kinds the layer has.
   Tensor get(std::string_view state) const;
@@ -78,7 +78,7 @@ class LinearStateView {
   std::string linear_;  // "h.3.attn.qkv", for errors
   std::vector<std::pair<std::string, Tensor>> states_;
   const Float8Training* float8_ = nullptr;
-  std::optional<kernels::WeightFormat> qat_;
+  std::optional<QatRecipe> qat_;
 };
 
 class LinearStates {
@@ -97,10 +97,10 @@ class LinearStates {
   // The declared kinds over the blocks `layout` holds, on `device`, each element at its kind's
   // initial value. Throws dt::Error for a kind without a name or elements, a name declared twice
   // or a linear layer the block does not declare (naming those it does). `float8`: the FP8
-  // training the layers run under (which must outlive this object), none by default; `qat`: the
-  // format quantization-aware training fake-quantizes their weights in, none by default.
+  // training the layers run under (which must outlive this object), none by default; `qat`:
+  // quantization-aware training's recipe, none by default.
   LinearStates(const ParameterLayout& layout, std::vector<LinearStateDeclaration> declared, Device device,
-               const Float8Training* float8 = nullptr, std::optional<kernels::WeightFormat> qat = std::nullopt);
+               const Float8Training* float8 = nullptr, std::optional<QatRecipe> qat = std::nullopt);
   LinearStates(LinearStates&&) = default;
   LinearStates& operator=(LinearStates&&) = default;
   // The bytes such states allocate: what plan/memory.h adds to the `parameters` tag where a run
@@ -112,7 +112,7 @@ class LinearStates {
   bool empty() const { return entries_.empty(); }
   const std::vector<LinearStateDeclaration>& declared() const { return declared_; }
   const Float8Training* float8() const { return float8_; }
-  std::optional<kernels::WeightFormat> qat() const { return qat_; }
+  std::optional<QatRecipe> qat() const { return qat_; }
   // Every entry this rank holds, kind-major (as laid out).
   const std::vector<Entry>& entries() const { return entries_; }
   // The names of every entry of the whole model, whichever blocks this rank holds: what a
@@ -143,7 +143,7 @@ class LinearStates {
   std::vector<std::string> model_names_;
   Buffer buffer_;
   const Float8Training* float8_ = nullptr;
-  std::optional<kernels::WeightFormat> qat_;
+  std::optional<QatRecipe> qat_;
 };
 
 }  // namespace dt

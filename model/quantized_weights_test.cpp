@@ -7,8 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
+#include "kernels/linear.h"
+#include "model/layers.h"
 #include "model/transformer.h"
 #include "tests/testing.h"
 
@@ -54,7 +57,7 @@ TEST_P(Qat, LossAndGradientsAreThoseOfTheFakeQuantizedWeights) {
   const ModelConfig config = family == ModelFamily::gpt2 ? gpt2() : untied_llama();
   constexpr int B = 2, T = 16;
   Transformer qat(config, B, T, Recompute::none, DType::f32, Device::cpu, {}, nullptr, {}, nullptr, {}, nullptr,
-                  nullptr, format);
+                  nullptr, QatRecipe{.weights = format});
   Transformer plain(config, B, T);
   init_parameters(qat.params(), 5);
   std::memcpy(plain.params().all().data, qat.params().all().data, qat.params().all().bytes());
@@ -71,6 +74,49 @@ TEST_P(Qat, LossAndGradientsAreThoseOfTheFakeQuantizedWeights) {
   EXPECT_EQ(std::memcmp(qat.grads().all().data, plain.grads().all().data, qat.grads().all().bytes()), 0);
   // The weights themselves are untouched: QAT keeps the f32 master weights.
   EXPECT_NE(std::memcmp(qat.params().all().data, plain.params().all().data, qat.params().all().bytes()), 0);
+}
+
+// With the recipe's activations, a linear layer's forward is the product of its input's int8
+// values (per row) and its weight's values in the format; its input's gradient is dout times the
+// quantized weight (the input's quantizer passed straight through); its weight's gradient is
+// dout's against the quantized input.
+TEST(QatActivations, ALinearLayerMultipliesTheInputsInt8ValuesAndPassesItsGradientThrough) {
+  const ParameterLayout layout(untied_llama());
+  const ParamInfo& fc = layout.find("h.0.mlp.fc.weight");  // (192, 64)
+  FlatTensors weights(layout, MemTag::parameters), grads(layout, MemTag::gradients);
+  init_parameters(weights, 3);
+  grads.zero();
+  const int64_t N = 5, in = fc.shape[1], out = fc.shape[0];
+  const auto filled = [](int64_t n, float scale, int seed) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[i] = scale * std::sin(static_cast<float>(i * seed % 97) + 0.5f * seed);
+    return v;
+  };
+  std::vector<float> x = filled(N * in, 2.0f, 7), dout = filled(N * out, 0.1f, 5);
+  const auto tensor = [](std::vector<float>& v, int64_t rows, int64_t cols) {
+    return Tensor{.data = v.data(), .dtype = DType::f32, .shape = {rows, cols}, .device = Device::cpu};
+  };
+  const LinearProduct product(&fc, nullptr, false, std::nullopt,
+                              QatRecipe{.weights = WeightFormat::q4_0, .activations = true});
+  std::vector<float> y(static_cast<size_t>(N * out)), dx(static_cast<size_t>(N * in));
+  product.forward(weights, tensor(y, N, out), tensor(x, N, in));
+  product.backward_input(weights, tensor(dx, N, in), tensor(dout, N, out));
+  product.backward_weight(grads, tensor(dout, N, out), tensor(x, N, in));
+
+  // The same with the quantized values made here, by the formats' own functions.
+  std::vector<float> xq(x.size()), wq(static_cast<size_t>(out * in));
+  kernels::fake_quantize(WeightFormat::int8, x, N, xq);
+  const Tensor w = weights.stored(fc);
+  kernels::fake_quantize(WeightFormat::q4_0, {w.ptr<float>(), wq.size()}, out, wq);
+  std::vector<float> y_ref(y.size()), dx_ref(dx.size()), dw_ref(wq.size(), 0.0f);
+  kernels::linear_forward(tensor(y_ref, N, out), tensor(xq, N, in), tensor(wq, out, in), Tensor{});
+  kernels::linear_backward_input(tensor(dx_ref, N, in), tensor(dout, N, out), tensor(wq, out, in));
+  kernels::linear_backward_weight(tensor(dw_ref, out, in), Tensor{}, tensor(dout, N, out), tensor(xq, N, in));
+  EXPECT_EQ(y, y_ref);
+  EXPECT_EQ(dx, dx_ref);
+  const Tensor dw = grads.stored(fc);
+  EXPECT_EQ(std::vector<float>(dw.ptr<float>(), dw.ptr<float>() + dw.numel()), dw_ref);
+  EXPECT_NE(xq, x);  // the input was quantized: the check above is not of the unquantized product
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, Qat,

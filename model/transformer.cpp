@@ -36,7 +36,7 @@ Transformer::Transformer(const ModelConfig& config, int batch_size, int seq_len,
                          DType precision, Device device, const ParameterStorage& storage, ParallelRegions* regions,
                          const RankStages& stages, const AttentionScope* scope,
                          const std::vector<LinearStateDeclaration>& linear_states, ExpertExchange* experts,
-                         const Float8Training* float8, std::optional<kernels::WeightFormat> qat)
+                         const Float8Training* float8, std::optional<QatRecipe> qat)
     : regions_(regions != nullptr ? *regions : ParallelRegions::single_rank()),
       experts_(experts != nullptr ? *experts : ExpertExchange::single_rank()),
       layout_(validated(config, batch_size, seq_len, precision, device),  // before allocating

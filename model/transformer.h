@@ -79,14 +79,15 @@ class Transformer {
   // must outlive the model. None: every expert here.
   // float8: FP8 training (model/float8_recipe.h): its linear layers' products in FP8, with the
   // recipe's per-linear state; it must outlive the model. None: the products in `precision`.
-  // qat: quantization-aware training, the format the linear layers' weights are fake-quantized in
-  // (model/quantized_weights.h says which); none by default.
+  // qat: quantization-aware training's recipe, the format the linear layers' weights are
+  // fake-quantized in (model/quantized_weights.h says which) and whether their inputs are; none by
+  // default.
   Transformer(const ModelConfig& config, int batch_size, int seq_len, Recompute recompute = Recompute::none,
               DType precision = DType::f32, Device device = Device::cpu, const ParameterStorage& storage = {},
               ParallelRegions* regions = nullptr, const RankStages& stages = {},
               const AttentionScope* scope = nullptr, const std::vector<LinearStateDeclaration>& linear_states = {},
               ExpertExchange* experts = nullptr, const Float8Training* float8 = nullptr,
-              std::optional<kernels::WeightFormat> qat = std::nullopt);
+              std::optional<QatRecipe> qat = std::nullopt);
   ~Transformer();
 
   // The flat buffers such a model makes, each with its tag, dtype and storage: the f32

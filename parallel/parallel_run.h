@@ -65,8 +65,8 @@ struct ParallelOptions {
   std::vector<LinearStateDeclaration> linear_states = {};
   // FP8 training's recipe (model/float8_recipe.h); none by default.
   Float8Recipe fp8 = {};
-  // Quantization-aware training's format (model/quantized_weights.h); none by default.
-  std::optional<kernels::WeightFormat> qat = std::nullopt;
+  // Quantization-aware training's recipe (model/qat_recipe.h); none by default.
+  std::optional<QatRecipe> qat = std::nullopt;
 };
 
 class ParallelRun {

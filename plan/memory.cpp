@@ -173,15 +173,19 @@ MemoryPlan plan_rank_memory(const ModelConfig& config, int batch_size, int seq_l
 }
 
 size_t qat_workspace_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision, TensorShard shard,
-                           std::optional<kernels::WeightFormat> qat, bool head) {
+                           std::optional<QatRecipe> qat, bool head) {
   if (!qat) return 0;
   const ShardDims dims = shard_dims(config, shard);
   const int64_t tokens = int64_t{batch_size} * seq_len;
   const size_t widened = precision == DType::f32 ? 0 : sizeof(float);
+  // Forward holds the weight's copy and the input's, one made (and widened) at a time, then the
+  // kernel's scratch; backward_weight the input's and its kernel's. The input is every token's,
+  // as the column input (kernels/cpu/linear_scratch.h's rows) is.
   const auto product = [&](int64_t in, int64_t out) {
-    const size_t elements = static_cast<size_t>(in * out);
-    return elements * dtype_size(precision) +
-           std::max(elements * widened, kernels::cpu::linear_scratch_bytes(tokens, in, out, precision));
+    const size_t weight = static_cast<size_t>(in * out), input = qat->activations ? static_cast<size_t>(tokens * in) : 0;
+    const size_t widening = std::max(weight, input) * widened;
+    return (weight + input) * dtype_size(precision) +
+           std::max(widening, kernels::cpu::linear_scratch_bytes(tokens, in, out, precision));
   };
   size_t most = 0;
   for (const BlockDeclaration* block : block_declarations(config))

@@ -17,7 +17,7 @@
 #include <optional>
 
 #include "core/allocator.h"
-#include "kernels/weight_quant.h"
+#include "model/qat_recipe.h"
 #include "model/config.h"
 #include "model/float8_recipe.h"
 #include "model/recompute.h"
@@ -82,11 +82,12 @@ size_t float8_workspace_bytes(const ModelConfig& config, int batch_size, int seq
 
 // The most workspace one linear product of a step holds under quantization-aware training
 // (train.qat, model/layers.h's LinearProduct): the weight's fake-quantized copy in `precision`,
-// and beside it the widened f32 values a 16-bit weight is quantized in, or the CPU kernel's
-// scratch (kernels/cpu/linear_scratch.h), over the rank's linear layers and, where it holds the
-// `head` and the embeddings are untied, the output projection. Nothing without a format.
+// with the recipe's activations the input's too, and beside them the widened f32 values a 16-bit
+// tensor is quantized in, or the CPU kernel's scratch (kernels/cpu/linear_scratch.h), over the
+// rank's linear layers and, where it holds the `head` and the embeddings are untied, the output
+// projection. Nothing without a recipe.
 size_t qat_workspace_bytes(const ModelConfig& config, int batch_size, int seq_len, DType precision, TensorShard shard,
-                           std::optional<kernels::WeightFormat> qat, bool head);
+                           std::optional<QatRecipe> qat, bool head);
 
 // The most scratch one of the CPU kernels of a step allocates for `threads` threads: attention's
 // per-thread tiles (kernels/attention.h), a norm backward's row-block partials, or a 16-bit linear

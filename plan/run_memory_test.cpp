@@ -56,7 +56,7 @@ std::string run_toml(const LayoutCell& cell, int world, const std::string& data_
              "\"\nseq_len = 32\n[train]\nsteps = 2\nmicro_batch_size = 4\nglobal_batch_size = ",
              4 * cell.dp * accumulation, "\nprecision = \"", dtype_name(cell.precision), "\"\nfp8 = \"", float8_scaling_name(cell.fp8),
              "\"\nrecompute = \"", recompute_name(cell.recompute), "\"\nqat = \"", cell.qat,
-             "\"\n[optim]\nwarmup_steps = 1\n",
+             "\"\nqat_activations = \"", cell.qat_activations ? "int8" : "none", "\"\n[optim]\nwarmup_steps = 1\n",
              "[parallel]\ndp = ", cell.dp, "\ntp = ", tp, "\npp = ", cell.pp, "\ncp = ", cell.cp, "\nep = ", cell.ep,
              "\nsp = ", cell.sp ? "true" : "false", "\nzero_stage = ", cell.zero, "\npp_schedule = \"", schedule,
              "\"\npp_virtual = ", cell.virtual_stages, "\n[log]\nprogress = \"plain\"\n", "[fp8]\nblock = 8\n");
@@ -162,9 +162,11 @@ std::vector<LayoutCell> cells() {
   out.push_back({.family = "llama", .precision = DType::bf16, .sp = true, .fp8 = Float8Scaling::delayed});
   out.push_back({.family = "moe", .precision = DType::bf16, .dp = 2, .ep = 2, .fp8 = Float8Scaling::blockwise});
   // Quantization-aware training: each product's fake-quantized weight, the untied output
-  // projection's the largest, and in bf16 its widened values; under tp 2 each rank's slices.
+  // projection's the largest, and in bf16 its widened values; under tp 2 each rank's slices; with
+  // the inputs quantized too, their copies.
   out.push_back({.family = "llama", .qat = "int8"});
   out.push_back({.family = "llama", .precision = DType::bf16, .sp = true, .qat = "int8"});
+  out.push_back({.family = "llama", .qat = "int8", .qat_activations = true});
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Matrix, MpiMemoryCell, ::testing::ValuesIn(cells()),

@@ -99,7 +99,7 @@ std::string cell_name(const LayoutCell& c) {
              c.pp == 1 ? "" : str("_pp", c.pp, "_", schedule, c.virtual_stages > 1 ? str("_v", c.virtual_stages) : ""),
              c.cp == 1 ? "" : str("_cp", c.cp, c.zigzag ? "" : "_plain", c.padded ? "_padded" : ""),
              c.ep == 1 ? "" : str("_ep", c.ep), c.fp8 == Float8Scaling::none ? "" : str("_fp8", float8_scaling_name(c.fp8)),
-             c.qat == "none" ? "" : str("_qat", c.qat));
+             c.qat == "none" ? "" : str("_qat", c.qat, c.qat_activations ? "_activations" : ""));
 }
 
 void expect_layout_matches_one_rank(const LayoutCell& cell) {

@@ -38,12 +38,13 @@ struct LayoutCell {
   // Quantization-aware training's format (train.qat): "none", "int8", "q8_0" or "q4_0". Only the
   // memory cells (plan/run_memory_test.cpp) train with it.
   std::string qat = "none";
+  bool qat_activations = false;  // and the linear layers' inputs in int8
   // Micro-batches per dp rank and step, each run of the cell; under pp the schedule's count.
   std::vector<int> accumulations = {1, 2};
 };
 
 // The cell's name:
-// family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]][_cpC[_plain][_padded]][_epE][_fp8R][_qatF].
+// family_precision_dpD_zeroS[_sp][_recompute][_ppP_schedule[_vV]][_cpC[_plain][_padded]][_epE][_fp8R][_qatF[_activations]].
 std::string cell_name(const LayoutCell& cell);
 
 // How GoogleTest prints a cell: its name.

@@ -613,7 +613,12 @@ void check_float8(const RunConfig& config, bool model_complete, Checker& check) 
 // tensor-parallel rank, and what it does not compose with yet is refused.
 void check_qat(const RunConfig& config, bool model_complete, Checker& check) {
   const std::optional<kernels::WeightFormat> format = config.train.qat_format();
-  if (!format) return;
+  if (!format) {
+    if (config.train.qat_activations != "none")
+      check.report("train.qat_activations", "quantizes the inputs of the layers whose weights train.qat quantizes; "
+                                            "set train.qat too, or train.qat_activations = \"none\"");
+    return;
+  }
   const std::string name(kernels::weight_format_name(*format));
   if (config.fp8.enabled())
     check.report("train.qat", "FP8 training would quantize the fake-quantized weights again; set train.fp8 = \"none\" "

@@ -31,7 +31,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
-#include "kernels/weight_quant.h"
+#include "model/qat_recipe.h"
 #include "model/config.h"
 #include "model/float8_recipe.h"
 #include "model/transformer.h"
@@ -76,6 +76,8 @@ struct RunConfig {
     // Quantization-aware training: "none", or the format ("int8", "q8_0", "q4_0") the linear
     // layers' weights are fake-quantized in (model/quantized_weights.h).
     std::string qat = "none";
+    // With qat: "int8" fake-quantizes the linear layers' inputs too, per token (model/qat_recipe.h).
+    std::string qat_activations = "none";
     float grad_clip = 1.0f;      // 0 disables clipping
     // A GPU run that the memory plan says will not fit stops before allocating, unless this is
     // set: then it warns and tries, at the risk of running out of memory mid-step.
@@ -83,6 +85,10 @@ struct RunConfig {
     Device target_device() const { return device_from_name(device); }
     std::optional<kernels::WeightFormat> qat_format() const {
       return qat == "none" ? std::nullopt : std::optional(kernels::parse_weight_format(qat));
+    }
+    std::optional<QatRecipe> qat_recipe() const {
+      if (!qat_format()) return std::nullopt;
+      return QatRecipe{.weights = *qat_format(), .activations = qat_activations == "int8"};
     }
   } train;
 

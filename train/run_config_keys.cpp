@@ -242,6 +242,7 @@ std::vector<ConfigKey> make_keys() {
       key("train", "precision", &C::train, &C::Train::precision),
       key("train", "fp8", &C::fp8, &Float8Recipe::scaling),
       choice_key("train", "qat", kQatFormats, &C::train, &C::Train::qat),
+      choice_key("train", "qat_activations", kQatActivations, &C::train, &C::Train::qat_activations),
       key("train", "recompute", &C::train, &C::Train::recompute),
       key("train", "grad_clip", &C::train, &C::Train::grad_clip),
       key("train", "unsafe_skip_memory_check", &C::train, &C::Train::unsafe_skip_memory_check),

@@ -57,6 +57,7 @@ const ConfigKey* find_config_key(std::string_view section, std::string_view name
 // Values of the keys that take one of a few names.
 inline const std::vector<std::string> kDevices = {"cpu", "cuda"};
 inline const std::vector<std::string> kQatFormats = {"none", "int8", "q8_0", "q4_0"};
+inline const std::vector<std::string> kQatActivations = {"none", "int8"};
 inline const std::vector<std::string> kProgressStyles = {"auto", "bar", "plain"};
 inline const std::vector<std::string> kPipelineSchedules = pipeline::schedule_names();  // parallel/pipeline/schedule.h
 inline const std::vector<std::string> kCommBackends = {"auto", "mpi", "nccl"};

@@ -164,7 +164,7 @@ MemoryPlan run_memory_plan(const RunConfig& config, std::optional<ParallelDims::
                                                {rank ? config.dims().ep_rank(*rank) : 0, config.dims().ep}, config.fp8,
                                                on_cpu);
   // Or a quantization-aware product's weight copy, beside its kernel's scratch.
-  const size_t qat = qat_workspace_bytes(config.model, B, local_T, precision, shard, config.train.qat_format(), head);
+  const size_t qat = qat_workspace_bytes(config.model, B, local_T, precision, shard, config.train.qat_recipe(), head);
   plan.during_step[static_cast<size_t>(MemTag::workspace)] += std::max({kernels, ring_workspace, float8, qat});
   return plan;
 }

@@ -182,6 +182,13 @@ TEST(RunConfig, QuantizationAwareTrainingRefusesWhatItCannotDo) {
             std::string::npos);
   EXPECT_NE(with({"train.qat=q8_0", "train.device=cuda"}).find("train.qat = \"q8_0\": runs on the CPU only so far"),
             std::string::npos);
+  EXPECT_NE(problem({"train.qat_activations=int8"})
+                .find("train.qat_activations = \"int8\": quantizes the inputs of the layers whose weights train.qat "
+                      "quantizes; set train.qat too"),
+            std::string::npos);
+  EXPECT_NE(problem({"train.qat=int8", "train.qat_activations=int4"})
+                .find("train.qat_activations = \"int4\": must be one of none, int8"),
+            std::string::npos);
   // int8's scale is the whole row's, gathered over the ranks: any tp.
   EXPECT_NO_THROW(load_run_config(path, {"train.qat=int8", "parallel.tp=4", "model.d_model=64", "model.n_head=4"}));
   EXPECT_NE(with({"train.qat=q4_0", "parallel.tp=4"})

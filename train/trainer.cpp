@@ -93,7 +93,7 @@ ParallelOptions parallel_options(const RunConfig& config) {
           .pp_schedule = config.parallel.pp_schedule, .pp_virtual = config.parallel.pp_virtual,
           .micro_batches = config.accumulation_steps(), .cp_zigzag = config.parallel.cp_zigzag,
           .sp = config.parallel.sp, .backend = config.parallel.backend, .linear_states = {}, .fp8 = config.fp8,
-          .qat = config.train.qat_format()};
+          .qat = config.train.qat_recipe()};
 }
 
 namespace {
