@@ -15,7 +15,7 @@
 #include "ckpt/hf_export.h"
 #include "model/quantized_weights.h"
 #include "model/transformer.h"
-#include "tests/gradcheck.h"
+#include "tests/hf_testing.h"
 #include "tests/testing.h"
 
 namespace dt::ckpt {
@@ -29,21 +29,6 @@ constexpr int kSeq = 16;
 ModelConfig untied_llama() {
   return {.family = ModelFamily::llama, .n_layer = 2, .d_model = 64, .n_head = 4, .n_kv_head = 2,
           .ffn_hidden_size = 96, .vocab_size = 300, .max_seq_len = 32, .tied_embeddings = false};
-}
-
-std::string token_list(int vocab) {
-  std::string tokens;
-  for (int t = 0; t < kSeq; ++t) tokens += str(t ? "," : "", (t * 37 + 11) % vocab);
-  return tokens;
-}
-
-testing::OwnedTensor our_logits(Transformer& model) {
-  testing::OwnedTensor tokens = testing::zeros(DType::i32, {1, kSeq});
-  for (int t = 0; t < kSeq; ++t) tokens.ptr<int32_t>()[t] = (t * 37 + 11) % model.config().vocab_size;
-  model.forward(tokens.t, Tensor{});
-  testing::OwnedTensor logits = testing::zeros(DType::f32, {1, kSeq, model.config().vocab_size});
-  model.copy_logits(logits.t);
-  return logits;
 }
 
 bool same_bits(const FlatTensors& a, const FlatTensors& b) {
@@ -88,13 +73,14 @@ TEST_P(QuantizedHfExport, CompressedTensorsDecompressesOurFileToThePtqWeightsBit
   EXPECT_TRUE(same_bits(ours.params(), quantized.params()));
 
   // transformers on compressed-tensors' weights gives our quantized model's logits.
+  const std::string tokens = testing::hf_token_list(config.vocab_size, kSeq);
   ASSERT_EQ(testing::run_reference_script("hf_reference.py",
                                           str("logits ", dir.file("exported"), " ", dir.file("dense.safetensors"), " ",
-                                              token_list(config.vocab_size), " ", dir.file("logits.safetensors"))),
+                                              tokens, " ", dir.file("logits.safetensors"))),
             0);
   const LoadedTensor reference = SafetensorsReader(dir.file("logits.safetensors")).read("logits", MemTag::workspace);
   // fp32 on both sides with different summation orders: hf_checkpoint_test.cpp's bound.
-  EXPECT_LE(testing::normalized_max_error(our_logits(quantized).t, reference.tensor), 1e-5);
+  EXPECT_LE(testing::normalized_max_error(testing::hf_test_logits(quantized, kSeq).t, reference.tensor), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantizedHfExport,

@@ -22,35 +22,20 @@ using testing::TempDir;
 constexpr int kSeq = 23;
 
 
-std::string token_list(const ModelConfig& c) {
-  std::string tokens;
-  for (int t = 0; t < kSeq; ++t) tokens += str(t ? "," : "", (t * 37 + 11) % c.vocab_size);
-  return tokens;
-}
-
-// Our logits for token_list(), (1, T, V).
-testing::OwnedTensor our_logits(Transformer& model) {
-  testing::OwnedTensor tokens = testing::zeros(DType::i32, {1, kSeq});
-  for (int t = 0; t < kSeq; ++t) tokens.ptr<int32_t>()[t] = (t * 37 + 11) % model.config().vocab_size;
-  model.forward(tokens.t, Tensor{});
-  testing::OwnedTensor logits = testing::zeros(DType::f32, {1, kSeq, model.config().vocab_size});
-  model.copy_logits(logits.t);
-  return logits;
-}
-
 class HfCheckpoint : public ::testing::TestWithParam<HfCase> {};
 
 TEST_P(HfCheckpoint, TransformersFilesLoadHereAndOursLoadInTransformers) {
   const ModelConfig& config = GetParam().model;
+  const std::string tokens = testing::hf_token_list(config.vocab_size, kSeq);
   TempDir dir;
   ASSERT_EQ(testing::run_reference_script("hf_reference.py", str("make ", dir.path().string(), " ", testing::hf_make_args(config))), 0);
   const std::string theirs = dir.file("model.safetensors");
 
   Transformer model(config, 1, kSeq);
   load_hf_safetensors(model.params(), theirs);
-  const testing::OwnedTensor logits = our_logits(model);
+  const testing::OwnedTensor logits = testing::hf_test_logits(model, kSeq);
   ASSERT_EQ(testing::run_reference_script(
-                "hf_reference.py", str("logits ", dir.path().string(), " ", theirs, " ", token_list(config), " ",
+                "hf_reference.py", str("logits ", dir.path().string(), " ", theirs, " ", tokens, " ",
                                        dir.file("their_logits.safetensors"))),
             0);
   const LoadedTensor reference =
@@ -63,7 +48,7 @@ TEST_P(HfCheckpoint, TransformersFilesLoadHereAndOursLoadInTransformers) {
   save_hf_safetensors(model.params(), dir.file("ours.safetensors"));
   ASSERT_EQ(testing::run_reference_script(
                 "hf_reference.py", str("logits ", dir.path().string(), " ", dir.file("ours.safetensors"), " ",
-                                       token_list(config), " ", dir.file("from_ours.safetensors"))),
+                                       tokens, " ", dir.file("from_ours.safetensors"))),
             0);
   const LoadedTensor from_ours =
       SafetensorsReader(dir.file("from_ours.safetensors")).read("logits", MemTag::workspace);
@@ -74,13 +59,14 @@ TEST_P(HfCheckpoint, TransformersFilesLoadHereAndOursLoadInTransformers) {
 // `dtrain export --hf`'s directory, loaded the way a user loads a model: from_pretrained.
 TEST_P(HfCheckpoint, AnExportedDirectoryLoadsWithFromPretrainedAndGivesOurLogits) {
   const ModelConfig& config = GetParam().model;
+  const std::string tokens = testing::hf_token_list(config.vocab_size, kSeq);
   TempDir dir;
   Transformer model(config, 1, kSeq);
   init_parameters(model.params(), 11);
-  const testing::OwnedTensor logits = our_logits(model);
+  const testing::OwnedTensor logits = testing::hf_test_logits(model, kSeq);
   export_hf(model.params(), std::nullopt, {}, dir.path() / "exported");
   ASSERT_EQ(testing::run_reference_script("hf_reference.py", str("pretrained ", dir.file("exported"), " ",
-                                                                 token_list(config), " ", dir.file("theirs.safetensors"))),
+                                                                 tokens, " ", dir.file("theirs.safetensors"))),
             0);
   const LoadedTensor theirs = SafetensorsReader(dir.file("theirs.safetensors")).read("logits", MemTag::workspace);
   // fp32 on both sides with different summation orders, as above.

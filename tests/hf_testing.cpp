@@ -27,4 +27,19 @@ std::string hf_make_args(const ModelConfig& c) {
              " rope_scaling_factor=", c.rope_scaling_factor, " rope_original_max_seq_len=", c.rope_original_max_seq_len);
 }
 
+std::string hf_token_list(int vocab_size, int seq) {
+  std::string tokens;
+  for (int t = 0; t < seq; ++t) tokens += str(t ? "," : "", (t * 37 + 11) % vocab_size);
+  return tokens;
+}
+
+OwnedTensor hf_test_logits(Transformer& model, int seq) {
+  OwnedTensor tokens = zeros(DType::i32, {1, seq});
+  for (int t = 0; t < seq; ++t) tokens.ptr<int32_t>()[t] = (t * 37 + 11) % model.config().vocab_size;
+  model.forward(tokens.t, Tensor{});
+  OwnedTensor logits = zeros(DType::f32, {1, seq, model.config().vocab_size});
+  model.copy_logits(logits.t);
+  return logits;
+}
+
 }  // namespace dt::testing
