@@ -47,7 +47,8 @@ int command_export(int argc, char** argv, int first) {
       throw Error(str("export: --hf writes f32 weights, or the linear layers' in int8, q8_0 or q4_0, not --quantize '",
                       quantize, "'", quantize == "f16" ? " (f16 is for --gguf)" : ""));
     quantized = kernels::parse_weight_format(quantize);
-  }  const ModelWeights weights = weights_from_checkpoint(args.get("checkpoint"));
+  }
+  const ModelWeights weights = weights_from_checkpoint(args.get("checkpoint"));
   std::optional<ckpt::HfTokenizerFiles> tokenizer_files;
   if (!args.get("tokenizer").empty()) {
     const Tokenizer tokenizer = Tokenizer::load(args.get("tokenizer"));
