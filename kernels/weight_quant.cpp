@@ -19,6 +19,13 @@ int64_t block_count(size_t values) {
   return static_cast<int64_t>(values) / kGgufBlock;
 }
 
+// roundf (half away from zero), exactly and without a branch, so that a loop of it vectorizes
+// (roundf is a library call): x - trunc(x) is exact for every float, and so is twice it.
+inline float round_half_away(float x) {
+  const float t = std::trunc(x);
+  return t + std::trunc(2.0f * (x - t));
+}
+
 float amax_of(const float* v, int64_t n) {
   float amax = 0;
   for (int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(v[j]));
@@ -31,7 +38,7 @@ float amax_of(const float* v, int64_t n) {
 float quantize_symmetric_8bit(const float* v, int64_t n, float amax, int8_t* q) {
   const float s = amax / 127;
   const float id = s != 0 ? 1.0f / s : 0.0f;
-  for (int64_t j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::round(v[j] * id));
+  for (int64_t j = 0; j < n; ++j) q[j] = static_cast<int8_t>(round_half_away(v[j] * id));
   return s;
 }
 
