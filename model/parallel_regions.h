@@ -68,8 +68,8 @@ class ParallelRegions {
   // own, before the weight's gradient reads them.
   virtual void sum_copied_head_gradients(Tensor /*dqkv*/) {}
   // The elementwise maximum of `values` (f32, on the host) over the group, in place: the largest
-  // magnitude of each row of a row-parallel layer's weight, whose slices the ranks hold, for
-  // int8 quantization-aware training's per-row scale.
+  // magnitude of each row of a row-parallel layer's weight or input, whose slices the ranks
+  // hold, for quantization-aware training's int8 per-row scale.
   virtual void max_over_group(Tensor /*values*/) {}
   // The per-token losses (N) of this rank's logits (N, stored rows), the vocabulary's ids `vocab`
   // (kernels/cross_entropy.h); with the gradient, loss_scale times the losses' sum's gradient

@@ -161,8 +161,8 @@ top_p = 1.5
 }
 
 // Quantization-aware training's refusals, each naming the fix: blocks of 32 over rows of 48,
-// FP8 on top, the GPU, experts, int8 under tensor parallelism, and a tp rank's rows not whole
-// blocks.
+// FP8 on top, the GPU, experts, a tp rank's rows not whole blocks, and quantized inputs without
+// quantized weights; int8, whose scale is a whole row's, under any tp.
 TEST(RunConfig, QuantizationAwareTrainingRefusesWhatItCannotDo) {
   testing::TempDir dir;
   const auto path = write_config(dir, kTiny);
